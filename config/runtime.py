@@ -1,0 +1,75 @@
+"""The composition root: the one place that binds tools and ports into a runner.
+
+Tools get their capabilities here (the GitHub base URL comes from settings, not
+from the tool); the runner gets its adapters here. Nothing else instantiates
+bound tools or a ToolRunner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+from django.conf import settings
+
+from runner.bound import BoundTool, bind_tool
+from runner.capabilities import HttpCapability
+from runner.contracts import ToolDefinition
+from runner.defaults import DenyAllPolicy, LoggingEventSink, NoConnections, NoGrants, SystemClock, Unlimited
+from runner.errors import ContractError
+from runner.pipeline import ToolRunner, default_stages
+from runner.ports import PolicyDecider
+from tools_app.adapters import CatalogToolSource, DatabaseAuditSink
+from tools_app.registry import code_registry
+
+
+def provider_base_urls() -> dict[str, str]:
+    """Where each provider's HTTP capability may go (tests point these at loopback)."""
+    return {"github": settings.TOOLGATE_GITHUB_API_URL}
+
+
+def bind_tools(definitions: Mapping[str, ToolDefinition], base_urls: Mapping[str, str]) -> dict[str, BoundTool]:
+    bound = {}
+    for tool_id, definition in definitions.items():
+        http = None
+        if "http" in definition.contract.capabilities:
+            base_url = base_urls.get(definition.contract.provider or "")
+            if base_url is None:
+                raise ContractError(f"{tool_id}: no base URL is configured for provider {definition.contract.provider}")
+            http = HttpCapability(base_url)
+        bound[tool_id] = bind_tool(definition, http=http)
+    return bound
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The runner and the ports interfaces need beside it (the catalog asks source and policy)."""
+
+    runner: ToolRunner
+    source: CatalogToolSource
+    policy: PolicyDecider
+
+
+def build_runtime() -> Runtime:
+    clock = SystemClock()
+    source = CatalogToolSource(bind_tools(code_registry(), provider_base_urls()))
+    policy = DenyAllPolicy()
+    stages = default_stages(
+        source=source,
+        policy=policy,
+        limiter=Unlimited(),
+        grants=NoGrants(),
+        broker=NoConnections(),
+        audit=DatabaseAuditSink(),
+        events=LoggingEventSink(),
+        clock=clock,
+        default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
+    )
+    return Runtime(runner=ToolRunner(stages, clock), source=source, policy=policy)
+
+
+@cache
+def runtime() -> Runtime:
+    """The process-wide runtime, built on first use."""
+    return build_runtime()

@@ -1,0 +1,156 @@
+"""Toolgate settings: one module, every value read through one environ.Env.
+
+Nothing configured means the embedded default (SQLite and dev secrets under
+var/, in-process cache). Production sets DEBUG=False and must then provide real
+secrets: startup refuses the generated development ones. Every variable is
+documented in .env.example and the README.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from config import devsecrets
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+if (BASE_DIR / ".env").is_file():
+    env.read_env(BASE_DIR / ".env")
+
+DEBUG = env.bool("DEBUG", default=True)
+
+_secret_key = env.str("SECRET_KEY", default="")
+USING_DEV_SECRET_KEY = not _secret_key
+SECRET_KEY = _secret_key or devsecrets.read_or_create(VAR_DIR / "secret_key", devsecrets.new_secret_key)
+
+_key_ring = env.str("TOOLGATE_ENCRYPTION_KEYS", default="")
+USING_DEV_ENCRYPTION_KEYS = not _key_ring
+TOOLGATE_ENCRYPTION_KEYS = _key_ring or devsecrets.read_or_create(VAR_DIR / "encryption_keys", devsecrets.new_key_ring)
+
+
+def parse_key_ring(value: str) -> dict[str, bytes]:
+    """`kid:base64(32 bytes)` comma-separated, first one encrypts; order is kept."""
+    ring: dict[str, bytes] = {}
+    for entry in filter(None, (part.strip() for part in value.split(","))):
+        kid, sep, encoded = entry.partition(":")
+        if not sep or not kid or kid in ring:
+            raise ImproperlyConfigured("TOOLGATE_ENCRYPTION_KEYS: each entry is a unique kid:base64key")
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            raise ImproperlyConfigured(f"TOOLGATE_ENCRYPTION_KEYS: key {kid!r} is not base64") from None
+        if len(key) != 32:
+            raise ImproperlyConfigured(f"TOOLGATE_ENCRYPTION_KEYS: key {kid!r} is not 32 bytes")
+        ring[kid] = key
+    if not ring:
+        raise ImproperlyConfigured("TOOLGATE_ENCRYPTION_KEYS is empty")
+    return ring
+
+
+TOOLGATE_KEY_RING = parse_key_ring(TOOLGATE_ENCRYPTION_KEYS)
+
+if not DEBUG and (USING_DEV_SECRET_KEY or USING_DEV_ENCRYPTION_KEYS):
+    raise ImproperlyConfigured(
+        "DEBUG=False with development secrets: set SECRET_KEY and TOOLGATE_ENCRYPTION_KEYS in the environment"
+    )
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"] if DEBUG else [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "tools_app",
+    "policies_app",
+    "connections_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'toolgate.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL and a busy timeout let the web process and the embedded worker share the file.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
+    }
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}
+
+# --- Toolgate ------------------------------------------------------------------
+TOOLGATE_REFRESH_WINDOW_SECONDS = env.int("TOOLGATE_REFRESH_WINDOW_SECONDS", default=600)
+TOOLGATE_REFRESH_JITTER_SECONDS = env.int("TOOLGATE_REFRESH_JITTER_SECONDS", default=120)
+TOOLGATE_SYNC_REFRESH_TIMEOUT_MS = env.int("TOOLGATE_SYNC_REFRESH_TIMEOUT_MS", default=3000)
+TOOLGATE_REFRESH_SWEEP_SECONDS = env.int("TOOLGATE_REFRESH_SWEEP_SECONDS", default=60)
+TOOLGATE_GITHUB_API_URL = env.str("TOOLGATE_GITHUB_API_URL", default="https://api.github.com")
+TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 1024)

@@ -1,0 +1,80 @@
+"""A tool bound to its capabilities: what a ToolSource hands the runner.
+
+Binding happens once, in the composition root: the contract is compiled to a
+ToolSpec (rejecting schemas outside the subset), the allowlist is parsed, and
+every capability the contract declares must be supplied or binding fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from runner.capabilities import AuthCapability, ClockCapability, HttpCapability, ToolCapabilities
+from runner.contracts import ToolContract, ToolDefinition
+from runner.errors import ContractError, InputInvalid, OutputInvalid
+from runner.redaction import Trie, compile_allowlist, redact
+from runner.schema import to_tool_spec
+from runner.types import FieldError, ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class BoundTool:
+    definition: ToolDefinition
+    spec: ToolSpec
+    allowlist: Trie | None
+    http: HttpCapability | None = None
+
+    @property
+    def contract(self) -> ToolContract:
+        return self.definition.contract
+
+    @property
+    def tool_id(self) -> str:
+        return self.definition.contract.name
+
+    def validate_input(self, raw_args: Any) -> BaseModel:
+        try:
+            return self.contract.input_model.model_validate(raw_args)
+        except ValidationError as exc:
+            raise InputInvalid(field_errors(exc)) from None
+
+    def validate_output(self, raw_output: Any) -> dict[str, Any]:
+        """The output as plain JSON data, checked against the declared fields."""
+        model = self.contract.output_model
+        try:
+            if not isinstance(raw_output, model):
+                raw_output = model.model_validate(raw_output)
+            dumped: dict[str, Any] = raw_output.model_dump(mode="json")
+            return dumped
+        except ValidationError as exc:
+            raise OutputInvalid(field_errors(exc)) from None
+        except (TypeError, ValueError):
+            raise OutputInvalid((FieldError(path="", message="output is not JSON-serialisable"),)) from None
+
+    def redact(self, value: dict[str, Any]) -> Any:
+        return redact(value, self.allowlist)
+
+    def capabilities(self, *, clock: ClockCapability, auth: AuthCapability | None) -> ToolCapabilities:
+        return ToolCapabilities(clock=clock, http=self.http, auth=auth)
+
+
+def bind_tool(definition: ToolDefinition, *, http: HttpCapability | None = None) -> BoundTool:
+    """Compile and check a definition; fail loudly at startup, never at call time."""
+    contract = definition.contract
+    if "http" in contract.capabilities and http is None:
+        raise ContractError(f"{contract.name} declares the http capability but none was bound")
+    if "http" not in contract.capabilities and http is not None:
+        raise ContractError(f"{contract.name} was bound an http capability it does not declare")
+    allowlist = None if contract.redaction_allowlist is None else compile_allowlist(contract.redaction_allowlist)
+    return BoundTool(definition=definition, spec=to_tool_spec(contract), allowlist=allowlist, http=http)
+
+
+def field_errors(exc: ValidationError) -> tuple[FieldError, ...]:
+    """Paths and messages of a pydantic error, without the input values it carries."""
+    return tuple(
+        FieldError(path=".".join(str(part) for part in error["loc"]), message=error["msg"])
+        for error in exc.errors(include_url=False, include_input=False, include_context=False)
+    )

@@ -1,0 +1,234 @@
+"""Capabilities: the only doors a tool has to the world.
+
+A tool never reads the environment, builds a client or sees a credential in its
+context. The composition root binds an `HttpCapability` to the tool's configured
+base URL; the broker hands an `AuthCapability` per call. Secrets live inside
+these objects only, and their reprs never show them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from runner.errors import CapabilityError
+
+MAX_REDIRECTS = 5
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=10.0, write=10.0, pool=5.0)
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+class AuthCapability(Protocol):
+    """Credentials for one connection, resolved by the broker for one call."""
+
+    def headers(self) -> dict[str, str]: ...
+
+    def access_token(self) -> str: ...
+
+
+class BearerAuth:
+    """An access token or API key sent as `Authorization: Bearer`."""
+
+    __slots__ = ("_token",)
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def access_token(self) -> str:
+        return self._token
+
+    def __repr__(self) -> str:
+        return "BearerAuth(<redacted>)"
+
+
+class BasicAuth:
+    """A username and app password sent as HTTP Basic."""
+
+    __slots__ = ("_password", "_username")
+
+    def __init__(self, username: str, password: str) -> None:
+        self._username = username
+        self._password = password
+
+    def headers(self) -> dict[str, str]:
+        pair = f"{self._username}:{self._password}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+    def access_token(self) -> str:
+        return self._password
+
+    def __repr__(self) -> str:
+        return "BasicAuth(<redacted>)"
+
+
+class ClockCapability(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.content)
+        except ValueError as exc:
+            raise CapabilityError("upstream answered with a body that is not JSON") from exc
+
+
+class HttpCapability:
+    """HTTP to one origin only, with bounded timeouts and response size.
+
+    Paths are resolved against the configured base URL and must stay on its
+    origin. Redirects are followed by hand (at most five) so that a redirect to
+    another origin is allowed to proceed only without the Authorization header.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        user_agent: str = "toolgate",
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"base URL must be absolute http(s): {base_url!r}")
+        self._base_url = base_url.rstrip("/") + "/"
+        self._origin = _origin(self._base_url)
+        self._timeout = timeout
+        self._max_response_bytes = max_response_bytes
+        self._user_agent = user_agent
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def _resolve(self, path: str) -> str:
+        if urlsplit(path).scheme or path.startswith("//"):
+            raise CapabilityError("only paths relative to the configured base URL are allowed")
+        url = urljoin(self._base_url, path.lstrip("/"))
+        if _origin(url) != self._origin:
+            raise CapabilityError("request left the configured origin")
+        return url
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> HttpResponse:
+        url = self._resolve(path)
+        send_headers = {"User-Agent": self._user_agent, "Accept": "application/json", **(headers or {})}
+        client = self._client_for_running_loop()
+        try:
+            for _hop in range(MAX_REDIRECTS + 1):
+                request = client.build_request(
+                    method, url, headers=send_headers, json=json_body, params=params, timeout=self._timeout
+                )
+                response = await client.send(request, stream=True, follow_redirects=False)
+                try:
+                    if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
+                        url, method, json_body, send_headers = _next_hop(url, method, json_body, send_headers, response)
+                        params = None
+                        continue
+                    content = await self._read_bounded(response)
+                    return HttpResponse(response.status_code, dict(response.headers), content)
+                finally:
+                    await response.aclose()
+            raise CapabilityError("too many redirects")
+        except httpx.TimeoutException as exc:
+            raise CapabilityError("upstream timed out") from exc
+        except httpx.HTTPError as exc:
+            raise CapabilityError(f"upstream request failed ({type(exc).__name__})") from exc
+
+    def _client_for_running_loop(self) -> httpx.AsyncClient:
+        """One pooled client per event loop: building one costs an SSL context (~10 ms)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = httpx.AsyncClient(timeout=self._timeout)
+            self._client_loop = loop
+        return self._client
+
+    async def _read_bounded(self, response: httpx.Response) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > self._max_response_bytes:
+                raise CapabilityError("upstream response too large")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def get(self, path: str, **kwargs: Any) -> HttpResponse:
+        return await self.request("GET", path, **kwargs)
+
+    async def post(self, path: str, **kwargs: Any) -> HttpResponse:
+        return await self.request("POST", path, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"HttpCapability({self._base_url!r})"
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    default_port = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, f"{parts.hostname}:{parts.port or default_port}"
+
+
+def _next_hop(
+    url: str, method: str, body: Any, headers: dict[str, str], response: httpx.Response
+) -> tuple[str, str, Any, dict[str, str]]:
+    """Where a redirect leads, with what method, body and headers (RFC 9110 §15.4)."""
+    target = urljoin(url, response.headers["location"])
+    if urlsplit(target).scheme not in ("http", "https"):
+        raise CapabilityError("redirect to a non-HTTP URL")
+    if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
+        method, body = "GET", None
+    if _origin(target) != _origin(url):
+        headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
+    return target, method, body, headers
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCapabilities:
+    """What one call of one tool may use. Absent capabilities are None."""
+
+    clock: ClockCapability
+    http: HttpCapability | None = None
+    auth: AuthCapability | None = None
+
+    def require_http(self) -> HttpCapability:
+        if self.http is None:
+            raise CapabilityError("the http capability is not bound for this tool")
+        return self.http
+
+    def require_auth(self) -> AuthCapability:
+        if self.auth is None:
+            raise CapabilityError("no credentials were resolved for this call")
+        return self.auth

@@ -1,0 +1,94 @@
+"""Tool contracts: what a tool promises, separate from how it is bound to the world.
+
+A tool module holds one `ToolDefinition`: its `ToolContract` (name, pydantic
+models, effect, redaction allowlist, connection needs) and an async `execute`
+that does I/O only through the capabilities it is handed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.errors import ContractError
+from runner.types import ToolEffect, ToolInvocationContext
+
+if TYPE_CHECKING:
+    from runner.capabilities import ToolCapabilities
+
+DEFAULT_TIMEOUT_MS = 15_000
+
+# Namespaced ids (`core__get_current_time`, `mcp__server__tool`) fit OpenAI's
+# function-name alphabet and keep tool sources from colliding.
+TOOL_ID_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:__[A-Za-z0-9][A-Za-z0-9_-]*)+$")
+TOOL_ID_MAX_LENGTH = 64
+
+KNOWN_CAPABILITIES = frozenset({"auth", "clock", "http"})
+
+
+class ToolArgs(BaseModel):
+    """Base for tool inputs: strict types and closed objects, as the schema promises."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class ToolOutput(BaseModel):
+    """Base for tool outputs.
+
+    Extra fields are kept on purpose: output validation checks the declared
+    fields, and the redaction allowlist, not the model, decides what leaves.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContract:
+    """The canonical definition of one tool (name, schemas, effect, redaction)."""
+
+    name: str
+    description: str
+    input_model: type[ToolArgs]
+    output_model: type[ToolOutput]
+    effect: ToolEffect
+    # Output paths that may leave the runner: "login", "owner.login", "items[].name".
+    # None means the author gave none, which the runner answers with redaction_failed.
+    redaction_allowlist: tuple[str, ...] | None
+    requires_connection: bool = False
+    provider: str | None = None
+    default_timeout_ms: int = DEFAULT_TIMEOUT_MS
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if len(self.name) > TOOL_ID_MAX_LENGTH or not TOOL_ID_PATTERN.match(self.name):
+            raise ContractError(f"tool id {self.name!r} is not a namespaced id like core__get_time")
+        if not self.description.strip():
+            raise ContractError(f"tool {self.name} has no description")
+        if self.requires_connection and not self.provider:
+            raise ContractError(f"tool {self.name} requires a connection but names no provider")
+        if self.requires_connection and "auth" not in self.capabilities:
+            raise ContractError(f"tool {self.name} requires a connection but not the auth capability")
+        unknown = self.capabilities - KNOWN_CAPABILITIES
+        if unknown:
+            raise ContractError(f"tool {self.name} declares unknown capabilities {sorted(unknown)}")
+        if self.default_timeout_ms <= 0:
+            raise ContractError(f"tool {self.name} has a non-positive timeout")
+
+
+ExecuteFn = Callable[[Any, ToolInvocationContext, "ToolCapabilities"], Coroutine[Any, Any, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """A contract plus its implementation, not yet bound to capabilities."""
+
+    contract: ToolContract
+    execute: ExecuteFn
+
+    @property
+    def tool_id(self) -> str:
+        return self.contract.name

@@ -1,0 +1,55 @@
+"""One hierarchy for the runner's errors.
+
+Every message of these errors is safe to show a caller: it names paths, ids and
+reasons, never argument values, tokens or upstream bodies. Interfaces map them
+to the contract's error envelope in one place.
+"""
+
+from __future__ import annotations
+
+from runner.types import ErrorCode, FieldError
+
+
+class ToolgateError(Exception):
+    """Base of every error Toolgate raises on purpose."""
+
+
+class ContractError(ToolgateError, ValueError):
+    """A tool contract or binding that must not be registered."""
+
+
+class SchemaError(ContractError):
+    """A tool input schema outside the supported subset."""
+
+
+class RedactionError(ToolgateError):
+    """An output that cannot be redacted safely."""
+
+
+class CapabilityError(ToolgateError):
+    """A capability refused or failed a request."""
+
+
+class ToolFailure(ToolgateError):
+    """Raised by a tool to fail with a message it vouches is safe (e.g. "repository not found")."""
+
+
+class InputInvalid(ToolgateError):
+    def __init__(self, errors: tuple[FieldError, ...]) -> None:
+        super().__init__("arguments do not match the tool's schema")
+        self.errors = errors
+
+
+class OutputInvalid(ToolgateError):
+    def __init__(self, errors: tuple[FieldError, ...]) -> None:
+        super().__init__("tool output does not match its schema")
+        self.errors = errors
+
+
+class BrokerError(ToolgateError):
+    """The broker could not hand out credentials; code and message go to the caller."""
+
+    def __init__(self, code: ErrorCode, safe_message: str) -> None:
+        super().__init__(safe_message)
+        self.code = code
+        self.safe_message = safe_message

@@ -1,0 +1,477 @@
+"""ToolRunner: the one path every tool call takes.
+
+The pipeline is a chain of stages composed like Django middleware: each stage
+receives the call and `proceed`, and either ends the call with a typed result
+or hands it on (and may look at what came back). The default chain runs the
+twelve stages of DESIGN.md:
+
+    audit (12) > lookup (1) > policy (2) > budget (3) > connection gate (4)
+    > validate input (5) > broker (6) > start event (7) > result size (11)
+    > redact (10) > validate output (9) > execute (8, the end of the chain)
+
+Stages 9-12 act on the way back, which is why they sit outside `execute` in
+reverse order. A deployment inserts its own stages (a cache, a semaphore) with
+`ToolRunner(..., stages=...)` without touching these.
+
+Everything but `execute` runs in the caller's thread (adapters may use Django's
+ORM there). The tool's async `execute` runs on a per-process event loop thread,
+so the runner can cancel it at its budget and the caller gets its answer within
+budget + 100 ms even when a tool misbehaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from runner.bound import BoundTool
+from runner.capabilities import AuthCapability, ClockCapability
+from runner.errors import BrokerError, CapabilityError, InputInvalid, OutputInvalid, RedactionError, ToolFailure
+from runner.grants import check_connection
+from runner.ports import (
+    AuditSink,
+    Clock,
+    ConnectionBroker,
+    EventSink,
+    GrantStore,
+    PolicyDecider,
+    RateLimited,
+    RateLimiter,
+    ToolSource,
+)
+from runner.schema import canonical_json
+from runner.types import (
+    Budgets,
+    Decision,
+    ErrorCode,
+    EventKind,
+    FieldError,
+    ToolEvent,
+    ToolExecResult,
+    ToolInvocationContext,
+    ToolInvocationRecord,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
+# How long the caller waits past the budget for a tool that ignores cancellation.
+HARD_STOP_GRACE_S = 0.05
+
+
+@dataclass(slots=True)
+class Call:
+    """The state of one call as it moves through the stages."""
+
+    tool_id: str
+    raw_args: Any
+    ctx: ToolInvocationContext
+    started_at: datetime
+    args_sha256: str | None = None
+    tool: BoundTool | None = None
+    decision: Decision = Decision.NOT_DECIDED
+    budgets: Budgets = field(default_factory=Budgets)
+    args: BaseModel | None = None
+    auth: AuthCapability | None = field(default=None, repr=False)
+    executed: bool = False
+    result_bytes: int | None = None
+
+    def fail(self, code: ErrorCode, safe_message: str, **extra: Any) -> ToolExecResult:
+        return ToolExecResult(
+            tool_call_id=self.ctx.tool_call_id,
+            tool_id=self.tool_id,
+            ok=False,
+            error_code=code,
+            safe_message=safe_message,
+            started_at=self.started_at,
+            executed=self.executed,
+            **extra,
+        )
+
+    def succeed(self, value: Any) -> ToolExecResult:
+        return ToolExecResult(
+            tool_call_id=self.ctx.tool_call_id,
+            tool_id=self.tool_id,
+            ok=True,
+            value=value,
+            started_at=self.started_at,
+            executed=True,
+        )
+
+    @property
+    def bound(self) -> BoundTool:
+        if self.tool is None:  # only stages after lookup ask, so this is a wiring bug
+            raise RuntimeError("stage ordering error: tool not looked up yet")
+        return self.tool
+
+
+Handler = Callable[[Call], ToolExecResult]
+
+
+class Stage(Protocol):
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult: ...
+
+
+# --- stages, in pipeline order -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuditStage:
+    """(12) Whatever happened inside, emit the result event and write one audit row."""
+
+    audit: AuditSink
+    events: EventSink
+    clock: Clock
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        call.args_sha256 = args_digest(call.raw_args)
+        try:
+            result = proceed(call)
+        except Exception as exc:  # a port failed: the caller gets a safe answer, operators the log
+            logger.error("tool call %s failed inside the runner: %s", call.ctx.tool_call_id, type(exc).__name__)
+            result = call.fail(ErrorCode.EXECUTION, "the tool call failed")
+        result = replace(result, ended_at=self.clock.now())
+        self.events.emit(
+            ToolEvent(
+                kind=EventKind.TOOL_CALL_RESULT,
+                tool_call_id=call.ctx.tool_call_id,
+                tool_id=call.tool_id,
+                run_id=call.ctx.run_id,
+                ok=result.ok,
+                error_code=result.error_code,
+            )
+        )
+        self.audit.record(
+            ToolInvocationRecord(
+                tool_call_id=call.ctx.tool_call_id,
+                tool_id=call.tool_id,
+                ok=result.ok,
+                value=result.value if result.ok else None,
+                error_code=result.error_code,
+                safe_message=result.safe_message,
+                started_at=result.started_at,
+                ended_at=result.ended_at,
+                context=call.ctx,
+                decision=call.decision,
+                executed=result.executed,
+                args_sha256=call.args_sha256,
+                result_bytes=call.result_bytes,
+            )
+        )
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class LookupStage:
+    """(1) An unknown tool fails loudly."""
+
+    source: ToolSource
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        call.tool = self.source.get(call.tool_id)
+        if call.tool is None:
+            return call.fail(ErrorCode.UNAVAILABLE, "no such tool")
+        return proceed(call)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStage:
+    """(2) The operator's kill switch first, then the caller's policy. Deny by default."""
+
+    source: ToolSource
+    policy: PolicyDecider
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        if not self.source.is_enabled(call.tool_id):
+            call.decision = Decision.DENY
+            return call.fail(ErrorCode.POLICY_DENIED, "tool is disabled")
+        verdict = self.policy.decide(call.ctx, call.bound.spec, args_sha256=call.args_sha256)
+        call.decision = verdict.decision
+        call.budgets = verdict.budgets
+        if verdict.decision is Decision.ALLOW:
+            return proceed(call)
+        if verdict.decision is Decision.REQUIRE_APPROVAL:
+            return call.fail(
+                ErrorCode.APPROVAL_REQUIRED,
+                verdict.safe_message or "this call needs an operator's approval",
+                approval_id=verdict.approval_id,
+            )
+        return call.fail(ErrorCode.POLICY_DENIED, verdict.safe_message or "not allowed by policy")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStage:
+    """(3) Rate and concurrency budgets; the slot is released when the call ends."""
+
+    limiter: RateLimiter
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        lease = self.limiter.acquire(call.ctx, call.tool_id, call.budgets)
+        if isinstance(lease, RateLimited):
+            return call.fail(ErrorCode.RATE_LIMITED, lease.safe_message, retry_after_s=lease.retry_after_s)
+        try:
+            return proceed(call)
+        finally:
+            lease.release()
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionGateStage:
+    """(4) grant ∩ declared, before any credential is touched."""
+
+    grants: GrantStore
+    clock: Clock
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        refusal = check_connection(call.ctx, call.bound.spec, self.grants, now=self.clock.now())
+        if refusal is None:
+            return proceed(call)
+        errors = (FieldError(path=refusal.path, message=refusal.safe_message),) if refusal.path else ()
+        return call.fail(refusal.code, refusal.safe_message, errors=errors)
+
+
+class ValidateInputStage:
+    """(5) Strict validation against the contract's input model."""
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        try:
+            call.args = call.bound.validate_input(call.raw_args)
+        except InputInvalid as exc:
+            return call.fail(ErrorCode.VALIDATION, "arguments do not match the tool's schema", errors=exc.errors)
+        return proceed(call)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStage:
+    """(6) Credentials for the granted connection, as a capability."""
+
+    broker: ConnectionBroker
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        if call.bound.spec.requires_connection:
+            try:
+                call.auth = self.broker.resolve(call.ctx, call.bound.spec)
+            except BrokerError as exc:
+                return call.fail(exc.code, exc.safe_message)
+        return proceed(call)
+
+
+@dataclass(frozen=True, slots=True)
+class StartEventStage:
+    """(7) The tool is about to run: announce it under the stable tool_call_id."""
+
+    events: EventSink
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        self.events.emit(
+            ToolEvent(
+                kind=EventKind.TOOL_CALL_START,
+                tool_call_id=call.ctx.tool_call_id,
+                tool_id=call.tool_id,
+                run_id=call.ctx.run_id,
+            )
+        )
+        return proceed(call)
+
+
+@dataclass(frozen=True, slots=True)
+class ResultSizeStage:
+    """(11) The redacted, serialised value must fit the byte budget."""
+
+    default_max_bytes: int
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        result = proceed(call)
+        if not result.ok:
+            return result
+        call.result_bytes = len(json.dumps(result.value, separators=(",", ":"), ensure_ascii=False).encode())
+        limit = call.budgets.max_result_bytes or self.default_max_bytes
+        if call.result_bytes > limit:
+            return call.fail(ErrorCode.RESULT_TOO_LARGE, f"result is {call.result_bytes} bytes; the budget is {limit}")
+        return result
+
+
+class RedactStage:
+    """(10) Only allowlisted fields leave; no allowlist, no output."""
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        result = proceed(call)
+        if not result.ok:
+            return result
+        try:
+            return replace(result, value=call.bound.redact(result.value))
+        except RedactionError as exc:
+            return call.fail(ErrorCode.REDACTION_FAILED, str(exc))
+
+
+class ValidateOutputStage:
+    """(9) The tool's output must match its declared model."""
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        result = proceed(call)
+        if not result.ok:
+            return result
+        try:
+            return replace(result, value=call.bound.validate_output(result.value))
+        except OutputInvalid as exc:
+            return call.fail(ErrorCode.OUTPUT_INVALID, "tool output does not match its schema", errors=exc.errors)
+
+
+class ExecuteStage:
+    """(8) Run the tool under its runtime budget on the runner's event loop."""
+
+    def __init__(self, clock: ClockCapability, loop: BackgroundLoop | None = None) -> None:
+        self._clock = clock
+        self._loop = loop or BackgroundLoop.shared()
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        tool = call.bound
+        budget_ms = min(filter(None, (tool.contract.default_timeout_ms, call.budgets.max_runtime_ms)))
+        caps = tool.capabilities(clock=self._clock, auth=call.auth)
+        call.executed = True
+        try:
+            output = self._loop.run(tool.definition.execute(call.args, call.ctx, caps), timeout_s=budget_ms / 1000)
+        except ToolTimedOut:
+            return call.fail(ErrorCode.TIMEOUT, f"the tool ran past its {budget_ms} ms budget")
+        except (ToolFailure, CapabilityError) as exc:
+            return call.fail(ErrorCode.EXECUTION, str(exc))
+        except Exception as exc:  # the tool's own bug: its message may hold anything, so it stays here
+            logger.warning("tool %s raised %s", call.tool_id, type(exc).__name__)
+            return call.fail(ErrorCode.EXECUTION, "the tool failed")
+        return call.succeed(output)
+
+
+def _end_of_chain(call: Call) -> ToolExecResult:
+    raise RuntimeError("the execute stage must end the chain")
+
+
+# --- the runner ----------------------------------------------------------------
+
+
+class ToolRunner:
+    """Compose the stages once; `exec` runs one call through them."""
+
+    def __init__(self, stages: Sequence[Stage], clock: Clock) -> None:
+        self._clock = clock
+        handler: Handler = _end_of_chain
+        for stage in reversed(stages):
+            handler = _link(stage, handler)
+        self._handler = handler
+
+    def exec(self, tool_id: str, raw_args: Any, ctx: ToolInvocationContext) -> ToolExecResult:
+        return self._handler(Call(tool_id=tool_id, raw_args=raw_args, ctx=ctx, started_at=self._clock.now()))
+
+
+def _link(stage: Stage, proceed: Handler) -> Handler:
+    def handler(call: Call) -> ToolExecResult:
+        return stage(call, proceed)
+
+    return handler
+
+
+def default_stages(
+    *,
+    source: ToolSource,
+    policy: PolicyDecider,
+    limiter: RateLimiter,
+    grants: GrantStore,
+    broker: ConnectionBroker,
+    audit: AuditSink,
+    events: EventSink,
+    clock: Clock,
+    default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    loop: BackgroundLoop | None = None,
+) -> list[Stage]:
+    """The twelve stages of DESIGN.md, wired to the given ports."""
+    return [
+        AuditStage(audit, events, clock),
+        LookupStage(source),
+        PolicyStage(source, policy),
+        BudgetStage(limiter),
+        ConnectionGateStage(grants, clock),
+        ValidateInputStage(),
+        BrokerStage(broker),
+        StartEventStage(events),
+        ResultSizeStage(default_max_result_bytes),
+        RedactStage(),
+        ValidateOutputStage(),
+        ExecuteStage(clock, loop),
+    ]
+
+
+def new_tool_call_id() -> str:
+    """An id for calls that arrive without one (boundary-generated, per TOOLCALLID_STABLE)."""
+    return f"call_{uuid.uuid4().hex}"
+
+
+def args_digest(raw_args: Any) -> str | None:
+    """sha256 of the args' canonical JSON: binds approvals and idempotency to exact args."""
+    try:
+        return hashlib.sha256(canonical_json(raw_args)).hexdigest()
+    except (TypeError, ValueError):
+        return None
+
+
+# --- the event loop tools run on -------------------------------------------------
+
+
+class ToolTimedOut(Exception):
+    """The budget ran out before the tool finished."""
+
+
+class BackgroundLoop:
+    """One asyncio loop on a daemon thread per process.
+
+    Tools are async; Django views are sync. Running each call's coroutine here
+    (instead of `asyncio.run` per call) keeps pooled HTTP clients alive between
+    calls and lets the caller stop waiting at the budget even if a tool blocks
+    the loop. A forked child (gunicorn worker) starts its own loop.
+    """
+
+    _shared: BackgroundLoop | None = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="toolgate-runner-loop", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def shared(cls) -> BackgroundLoop:
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared._pid != os.getpid():
+                cls._shared = cls()
+            return cls._shared
+
+    def run(self, coro: Coroutine[Any, Any, Any], *, timeout_s: float) -> Any:
+        future = asyncio.run_coroutine_threadsafe(_within(coro, timeout_s), self._loop)
+        try:
+            return future.result(timeout=timeout_s + HARD_STOP_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the tool raised a TimeoutError of its own: not a budget overrun
+                raise
+            future.cancel()  # the tool ignored cancellation (blocking code); stop waiting for it
+            raise ToolTimedOut from None
+
+
+async def _within(coro: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
+    try:
+        async with asyncio.timeout(timeout_s) as scope:
+            return await coro
+    except TimeoutError:
+        if scope.expired():
+            raise ToolTimedOut from None
+        raise

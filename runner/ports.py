@@ -1,0 +1,109 @@
+"""The runner's view of the world: Protocols that adapters implement.
+
+`config/runtime.py` binds database-, cache- and broker-backed adapters; the
+runner's tests bind in-memory fakes. Nothing here knows about Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runner.types import Budgets, Decision, ToolEvent, ToolInvocationContext, ToolInvocationRecord, ToolSpec
+
+if TYPE_CHECKING:
+    from runner.bound import BoundTool
+    from runner.capabilities import AuthCapability
+
+
+class ToolSource(Protocol):
+    """Where bound tools come from (the code registry today, MCP servers later)."""
+
+    def get(self, tool_id: str) -> BoundTool | None: ...
+
+    def list(self) -> Sequence[BoundTool]: ...
+
+    def is_enabled(self, tool_id: str) -> bool:
+        """The operator's kill switch, above every policy."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    decision: Decision
+    budgets: Budgets = field(default_factory=Budgets)
+    approval_id: str | None = None
+    safe_message: str | None = None
+
+
+class PolicyDecider(Protocol):
+    def decide(self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None) -> PolicyDecision:
+        """Allow, deny or ask for approval; `args_sha256` binds an approval to the exact args.
+
+        The catalog asks with `args_sha256=None`: no call is pending, so no
+        approval may be created or consumed.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class GrantView:
+    """What the runner needs to know of an execution grant (no secrets, ids only)."""
+
+    grant_id: str
+    tenant_id: str
+    actor_id: str
+    connection_ids: frozenset[str]
+    expires_at: datetime | None = None
+    revoked: bool = False
+
+
+class GrantStore(Protocol):
+    def get(self, grant_id: str) -> GrantView | None: ...
+
+
+class ConnectionBroker(Protocol):
+    def resolve(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthCapability:
+        """Credentials for ctx.connection_id, checked against tenant and provider.
+
+        Called only after the grant gate. Raises BrokerError with
+        `connection_unavailable` or `auth_refresh_failed`.
+        """
+        ...
+
+
+class Lease(Protocol):
+    """A granted slot; released when the call ends, whatever its outcome."""
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimited:
+    retry_after_s: int
+    safe_message: str
+
+
+class RateLimiter(Protocol):
+    def acquire(self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets) -> Lease | RateLimited: ...
+
+
+class AuditSink(Protocol):
+    def record(self, record: ToolInvocationRecord) -> None:
+        """Store exactly one audit row for this call; must not raise on duplicates of refusals."""
+        ...
+
+
+class EventSink(Protocol):
+    def emit(self, event: ToolEvent) -> None: ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+
+JsonObject = Mapping[str, Any]

@@ -1,0 +1,176 @@
+"""The runner's semantic types: what a tool is, who calls it, and what came of it.
+
+These are plain frozen dataclasses and enums, independent of any wire format
+(OpenAI, REST) and of Django, so every executor speaks the same language.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class ToolEffect(enum.StrEnum):
+    """How far a tool's side effects reach; policy may require approval per effect."""
+
+    READ_ONLY = "read_only"
+    STATE_CHANGE = "state_change"
+    EXTERNAL_SIDE_EFFECT = "external_side_effect"
+
+
+class ErrorCode(enum.StrEnum):
+    """Every error code of the public contract (CONTRACT.md §4)."""
+
+    UNAVAILABLE = "unavailable"
+    POLICY_DENIED = "policy_denied"
+    APPROVAL_REQUIRED = "approval_required"
+    RATE_LIMITED = "rate_limited"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    INVALID_JSON = "invalid_json"
+    VALIDATION = "validation"
+    CONNECTION_UNAVAILABLE = "connection_unavailable"
+    AUTH_REFRESH_FAILED = "auth_refresh_failed"
+    TIMEOUT = "timeout"
+    EXECUTION = "execution"
+    OUTPUT_INVALID = "output_invalid"
+    REDACTION_FAILED = "redaction_failed"
+    RESULT_TOO_LARGE = "result_too_large"
+
+
+class Decision(enum.StrEnum):
+    """What the policy said about one call; recorded on every audit row."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    REQUIRE_APPROVAL = "require_approval"
+    NOT_DECIDED = "not_decided"  # the call ended before policy was asked (unknown tool)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as callers and models see it: compiled JSON Schema, no runtime."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    effect: ToolEffect
+    requires_connection: bool
+    provider: str | None
+    schema_hash: str
+
+    def public_dict(self) -> dict[str, Any]:
+        """The ToolSpec of the REST contract (no hash: it is an internal change marker)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "effect": self.effect.value,
+            "requires_connection": self.requires_connection,
+            "provider": self.provider,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInvocationContext:
+    """Who calls which tool in which run, by reference only.
+
+    Never holds a secret: credentials reach a tool through capabilities, so this
+    object may be logged, traced and stored without leaking anything.
+    """
+
+    run_id: str
+    tool_call_id: str
+    tenant_id: str
+    actor_id: str
+    subject_id: str | None = None
+    connection_id: str | None = None
+    grant_id: str | None = None
+    declared_connection_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """Limits a policy puts on one call; None means the runner's default applies."""
+
+    max_runtime_ms: int | None = None
+    max_result_bytes: int | None = None
+    rate_limit_per_minute: int | None = None
+    max_concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One validation problem: where and what, never the offending value."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecResult:
+    """What `ToolRunner.exec` answers, for every outcome."""
+
+    tool_call_id: str
+    tool_id: str
+    ok: bool
+    value: Any = None
+    error_code: ErrorCode | None = None
+    safe_message: str | None = None
+    errors: tuple[FieldError, ...] = ()
+    approval_id: str | None = None
+    retry_after_s: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    executed: bool = False  # the tool's code ran (idempotency keys off this)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInvocationRecord:
+    """One tool call from start to end: what the audit sink stores and decoders produce.
+
+    `args` holds parsed arguments for decoders; the audit adapter keeps only
+    `args_sha256`. `raw` is a provider-native payload for observability only and
+    never influences execution.
+    """
+
+    tool_call_id: str
+    tool_id: str
+    args: Mapping[str, Any] | None = None
+    ok: bool | None = None
+    value: Any = None
+    error_code: ErrorCode | None = None
+    safe_message: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    context: ToolInvocationContext | None = None
+    decision: Decision = Decision.NOT_DECIDED
+    executed: bool = False
+    args_sha256: str | None = None
+    result_bytes: int | None = None
+    raw: Any = field(default=None, repr=False)
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return int((self.ended_at - self.started_at).total_seconds() * 1000)
+
+
+class EventKind(enum.StrEnum):
+    TOOL_CALL_START = "tool_call_start"
+    TOOL_CALL_RESULT = "tool_call_result"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEvent:
+    """A lifecycle event; carries ids and outcome only, never args or values."""
+
+    kind: EventKind
+    tool_call_id: str
+    tool_id: str
+    run_id: str
+    ok: bool | None = None
+    error_code: ErrorCode | None = None

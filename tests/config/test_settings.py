@@ -1,0 +1,75 @@
+"""Startup refuses production mode with development secrets."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config.settings import parse_key_ring
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL_KEY = base64.b64encode(b"k" * 32).decode()
+
+
+def _check(**env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "TOOLGATE_ENCRYPTION_KEYS", "DEBUG"}}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={**clean, "ALLOWED_HOSTS": "example.com", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_debug_false_with_dev_secrets_refuses_to_start():
+    result = _check(DEBUG="False")
+
+    assert result.returncode != 0
+    assert "DEBUG=False with development secrets" in result.stderr
+
+
+def test_debug_false_with_a_dev_key_ring_refuses_to_start():
+    result = _check(DEBUG="False", SECRET_KEY="a-real-production-secret-key-" + "x" * 40)
+
+    assert result.returncode != 0
+    assert "TOOLGATE_ENCRYPTION_KEYS" in result.stderr
+
+
+def test_debug_false_with_real_secrets_starts():
+    result = _check(
+        DEBUG="False",
+        SECRET_KEY="a-real-production-secret-key-" + "x" * 40,
+        TOOLGATE_ENCRYPTION_KEYS=f"k1:{REAL_KEY}",
+    )
+
+    assert result.returncode == 0, result.stderr
+
+
+def test_dev_secrets_are_generated_under_var_and_not_tracked():
+    assert (ROOT / "var" / "secret_key").is_file()
+    assert (ROOT / "var" / "encryption_keys").read_text().startswith("dev1:")
+    assert "var/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_key_ring_keeps_order_and_rejects_bad_entries():
+    other = base64.b64encode(b"o" * 32).decode()
+
+    assert list(parse_key_ring(f"new:{REAL_KEY}, old:{other}")) == ["new", "old"]
+    for bad in (
+        "",
+        "nokid",
+        f":{REAL_KEY}",
+        "k1:not-base64!",
+        f"k1:{base64.b64encode(b'short').decode()}",
+        f"k1:{REAL_KEY},k1:{other}",
+    ):
+        with pytest.raises(ImproperlyConfigured):
+            parse_key_ring(bad)

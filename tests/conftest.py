@@ -1,0 +1,48 @@
+"""Suite-wide fixtures and the services switch.
+
+The suite runs on the embedded default (SQLite, no Redis) or on the real
+services named by DATABASE_URL / REDIS_URL. With REQUIRE_SERVICES=1 (CI), a
+service that is not configured or not reachable fails the run instead of
+letting its tests skip.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not REQUIRE_SERVICES:
+        return
+    missing = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
+    if missing:
+        pytest.exit(f"REQUIRE_SERVICES=1 but {', '.join(missing)} is not set", returncode=3)
+    if not os.environ["DATABASE_URL"].startswith(("postgres://", "postgresql://")):
+        pytest.exit("REQUIRE_SERVICES=1 expects DATABASE_URL to point at PostgreSQL", returncode=3)
+
+
+def _service_missing(name: str) -> None:
+    message = f"{name} is not configured"
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{message} (REQUIRE_SERVICES=1)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The Redis the suite may use; skips (or fails under REQUIRE_SERVICES) without one."""
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        _service_missing("REDIS_URL")
+    return url
+
+
+@pytest.fixture
+def postgres_required(settings) -> None:
+    """For tests that only mean something on PostgreSQL (row locks, concurrency)."""
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        _service_missing("DATABASE_URL (PostgreSQL)")

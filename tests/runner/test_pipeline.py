@@ -1,0 +1,373 @@
+"""The runner's pipeline, stage by stage, with in-memory ports (no database)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner.errors import BrokerError
+from runner.grants import effective_connection_ids
+from runner.pipeline import ToolRunner, args_digest, default_stages
+from runner.types import Budgets, Decision, ErrorCode, EventKind
+from tests.runner import tools
+from tests.runner.fakes import ACTOR, CONNECTION, GRANT, OTHER_CONNECTION, T0, TENANT, grant, make_harness
+
+CONNECTED = {"connection_id": CONNECTION, "grant_id": GRANT, "declared_connection_ids": (CONNECTION,)}
+
+
+def test_allowed_call_runs_and_returns_the_redacted_value():
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__echo", {"text": "hi", "repeat": 2})
+
+    assert result.ok is True
+    assert result.value == {"text": "hihi"}  # internal_note is not on the allowlist
+    assert result.executed is True
+    assert (result.started_at, result.ended_at) == (T0, T0)
+
+
+def test_unknown_tool_is_unavailable_and_audited():
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__nope")
+
+    assert (result.ok, result.error_code) == (False, ErrorCode.UNAVAILABLE)
+    [record] = h.audit.records
+    assert (record.tool_id, record.error_code, record.decision) == ("test__nope", ErrorCode.UNAVAILABLE, "not_decided")
+    assert h.policy.asked == []
+
+
+def test_deny_by_default_when_policy_does_not_list_the_tool():
+    h = make_harness(tools.ALL, allowed=set())
+
+    result = h.exec("test__echo", {"text": "hi"})
+
+    assert result.error_code is ErrorCode.POLICY_DENIED
+    assert h.audit.records[0].decision is Decision.DENY
+    assert h.audit.records[0].executed is False
+
+
+def test_kill_switch_wins_over_an_allowing_policy_and_policy_is_not_asked():
+    h = make_harness(tools.ALL, disabled={"test__echo"})
+
+    result = h.exec("test__echo", {"text": "hi"})
+
+    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "tool is disabled")
+    assert h.policy.asked == []
+
+
+def test_approval_required_returns_the_approval_id_and_does_not_run():
+    h = make_harness(tools.ALL, approval_effects={"external_side_effect"})
+
+    result = h.exec("test__send", {"text": "hi"})
+
+    assert (result.error_code, result.approval_id, result.executed) == (ErrorCode.APPROVAL_REQUIRED, "apr-1", False)
+    assert [e.kind for e in h.events.events] == [EventKind.TOOL_CALL_RESULT]  # never started
+
+
+def test_policy_is_asked_with_the_args_hash_so_approvals_bind_to_exact_args():
+    h = make_harness(tools.ALL)
+
+    h.exec("test__echo", {"repeat": 1, "text": "hi"})
+
+    assert h.policy.asked == [("test__echo", args_digest({"text": "hi", "repeat": 1}))]
+    assert h.audit.records[0].args_sha256 == args_digest({"text": "hi", "repeat": 1})
+
+
+def test_rate_limited_carries_retry_after_and_releases_nothing_it_did_not_take():
+    h = make_harness(tools.ALL, budgets=Budgets(rate_limit_per_minute=1))
+
+    first = h.exec("test__echo", {"text": "a"})
+    second = h.exec("test__echo", {"text": "b"}, tool_call_id="call-2")
+
+    assert first.ok is True
+    assert (second.error_code, second.retry_after_s) == (ErrorCode.RATE_LIMITED, 60)
+    assert (h.limiter.calls, h.limiter.released, h.limiter.in_flight) == (1, 1, 0)
+
+
+def test_concurrency_lease_is_released_even_when_the_tool_fails():
+    h = make_harness(tools.ALL, budgets=Budgets(max_concurrency=1))
+
+    h.exec("test__boom")
+    result = h.exec("test__echo", {"text": "a"}, tool_call_id="call-2")
+
+    assert result.ok is True
+    assert h.limiter.in_flight == 0
+
+
+def test_invalid_args_answer_validation_with_paths_and_no_values():
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__echo", {"text": "x" * 101 + "VALUE-CANARY", "extra": "EXTRA-CANARY"})
+
+    assert result.error_code is ErrorCode.VALIDATION
+    assert sorted(e.path for e in result.errors) == ["extra", "text"]
+    assert "CANARY" not in repr(result)
+
+
+def test_strict_validation_refuses_coercion():
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__echo", {"text": "a", "repeat": "2"})
+
+    assert [e.path for e in result.errors] == ["repeat"]
+
+
+def test_args_that_are_not_an_object_fail_validation():
+    h = make_harness(tools.ALL)
+
+    assert h.exec("test__echo", ["not", "an", "object"]).error_code is ErrorCode.VALIDATION
+
+
+def test_tool_exception_is_execution_without_traceback_or_secret(caplog):
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__boom")
+
+    assert (result.error_code, result.safe_message, result.executed) == (ErrorCode.EXECUTION, "the tool failed", True)
+    everything = repr(result) + repr(h.audit.records) + repr(h.events.events) + caplog.text
+    assert tools.SECRET_IN_EXCEPTION not in everything
+    assert "Traceback" not in everything
+
+
+def test_timeout_cancels_a_slow_tool_within_budget_plus_100ms():
+    h = make_harness(tools.ALL, budgets=Budgets(max_runtime_ms=200))
+
+    started = time.monotonic()
+    result = h.exec("test__sleep", {"ms": 3_000})
+    elapsed = time.monotonic() - started
+
+    assert result.error_code is ErrorCode.TIMEOUT
+    assert 0.2 <= elapsed < 0.3
+
+
+def test_timeout_holds_even_for_a_tool_that_blocks_the_event_loop():
+    h = make_harness(tools.ALL)  # the tool's own default budget: 200 ms
+
+    started = time.monotonic()
+    result = h.exec("test__block", {"ms": 600})
+    elapsed = time.monotonic() - started
+
+    assert result.error_code is ErrorCode.TIMEOUT
+    assert elapsed < 0.3
+    time.sleep(0.45)  # let the blocked loop drain before other tests use it
+
+
+def test_budget_is_the_smaller_of_tool_default_and_policy():
+    generous = make_harness(tools.ALL, budgets=Budgets(max_runtime_ms=60_000))
+    strict = make_harness(tools.ALL, budgets=Budgets(max_runtime_ms=100))
+
+    tool_default_wins = generous.exec("test__block", {"ms": 400})  # tool default: 200 ms
+    policy_wins = strict.exec("test__sleep", {"ms": 1_000})  # tool default: 5 s
+
+    assert tool_default_wins.safe_message == "the tool ran past its 200 ms budget"
+    assert policy_wins.safe_message == "the tool ran past its 100 ms budget"
+    time.sleep(0.25)  # let the blocked loop drain
+
+
+def test_output_invalid_when_the_tool_breaks_its_schema():
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__bad_output")
+
+    assert (result.error_code, [e.path for e in result.errors]) == (ErrorCode.OUTPUT_INVALID, ["text"])
+
+
+def test_missing_allowlist_is_redaction_failed_never_pass_through():
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__no_allowlist", {"text": "hi"})
+
+    assert (result.error_code, result.value) == (ErrorCode.REDACTION_FAILED, None)
+    assert h.audit.records[0].value is None
+
+
+def test_result_too_large_measures_the_redacted_serialised_value():
+    h = make_harness(tools.ALL, budgets=Budgets(max_result_bytes=20))
+
+    fits = h.exec("test__echo", {"text": "a", "repeat": 9})  # {"text":"aaaaaaaaa"} = 20 bytes
+    too_big = h.exec("test__echo", {"text": "a", "repeat": 10}, tool_call_id="call-2")
+
+    assert fits.ok is True
+    assert h.audit.records[0].result_bytes == 20
+    assert (too_big.error_code, too_big.value) == (ErrorCode.RESULT_TOO_LARGE, None)
+
+
+def test_runner_default_result_budget_applies_without_a_policy_budget():
+    h = make_harness(tools.ALL, default_max_result_bytes=50)
+
+    assert h.exec("test__echo", {"text": "a", "repeat": 100}).error_code is ErrorCode.RESULT_TOO_LARGE
+
+
+def test_every_outcome_writes_exactly_one_audit_record_and_one_result_event():
+    h = make_harness(tools.ALL, allowed={"test__echo", "test__boom"})
+    calls = [("test__nope", {}), ("test__sleep", {"ms": 1}), ("test__echo", {}), ("test__echo", {"text": "x"})]
+
+    for index, (tool_id, args) in enumerate(calls):
+        h.exec(tool_id, args, tool_call_id=f"call-{index}")
+
+    assert [r.tool_call_id for r in h.audit.records] == ["call-0", "call-1", "call-2", "call-3"]
+    results = [e for e in h.events.events if e.kind is EventKind.TOOL_CALL_RESULT]
+    assert [e.tool_call_id for e in results] == ["call-0", "call-1", "call-2", "call-3"]
+
+
+def test_start_and_result_events_share_the_tool_call_id():
+    h = make_harness(tools.ALL)
+
+    h.exec("test__echo", {"text": "hi"}, tool_call_id="call-stable")
+
+    assert [(e.kind, e.tool_call_id) for e in h.events.events] == [
+        (EventKind.TOOL_CALL_START, "call-stable"),
+        (EventKind.TOOL_CALL_RESULT, "call-stable"),
+    ]
+
+
+# --- connection gate and broker ----------------------------------------------------
+
+
+def test_connection_tool_gets_credentials_through_the_capability_only():
+    h = make_harness(tools.ALL, grants=[grant()])
+
+    result = h.exec("test__connected", **CONNECTED)
+
+    assert result.value == {"text": "hello"}  # the echoed authorization field was redacted away
+    assert h.broker.resolved == [CONNECTION]
+    assert h.broker.token not in repr(h.audit.records) + repr(h.events.events) + repr(result)
+
+
+@pytest.mark.parametrize(
+    ("ctx_fields", "code"),
+    [
+        ({}, ErrorCode.VALIDATION),  # no connection for a tool that needs one
+        ({"connection_id": "not-a-uuid", "grant_id": GRANT}, ErrorCode.VALIDATION),
+        ({"connection_id": CONNECTION, "declared_connection_ids": (CONNECTION,)}, ErrorCode.VALIDATION),  # no grant
+        ({**CONNECTED, "grant_id": "grant-unknown"}, ErrorCode.POLICY_DENIED),
+        ({**CONNECTED, "declared_connection_ids": ()}, ErrorCode.POLICY_DENIED),  # empty intersection
+        ({**CONNECTED, "declared_connection_ids": (OTHER_CONNECTION,)}, ErrorCode.POLICY_DENIED),
+        ({**CONNECTED, "connection_id": OTHER_CONNECTION}, ErrorCode.POLICY_DENIED),  # not granted
+        ({**CONNECTED, "tenant_id": "tenant-b"}, ErrorCode.POLICY_DENIED),  # another tenant's grant
+        ({**CONNECTED, "actor_id": "service-2"}, ErrorCode.POLICY_DENIED),  # another caller's grant
+    ],
+)
+def test_connection_gate_refuses_before_the_broker(ctx_fields, code):
+    h = make_harness(tools.ALL, grants=[grant()])
+
+    result = h.exec("test__connected", **ctx_fields)
+
+    assert result.error_code is code
+    assert h.broker.resolved == []
+
+
+def test_connection_given_to_a_tool_that_takes_none_is_a_validation_error():
+    h = make_harness(tools.ALL, grants=[grant()])
+
+    result = h.exec("test__echo", {"text": "hi"}, **CONNECTED)
+
+    assert (result.error_code, [e.path for e in result.errors]) == (ErrorCode.VALIDATION, ["connection_id"])
+
+
+@pytest.mark.parametrize(
+    "bad_grant",
+    [grant(revoked=True), grant(expires_at=T0), grant(expires_at=T0 - timedelta(seconds=1))],
+)
+def test_revoked_or_expired_grant_is_denied(bad_grant):
+    h = make_harness(tools.ALL, grants=[bad_grant])
+
+    assert h.exec("test__connected", **CONNECTED).error_code is ErrorCode.POLICY_DENIED
+    assert h.broker.resolved == []
+
+
+def test_grant_gate_runs_before_input_validation_and_broker():
+    h = make_harness(tools.ALL, grants=[grant(revoked=True)])
+
+    result = h.exec("test__connected", {"bogus": 1}, **CONNECTED)
+
+    assert result.error_code is ErrorCode.POLICY_DENIED
+
+
+@pytest.mark.parametrize("code", [ErrorCode.CONNECTION_UNAVAILABLE, ErrorCode.AUTH_REFRESH_FAILED])
+def test_broker_errors_pass_through_with_their_code(code):
+    h = make_harness(tools.ALL, grants=[grant()])
+    h.broker.error = BrokerError(code, "connection is revoked")
+
+    result = h.exec("test__connected", **CONNECTED)
+
+    assert (result.error_code, result.safe_message, result.executed) == (code, "connection is revoked", False)
+
+
+@given(
+    granted=st.frozensets(st.sampled_from("abcdef")),
+    declared=st.frozensets(st.sampled_from("abcdef")),
+    wanted=st.sampled_from("abcdef"),
+)
+def test_grant_intersection_property(granted, declared, wanted):
+    ids = {letter: f"00000000-0000-4000-8000-00000000000{ord(letter) - 87:x}" for letter in "abcdef"}
+    h = make_harness(tools.ALL, grants=[grant(ids[g] for g in granted)])
+
+    result = h.exec(
+        "test__connected",
+        connection_id=ids[wanted],
+        grant_id=GRANT,
+        declared_connection_ids=tuple(ids[d] for d in declared),
+    )
+
+    allowed = wanted in (granted & declared)
+    assert result.ok is allowed
+    assert result.error_code is (None if allowed else ErrorCode.POLICY_DENIED)
+    assert h.broker.resolved == ([ids[wanted]] if allowed else [])
+    assert effective_connection_ids(granted, declared) == granted & declared
+    if not (granted & declared):
+        assert result.ok is False  # empty intersection always denies
+
+
+# --- composition ---------------------------------------------------------------------
+
+
+def test_a_deployment_can_add_a_stage_without_touching_the_core():
+    h = make_harness(tools.ALL)
+    cache: dict[tuple[str, str | None], object] = {}
+
+    def caching_stage(call, proceed):
+        key = (call.tool_id, call.args_sha256)
+        if key in cache:
+            return replace(cache[key], tool_call_id=call.ctx.tool_call_id)
+        result = proceed(call)
+        if result.ok:
+            cache[key] = result
+        return result
+
+    stages = default_stages(
+        source=h.source,
+        policy=h.policy,
+        limiter=h.limiter,
+        grants=h.grants,
+        broker=h.broker,
+        audit=h.audit,
+        events=h.events,
+        clock=h.clock,
+    )
+    stages.insert(4, caching_stage)  # after policy and budgets, before the connection gate
+    h.runner = ToolRunner(stages, h.clock)
+
+    first = h.exec("test__echo", {"text": "hi"})
+    second = h.exec("test__echo", {"text": "hi"}, tool_call_id="call-2")
+
+    assert (first.value, second.value, second.tool_call_id) == ({"text": "hi"}, {"text": "hi"}, "call-2")
+    starts = [e for e in h.events.events if e.kind is EventKind.TOOL_CALL_START]
+    assert len(starts) == 1  # the second call never reached the tool
+    assert len(h.audit.records) == 2
+
+
+def test_context_fields_reach_the_audit_record_untouched():
+    h = make_harness(tools.ALL, grants=[grant()])
+
+    h.exec("test__connected", run_id="run-9", tool_call_id="call-9", **CONNECTED)
+
+    ctx = h.audit.records[0].context
+    assert (ctx.run_id, ctx.tool_call_id, ctx.tenant_id, ctx.actor_id) == ("run-9", "call-9", TENANT, ACTOR)
+    assert (ctx.connection_id, ctx.grant_id) == (CONNECTION, GRANT)

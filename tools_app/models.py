@@ -1,0 +1,88 @@
+"""The Tool catalog and the ToolInvocation audit log."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from runner.types import Decision, ErrorCode, ToolEffect
+
+
+class Tool(models.Model):
+    """One catalog row per tool id, synced from the code registry (and MCP later).
+
+    `is_enabled` is the operator's kill switch, above every policy; new tools
+    arrive disabled. A tool gone from code keeps its row (with `missing_since`)
+    so its history and switches survive a bad deploy.
+    """
+
+    class Source(models.TextChoices):
+        CODE = "code", "Code"
+        MCP = "mcp", "MCP"
+
+    id = models.CharField(primary_key=True, max_length=64)
+    description = models.TextField()
+    input_schema = models.JSONField()
+    schema_hash = models.CharField(max_length=64)
+    schema_changed_at = models.DateTimeField()
+    effect = models.CharField(max_length=32, choices=[(e.value, e.value) for e in ToolEffect])
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.CODE)
+    provider = models.CharField(max_length=64, blank=True)
+    requires_connection = models.BooleanField(default=False)
+    is_enabled = models.BooleanField(default=False)
+    missing_since = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class ToolInvocation(models.Model):
+    """The audit row: one per call attempt, refusals included.
+
+    Holds references and outcomes only: the args are kept as a hash, the value
+    as the already-redacted result, and no secret ever reaches a column. The
+    partial unique constraint makes a `tool_call_id` that actually ran unique
+    per tenant, which is what idempotency rests on; refused attempts may repeat.
+    """
+
+    tenant_id = models.CharField(max_length=64)
+    actor_id = models.CharField(max_length=128)
+    tool_call_id = models.CharField(max_length=128)
+    run_id = models.CharField(max_length=128, blank=True)
+    tool_id = models.CharField(max_length=128)
+    connection_id = models.CharField(max_length=64, blank=True)
+    grant_id = models.CharField(max_length=64, blank=True)
+    decision = models.CharField(max_length=32, choices=[(d.value, d.value) for d in Decision])
+    ok = models.BooleanField()
+    executed = models.BooleanField(default=False)
+    error_code = models.CharField(max_length=32, blank=True, choices=[(c.value, c.value) for c in ErrorCode])
+    safe_message = models.CharField(max_length=500, blank=True)
+    args_sha256 = models.CharField(max_length=64, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    result_bytes = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant_id", "tool_call_id"],
+                condition=Q(executed=True),
+                name="toolinvocation_executed_call_unique_per_tenant",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["tenant_id", "-started_at"], name="toolinv_tenant_started"),
+            models.Index(fields=["tenant_id", "run_id"], name="toolinv_tenant_run"),
+            models.Index(fields=["tenant_id", "tool_call_id"], name="toolinv_tenant_call"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_call_id} {self.tool_id} {'ok' if self.ok else self.error_code}"

@@ -1,0 +1,10 @@
+"""The built-in tool modules. A new tool is a module here plus one line below."""
+
+from tools_app.tools import get_current_time, github, wait
+
+BUILTIN_TOOLS = (
+    get_current_time.TOOL,
+    wait.TOOL,
+    github.GET_USER,
+    github.CREATE_ISSUE,
+)

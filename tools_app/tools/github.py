@@ -1,0 +1,113 @@
+"""The github tools: they reach GitHub's REST API only through capabilities.
+
+The base URL is bound by the composition root (TOOLGATE_GITHUB_API_URL) and
+the token by the broker; nothing here knows either. Error messages describe
+GitHub's answer by status, never by echoing its body.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+from pydantic import Field, field_validator
+
+from runner.capabilities import HttpResponse, ToolCapabilities
+from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
+from runner.errors import ToolFailure
+from runner.types import ToolEffect, ToolInvocationContext
+
+PROVIDER = "github"
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_STATUS_MESSAGES = {
+    401: "GitHub rejected the connection's credentials",
+    403: "GitHub refused access (permissions or rate limit)",
+    404: "not found on GitHub, or not visible to this connection",
+    410: "issues are disabled for this repository",
+    422: "GitHub refused the request as invalid",
+}
+
+
+def _check(response: HttpResponse, expected: int) -> dict:
+    if response.status_code != expected:
+        message = _STATUS_MESSAGES.get(response.status_code, f"GitHub answered HTTP {response.status_code}")
+        raise ToolFailure(message)
+    body = response.json()
+    if not isinstance(body, dict):
+        raise ToolFailure("GitHub answered with an unexpected body")
+    return body
+
+
+class GetUserArgs(ToolArgs):
+    pass
+
+
+class GitHubUser(ToolOutput):
+    login: str
+    id: int
+    name: str | None = None
+    html_url: str
+
+
+async def get_user(args: GetUserArgs, ctx: ToolInvocationContext, caps: ToolCapabilities) -> dict:
+    response = await caps.require_http().get("/user", headers=caps.require_auth().headers())
+    return _check(response, 200)
+
+
+class CreateIssueArgs(ToolArgs):
+    owner: str = Field(min_length=1, max_length=100, description="Repository owner (user or organisation)")
+    repo: str = Field(min_length=1, max_length=100, description="Repository name")
+    title: str = Field(min_length=1, max_length=256)
+    body: str = Field(default="", max_length=65_536)
+
+    @field_validator("owner", "repo")
+    @classmethod
+    def _path_segment(cls, value: str) -> str:
+        # One URL path segment: no slashes, and never "." or ".." that would walk the path.
+        if not _NAME.match(value) or value in (".", ".."):
+            raise ValueError("must be a GitHub owner or repository name")
+        return value
+
+
+class CreatedIssue(ToolOutput):
+    number: int
+    html_url: str
+
+
+async def create_issue(args: CreateIssueArgs, ctx: ToolInvocationContext, caps: ToolCapabilities) -> dict:
+    path = f"/repos/{quote(args.owner, safe='')}/{quote(args.repo, safe='')}/issues"
+    response = await caps.require_http().post(
+        path, headers=caps.require_auth().headers(), json_body={"title": args.title, "body": args.body}
+    )
+    return _check(response, 201)
+
+
+GET_USER = ToolDefinition(
+    contract=ToolContract(
+        name="github__get_user",
+        description="Get the GitHub user behind the connection: login, id, name and profile URL.",
+        input_model=GetUserArgs,
+        output_model=GitHubUser,
+        effect=ToolEffect.READ_ONLY,
+        redaction_allowlist=("login", "id", "name", "html_url"),
+        requires_connection=True,
+        provider=PROVIDER,
+        capabilities=frozenset({"http", "auth"}),
+    ),
+    execute=get_user,
+)
+
+CREATE_ISSUE = ToolDefinition(
+    contract=ToolContract(
+        name="github__create_issue",
+        description="Open an issue in a GitHub repository. Returns the issue number and URL.",
+        input_model=CreateIssueArgs,
+        output_model=CreatedIssue,
+        effect=ToolEffect.EXTERNAL_SIDE_EFFECT,
+        redaction_allowlist=("number", "html_url"),
+        requires_connection=True,
+        provider=PROVIDER,
+        capabilities=frozenset({"http", "auth"}),
+    ),
+    execute=create_issue,
+)
