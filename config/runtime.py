@@ -13,14 +13,15 @@ from functools import cache
 
 from django.conf import settings
 
+from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
 from runner.bound import BoundTool, bind_tool
 from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition
-from runner.defaults import DenyAllPolicy, LoggingEventSink, NoConnections, NoGrants, SystemClock, Unlimited
+from runner.defaults import LoggingEventSink, NoConnections, SystemClock
 from runner.errors import ContractError
 from runner.pipeline import ToolRunner, default_stages
 from runner.ports import PolicyDecider
-from tools_app.adapters import CatalogToolSource, DatabaseAuditSink
+from tools_app.adapters import CatalogToolSource, DatabaseAuditSink, DatabaseIdempotencyStore
 from tools_app.registry import code_registry
 
 
@@ -54,16 +55,17 @@ class Runtime:
 def build_runtime() -> Runtime:
     clock = SystemClock()
     source = CatalogToolSource(bind_tools(code_registry(), provider_base_urls()))
-    policy = DenyAllPolicy()
+    policy = DatabasePolicyDecider()
     stages = default_stages(
         source=source,
         policy=policy,
-        limiter=Unlimited(),
-        grants=NoGrants(),
-        broker=NoConnections(),
+        limiter=CacheRateLimiter(),
+        grants=DatabaseGrantStore(),
+        broker=NoConnections(),  # the connections issue binds the credential broker here
         audit=DatabaseAuditSink(),
         events=LoggingEventSink(),
         clock=clock,
+        idempotency=DatabaseIdempotencyStore(),
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
     )
     return Runtime(runner=ToolRunner(stages, clock), source=source, policy=policy)

@@ -6,3 +6,8 @@ class PoliciesAppConfig(AppConfig):
 
     name = "policies_app"
     verbose_name = "Policies"
+
+    def ready(self) -> None:
+        from policies_app import signals  # noqa: PLC0415 - models must be loaded before receivers connect
+
+        signals.connect()

@@ -129,8 +129,12 @@ class HttpCapability:
     def _resolve(self, path: str) -> str:
         if urlsplit(path).scheme or path.startswith("//"):
             raise CapabilityError("only paths relative to the configured base URL are allowed")
-        url = urljoin(self._base_url, path.lstrip("/"))
-        if _origin(url) != self._origin:
+        try:
+            url = urljoin(self._base_url, path.lstrip("/"))
+            origin = _origin(url)
+        except ValueError:  # urljoin strips leading blanks, so " //host:99999/" gets here
+            raise CapabilityError("path does not form a valid URL") from None
+        if origin != self._origin:
             raise CapabilityError("request left the configured origin")
         return url
 
@@ -164,7 +168,8 @@ class HttpCapability:
             raise CapabilityError("too many redirects")
         except httpx.TimeoutException as exc:
             raise CapabilityError("upstream timed out") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            # InvalidURL is not an HTTPError: httpx raises it on a Location such as "data:x,y".
             raise CapabilityError(f"upstream request failed ({type(exc).__name__})") from exc
 
     def _client_for_running_loop(self) -> httpx.AsyncClient:
@@ -196,6 +201,7 @@ class HttpCapability:
 
 
 def _origin(url: str) -> tuple[str, str]:
+    """(scheme, host:port) of an absolute URL; ValueError when the URL does not parse."""
     parts = urlsplit(url)
     default_port = {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, f"{parts.hostname}:{parts.port or default_port}"
@@ -205,12 +211,17 @@ def _next_hop(
     url: str, method: str, body: Any, headers: dict[str, str], response: httpx.Response
 ) -> tuple[str, str, Any, dict[str, str]]:
     """Where a redirect leads, with what method, body and headers (RFC 9110 §15.4)."""
-    target = urljoin(url, response.headers["location"])
-    if urlsplit(target).scheme not in ("http", "https"):
+    try:
+        target = urljoin(url, response.headers["location"])
+        scheme = urlsplit(target).scheme
+        cross_origin = scheme in ("http", "https") and _origin(target) != _origin(url)
+    except ValueError:  # a bad port or IPv6 literal in Location: the upstream's fault, not the tool's
+        raise CapabilityError("redirect to an invalid URL") from None
+    if scheme not in ("http", "https"):
         raise CapabilityError("redirect to a non-HTTP URL")
     if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
         method, body = "GET", None
-    if _origin(target) != _origin(url):
+    if cross_origin:
         headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
     return target, method, body, headers
 

@@ -5,10 +5,12 @@ receives the call and `proceed`, and either ends the call with a typed result
 or hands it on (and may look at what came back). The default chain runs the
 twelve stages of DESIGN.md:
 
-    audit (12) > lookup (1) > policy (2) > budget (3) > connection gate (4)
+    audit (12) > [idempotency] > lookup (1) > policy (2) > budget (3) > connection gate (4)
     > validate input (5) > broker (6) > start event (7) > result size (11)
     > redact (10) > validate output (9) > execute (8, the end of the chain)
 
+The optional idempotency stage (a port of its own) answers a repeated
+tool_call_id with its recorded result before anything is decided afresh.
 Stages 9-12 act on the way back, which is why they sit outside `execute` in
 reverse order. A deployment inserts its own stages (a cache, a semaphore) with
 `ToolRunner(..., stages=...)` without touching these.
@@ -43,12 +45,15 @@ from runner.grants import check_connection
 from runner.ports import (
     AuditSink,
     Clock,
+    Conflict,
     ConnectionBroker,
     EventSink,
     GrantStore,
+    IdempotencyStore,
     PolicyDecider,
     RateLimited,
     RateLimiter,
+    Replay,
     ToolSource,
 )
 from runner.schema import canonical_json
@@ -87,6 +92,7 @@ class Call:
     auth: AuthCapability | None = field(default=None, repr=False)
     executed: bool = False
     result_bytes: int | None = None
+    audit_ref: str | None = None
 
     def fail(self, code: ErrorCode, safe_message: str, **extra: Any) -> ToolExecResult:
         return ToolExecResult(
@@ -168,9 +174,27 @@ class AuditStage:
                 executed=result.executed,
                 args_sha256=call.args_sha256,
                 result_bytes=call.result_bytes,
+                audit_ref=call.audit_ref,
             )
         )
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyStage:
+    """Before anything is decided: a tool_call_id that already ran answers its recorded result."""
+
+    store: IdempotencyStore
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        claim = self.store.claim(call.ctx, call.tool_id, args_sha256=call.args_sha256)
+        if isinstance(claim, Replay):
+            call.decision = Decision.REPLAYED
+            return replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False)
+        if isinstance(claim, Conflict):
+            return call.fail(ErrorCode.IDEMPOTENCY_CONFLICT, claim.safe_message)
+        call.audit_ref = claim.ref
+        return proceed(call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,12 +415,14 @@ def default_stages(
     audit: AuditSink,
     events: EventSink,
     clock: Clock,
+    idempotency: IdempotencyStore | None = None,
     default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     loop: BackgroundLoop | None = None,
 ) -> list[Stage]:
-    """The twelve stages of DESIGN.md, wired to the given ports."""
+    """The twelve stages of DESIGN.md, wired to the given ports (plus idempotency when given)."""
     return [
         AuditStage(audit, events, clock),
+        *([IdempotencyStage(idempotency)] if idempotency is not None else []),
         LookupStage(source),
         PolicyStage(source, policy),
         BudgetStage(limiter),

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runner.types import Budgets, Decision, ToolEvent, ToolInvocationContext, ToolInvocationRecord, ToolSpec
+from runner.types import (
+    Budgets,
+    Decision,
+    ToolEvent,
+    ToolExecResult,
+    ToolInvocationContext,
+    ToolInvocationRecord,
+    ToolSpec,
+)
 
 if TYPE_CHECKING:
     from runner.bound import BoundTool
@@ -90,9 +98,42 @@ class RateLimiter(Protocol):
     def acquire(self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets) -> Lease | RateLimited: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """This call owns its tool_call_id; `ref` lets the audit sink finish the claimed row."""
+
+    ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """The id already ran with the same request: answer what was recorded."""
+
+    result: ToolExecResult
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """The id already ran with a different tool, args or connection."""
+
+    safe_message: str
+
+
+class IdempotencyStore(Protocol):
+    def claim(
+        self, ctx: ToolInvocationContext, tool_id: str, *, args_sha256: str | None
+    ) -> Claimed | Replay | Conflict:
+        """Reserve ctx.tool_call_id for this call, or say why not.
+
+        A claim whose call ends refused (not executed) is released, so a
+        refused call is decided afresh when repeated.
+        """
+        ...
+
+
 class AuditSink(Protocol):
     def record(self, record: ToolInvocationRecord) -> None:
-        """Store exactly one audit row for this call; must not raise on duplicates of refusals."""
+        """Store exactly one audit row for this call (finishing the claimed row when `audit_ref` is set)."""
         ...
 
 

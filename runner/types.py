@@ -47,6 +47,7 @@ class Decision(enum.StrEnum):
     DENY = "deny"
     REQUIRE_APPROVAL = "require_approval"
     NOT_DECIDED = "not_decided"  # the call ended before policy was asked (unknown tool)
+    REPLAYED = "replayed"  # a repeat of a call that already ran: its recorded answer, not a new run
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ class ToolInvocationRecord:
     executed: bool = False
     args_sha256: str | None = None
     result_bytes: int | None = None
+    audit_ref: str | None = None  # the idempotency claim this record finishes, if any
     raw: Any = field(default=None, repr=False)
 
     @property

@@ -50,15 +50,22 @@ class ToolInvocation(models.Model):
     per tenant, which is what idempotency rests on; refused attempts may repeat.
     """
 
-    tenant_id = models.CharField(max_length=64)
-    actor_id = models.CharField(max_length=128)
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"  # claimed for idempotency, outcome not written yet
+        DONE = "done", "Done"
+
+    tenant = models.ForeignKey("policies_app.Tenant", on_delete=models.PROTECT, related_name="+")
+    service_account = models.ForeignKey(
+        "policies_app.ServiceAccount", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DONE)
     tool_call_id = models.CharField(max_length=128)
     run_id = models.CharField(max_length=128, blank=True)
     tool_id = models.CharField(max_length=128)
     connection_id = models.CharField(max_length=64, blank=True)
     grant_id = models.CharField(max_length=64, blank=True)
     decision = models.CharField(max_length=32, choices=[(d.value, d.value) for d in Decision])
-    ok = models.BooleanField()
+    ok = models.BooleanField(default=False)
     executed = models.BooleanField(default=False)
     error_code = models.CharField(max_length=32, blank=True, choices=[(c.value, c.value) for c in ErrorCode])
     safe_message = models.CharField(max_length=500, blank=True)
@@ -66,22 +73,22 @@ class ToolInvocation(models.Model):
     result = models.JSONField(null=True, blank=True)
     result_bytes = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField()
-    ended_at = models.DateTimeField()
-    duration_ms = models.PositiveIntegerField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant_id", "tool_call_id"],
+                fields=["tenant", "tool_call_id"],
                 condition=Q(executed=True),
                 name="toolinvocation_executed_call_unique_per_tenant",
             ),
         ]
         indexes = [
-            models.Index(fields=["tenant_id", "-started_at"], name="toolinv_tenant_started"),
-            models.Index(fields=["tenant_id", "run_id"], name="toolinv_tenant_run"),
-            models.Index(fields=["tenant_id", "tool_call_id"], name="toolinv_tenant_call"),
+            models.Index(fields=["tenant", "-started_at"], name="toolinv_tenant_started"),
+            models.Index(fields=["tenant", "run_id"], name="toolinv_tenant_run"),
+            models.Index(fields=["tenant", "tool_call_id"], name="toolinv_tenant_call"),
         ]
 
     def __str__(self) -> str:

@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
-from tools_app.models import Tool
+from django.db.models import QuerySet
+
+from policies_app.governance import governance_cache
+from tools_app.models import Tool, ToolInvocation
 
 
-def tool_is_enabled(*, tool_id: str) -> bool:
-    """The kill switch: enabled and still present in its source."""
-    return Tool.objects.filter(pk=tool_id, is_enabled=True, missing_since__isnull=True).exists()
+def enabled_tool_ids() -> frozenset[str]:
+    """The kill switches, cached per governance generation: enabled and still present in code."""
+    return governance_cache.get(
+        "enabled-tools",
+        lambda: frozenset(
+            Tool.objects.filter(is_enabled=True, missing_since__isnull=True).values_list("id", flat=True)
+        ),
+    )
+
+
+def invocation_list(*, tenant_id: int, run_id: str = "", tool_id: str = "", ok: bool | None = None) -> QuerySet:
+    """A tenant's audit rows, newest first (finished calls only)."""
+    rows = ToolInvocation.objects.filter(tenant_id=tenant_id, state=ToolInvocation.State.DONE)
+    if run_id:
+        rows = rows.filter(run_id=run_id)
+    if tool_id:
+        rows = rows.filter(tool_id=tool_id)
+    if ok is not None:
+        rows = rows.filter(ok=ok)
+    return rows.select_related("service_account").order_by("-started_at", "-id")
+
+
+def invocation_get(*, tenant_id: int, tool_call_id: str) -> ToolInvocation | None:
+    """The executed row for this id if any, else the latest attempt."""
+    rows = ToolInvocation.objects.filter(
+        tenant_id=tenant_id, tool_call_id=tool_call_id, state=ToolInvocation.State.DONE
+    ).select_related("service_account")
+    return rows.order_by("-executed", "-started_at", "-id").first()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runner.types import ToolInvocationRecord, ToolSpec
+from policies_app.selectors import Caller
+from runner.catalog import catalog_for
+from runner.pipeline import ToolRunner, new_tool_call_id
+from runner.ports import PolicyDecider, ToolSource
+from runner.types import Decision, ToolExecResult, ToolInvocationContext, ToolInvocationRecord, ToolSpec
 from tools_app.models import Tool, ToolInvocation
 
 
@@ -71,28 +76,98 @@ def _spec_fields(spec: ToolSpec) -> dict:
     }
 
 
-def invocation_record(record: ToolInvocationRecord) -> ToolInvocation:
-    """Write the audit row of one call (the one database write of the hot path)."""
+def invocation_record(record: ToolInvocationRecord) -> None:
+    """Write the audit row of one call, finishing its idempotency claim when it has one."""
     ctx = record.context
     if ctx is None or record.started_at is None or record.ended_at is None:
         raise ValueError("an audit record needs its context and both timestamps")
-    return ToolInvocation.objects.create(
-        tenant_id=ctx.tenant_id,
-        actor_id=ctx.actor_id,
-        tool_call_id=ctx.tool_call_id,
-        run_id=ctx.run_id,
-        tool_id=record.tool_id,
-        connection_id=ctx.connection_id or "",
-        grant_id=ctx.grant_id or "",
-        decision=record.decision.value,
-        ok=bool(record.ok),
-        executed=record.executed,
-        error_code=record.error_code.value if record.error_code else "",
-        safe_message=(record.safe_message or "")[:500],
-        args_sha256=record.args_sha256 or "",
-        result=record.value if record.ok else None,
-        result_bytes=record.result_bytes,
-        started_at=record.started_at,
-        ended_at=record.ended_at,
-        duration_ms=record.duration_ms or 0,
+    fields = {
+        "tool_id": record.tool_id,
+        "decision": record.decision.value,
+        "ok": bool(record.ok),
+        "executed": record.executed,
+        "state": ToolInvocation.State.DONE,
+        "error_code": record.error_code.value if record.error_code else "",
+        "safe_message": (record.safe_message or "")[:500],
+        "args_sha256": record.args_sha256 or "",
+        "result": record.value if record.ok else None,
+        "result_bytes": record.result_bytes,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "duration_ms": record.duration_ms or 0,
+    }
+    if record.audit_ref is not None:
+        ToolInvocation.objects.filter(pk=record.audit_ref).update(**fields)
+        return
+    ToolInvocation.objects.create(**_context_fields(ctx), **fields)
+
+
+def _context_fields(ctx: ToolInvocationContext) -> dict:
+    return {
+        "tenant_id": ctx.tenant_id,
+        "service_account_id": ctx.actor_id,
+        "tool_call_id": ctx.tool_call_id,
+        "run_id": ctx.run_id,
+        "connection_id": ctx.connection_id or "",
+        "grant_id": ctx.grant_id or "",
+    }
+
+
+def invocation_claim(*, ctx: ToolInvocationContext, tool_id: str, args_sha256: str | None) -> ToolInvocation | None:
+    """Reserve ctx.tool_call_id in its tenant with a pending row; None if another row holds it.
+
+    The partial unique index on executed rows decides races: of concurrent
+    identical calls exactly one inserts, the others wait for its outcome.
+    """
+    try:
+        with transaction.atomic():
+            return ToolInvocation.objects.create(
+                **_context_fields(ctx),
+                tool_id=tool_id,
+                decision=Decision.NOT_DECIDED.value,
+                executed=True,
+                state=ToolInvocation.State.PENDING,
+                args_sha256=args_sha256 or "",
+                started_at=timezone.now(),
+            )
+    except IntegrityError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """An exec call as the REST contract shapes it, already parsed and size-checked."""
+
+    tool_id: str
+    args: Any
+    tool_call_id: str | None = None
+    run_id: str | None = None
+    connection_id: str | None = None
+    connection_ids: list[str] | None = None
+    grant_id: str | None = None
+
+
+def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> ToolExecResult:
+    """Run one call for an authenticated service account through the runner (the only path)."""
+    if request.connection_ids is not None:
+        declared = tuple(request.connection_ids)
+    else:
+        declared = (request.connection_id,) if request.connection_id else ()
+    ctx = ToolInvocationContext(
+        run_id=request.run_id or "",
+        tool_call_id=request.tool_call_id or new_tool_call_id(),
+        tenant_id=str(caller.tenant_id),
+        actor_id=caller.service_account_id,
+        connection_id=request.connection_id,
+        grant_id=request.grant_id,
+        declared_connection_ids=declared,
     )
+    return runner.exec(request.tool_id, request.args, ctx)
+
+
+def tool_catalog(*, source: ToolSource, policy: PolicyDecider, caller: Caller) -> list[ToolSpec]:
+    """The specs this caller may run now (enabled and in its policy)."""
+    ctx = ToolInvocationContext(
+        run_id="", tool_call_id="catalog", tenant_id=str(caller.tenant_id), actor_id=caller.service_account_id
+    )
+    return catalog_for(ctx, source, policy)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from runner.errors import BrokerError
 from runner.grants import effective_connection_ids
 from runner.pipeline import ToolRunner, args_digest, default_stages
-from runner.types import Budgets, Decision, ErrorCode, EventKind
+from runner.ports import Claimed, Conflict, Replay
+from runner.types import Budgets, Decision, ErrorCode, EventKind, ToolExecResult
 from tests.runner import tools
 from tests.runner.fakes import ACTOR, CONNECTION, GRANT, OTHER_CONNECTION, T0, TENANT, grant, make_harness
 
@@ -371,3 +372,79 @@ def test_context_fields_reach_the_audit_record_untouched():
     ctx = h.audit.records[0].context
     assert (ctx.run_id, ctx.tool_call_id, ctx.tenant_id, ctx.actor_id) == ("run-9", "call-9", TENANT, ACTOR)
     assert (ctx.connection_id, ctx.grant_id) == (CONNECTION, GRANT)
+
+
+# --- idempotency stage -----------------------------------------------------------------
+
+
+class MemoryIdempotency:
+    """Claims by tool_call_id; a claim is kept only if the call executed (as the real store does)."""
+
+    def __init__(self, audit) -> None:
+        self.audit = audit
+
+    def claim(self, ctx, tool_id, *, args_sha256):
+        for record in self.audit.records:
+            if record.tool_call_id == ctx.tool_call_id and record.executed:
+                if (record.tool_id, record.args_sha256) != (tool_id, args_sha256):
+                    return Conflict("tool_call_id was already used for a different request")
+                return Replay(
+                    ToolExecResult(
+                        tool_call_id=record.tool_call_id,
+                        tool_id=record.tool_id,
+                        ok=bool(record.ok),
+                        value=record.value,
+                        started_at=record.started_at,
+                        ended_at=record.ended_at,
+                        executed=True,
+                    )
+                )
+        return Claimed(ref=f"claim-{ctx.tool_call_id}")
+
+
+def _with_idempotency(h):
+    stages = default_stages(
+        source=h.source,
+        policy=h.policy,
+        limiter=h.limiter,
+        grants=h.grants,
+        broker=h.broker,
+        audit=h.audit,
+        events=h.events,
+        clock=h.clock,
+        idempotency=MemoryIdempotency(h.audit),
+    )
+    h.runner = ToolRunner(stages, h.clock)
+    return h
+
+
+def test_repeat_replays_the_recorded_result_without_running_or_asking_policy():
+    h = _with_idempotency(make_harness(tools.ALL))
+
+    first = h.exec("test__echo", {"text": "hi"})
+    h.policy.allowed.clear()  # a policy change must not alter the recorded answer
+    again = h.exec("test__echo", {"text": "hi"})
+
+    assert (again.ok, again.value, again.executed) == (True, first.value, False)
+    assert len([e for e in h.events.events if e.kind is EventKind.TOOL_CALL_START]) == 1
+    assert [r.decision for r in h.audit.records] == [Decision.ALLOW, Decision.REPLAYED]
+    assert h.audit.records[0].audit_ref == "claim-call-1"
+
+
+def test_same_id_with_other_args_is_an_idempotency_conflict():
+    h = _with_idempotency(make_harness(tools.ALL))
+
+    h.exec("test__echo", {"text": "hi"})
+    result = h.exec("test__echo", {"text": "other"})
+
+    assert (result.error_code, result.executed) == (ErrorCode.IDEMPOTENCY_CONFLICT, False)
+
+
+def test_refused_call_is_decided_afresh_when_repeated():
+    h = _with_idempotency(make_harness(tools.ALL, allowed=set()))
+
+    refused = h.exec("test__echo", {"text": "hi"})
+    h.policy.allowed.add("test__echo")
+    allowed = h.exec("test__echo", {"text": "hi"})
+
+    assert (refused.error_code, allowed.ok) == (ErrorCode.POLICY_DENIED, True)

@@ -6,15 +6,31 @@ import pytest
 from django.core.management import call_command
 
 from config.runtime import build_runtime
+from policies_app.governance import governance_bump, governance_cache
 from runner.catalog import catalog_for
 from runner.types import ErrorCode, ToolInvocationContext
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool, ToolInvocation
 
 pytestmark = pytest.mark.django_db
 
 
-def _ctx(call_id: str) -> ToolInvocationContext:
-    return ToolInvocationContext(run_id="run-1", tool_call_id=call_id, tenant_id="t1", actor_id="sa1")
+@pytest.fixture
+def caller():
+    account, _key = service_account_with_key(TenantFactory(slug="acme"))
+    return account
+
+
+def _ctx(account, call_id: str) -> ToolInvocationContext:
+    return ToolInvocationContext(
+        run_id="run-1", tool_call_id=call_id, tenant_id=str(account.tenant_id), actor_id=str(account.id)
+    )
+
+
+def _enable(*tool_ids: str) -> None:
+    Tool.objects.filter(pk__in=tool_ids).update(is_enabled=True)
+    governance_bump()
+    governance_cache.refresh()
 
 
 def test_runtime_binds_every_builtin_tool_with_its_capabilities(settings):
@@ -33,39 +49,82 @@ def test_runtime_binds_every_builtin_tool_with_its_capabilities(settings):
     assert github.http.base_url == "http://127.0.0.1:9/api/"
 
 
-def test_every_outcome_leaves_one_audit_row_and_disabled_tools_are_denied():
+def test_every_outcome_leaves_one_audit_row_deny_by_default(caller):
     call_command("sync_tools")
     runner = build_runtime().runner
+    governance_cache.refresh()
 
-    unknown = runner.exec("core__nope", {}, _ctx("c1"))
-    disabled = runner.exec("core__get_current_time", {}, _ctx("c2"))
-    Tool.objects.filter(pk="core__get_current_time").update(is_enabled=True)
-    no_policy = runner.exec("core__get_current_time", {}, _ctx("c3"))
+    unknown = runner.exec("core__nope", {}, _ctx(caller, "c1"))
+    disabled = runner.exec("core__get_current_time", {}, _ctx(caller, "c2"))
+    _enable("core__get_current_time")
+    no_policy = runner.exec("core__get_current_time", {}, _ctx(caller, "c3"))
+    ToolPolicyFactory(tenant=caller.tenant, allowed_tools=["core__get_current_time"])
+    governance_cache.refresh()
+    allowed = runner.exec("core__get_current_time", {}, _ctx(caller, "c4"))
 
-    assert [r.error_code for r in (unknown, disabled, no_policy)] == [
+    assert [r.error_code for r in (unknown, disabled, no_policy, allowed)] == [
         ErrorCode.UNAVAILABLE,
         ErrorCode.POLICY_DENIED,
         ErrorCode.POLICY_DENIED,
+        None,
     ]
-    rows = list(ToolInvocation.objects.order_by("id").values_list("tool_call_id", "error_code", "decision", "ok"))
+    rows = list(
+        ToolInvocation.objects.order_by("id").values_list("tool_call_id", "error_code", "decision", "ok", "executed")
+    )
     assert rows == [
-        ("c1", "unavailable", "not_decided", False),
-        ("c2", "policy_denied", "deny", False),
-        ("c3", "policy_denied", "deny", False),
+        ("c1", "unavailable", "not_decided", False, False),
+        ("c2", "policy_denied", "deny", False, False),
+        ("c3", "policy_denied", "deny", False, False),
+        ("c4", "", "allow", True, True),
     ]
 
 
-def test_catalog_is_empty_without_a_policy_even_for_enabled_tools():
-    call_command("sync_tools")
-    Tool.objects.update(is_enabled=True)
-    runtime = build_runtime()
-
-    assert catalog_for(_ctx("c1"), runtime.source, runtime.policy) == []
-
-
-def test_audit_query_budget_for_a_denied_call(django_assert_num_queries):
+def test_repeat_of_an_executed_call_replays_and_a_refused_one_is_decided_afresh(caller):
     call_command("sync_tools")
     runner = build_runtime().runner
+    _enable("core__wait")
 
-    with django_assert_num_queries(2):  # kill switch read + audit insert
-        runner.exec("core__get_current_time", {}, _ctx("c1"))
+    refused = runner.exec("core__wait", {"ms": 1}, _ctx(caller, "same"))
+    ToolPolicyFactory(tenant=caller.tenant, allowed_tools=["core__wait"])
+    governance_cache.refresh()
+    first = runner.exec("core__wait", {"ms": 1}, _ctx(caller, "same"))
+    again = runner.exec("core__wait", {"ms": 1}, _ctx(caller, "same"))
+    conflict = runner.exec("core__wait", {"ms": 2}, _ctx(caller, "same"))
+
+    assert refused.error_code is ErrorCode.POLICY_DENIED
+    assert (first.ok, again.ok, again.value, again.started_at) == (True, True, first.value, first.started_at)
+    assert conflict.error_code is ErrorCode.IDEMPOTENCY_CONFLICT
+    assert ToolInvocation.objects.filter(tool_call_id="same", executed=True).count() == 1
+    assert list(
+        ToolInvocation.objects.filter(tool_call_id="same").order_by("id").values_list("decision", flat=True)
+    ) == [
+        "deny",
+        "allow",
+        "replayed",
+        "not_decided",
+    ]
+
+
+def test_catalog_is_empty_without_a_policy_even_for_enabled_tools(caller):
+    call_command("sync_tools")
+    _enable(*Tool.objects.values_list("id", flat=True))
+    runtime = build_runtime()
+
+    assert catalog_for(_ctx(caller, "c1"), runtime.source, runtime.policy) == []
+
+
+def test_warm_exec_query_budget(caller, django_assert_max_num_queries):
+    call_command("sync_tools")
+    _enable("core__get_current_time")
+    ToolPolicyFactory(tenant=caller.tenant, allowed_tools=["core__get_current_time"])
+    runner = build_runtime().runner
+    governance_cache.refresh()
+    runner.exec("core__get_current_time", {}, _ctx(caller, "warm-up"))
+
+    # generation read + claim insert + audit update; the test's transaction adds the
+    # claim's SAVEPOINT/RELEASE pair (in autocommit production they are not queries)
+    with django_assert_max_num_queries(5):
+        governance_cache.refresh()
+        result = runner.exec("core__get_current_time", {}, _ctx(caller, "c1"))
+
+    assert result.ok is True

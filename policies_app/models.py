@@ -1,0 +1,235 @@
+"""Who may run what: tenants, their callers, policies, grants and approvals."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from runner.types import ToolEffect
+
+EFFECT_CHOICES = [(effect.value, effect.value) for effect in ToolEffect]
+
+
+class Tenant(models.Model):
+    """The billing account that owns connections, service accounts and audit rows."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class TenantMembership(models.Model):
+    """A web-UI user's place in a tenant; a user may belong to several."""
+
+    class Role(models.TextChoices):
+        OWNER = "owner", "Owner"
+        MEMBER = "member", "Member"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique_user_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class ServiceAccount(models.Model):
+    """A caller of the REST API. Its key is shown once and stored only as a digest.
+
+    Keys look like `tg_<prefix>_<secret>`: the public prefix finds the row with
+    an index, the sha256 digest of the whole key is compared in constant time.
+    A random 256-bit secret needs no slow hash; the check runs on every call.
+    """
+
+    class Scope(models.TextChoices):
+        TOOLS_EXEC = "tools:exec", "tools:exec"
+        CONNECTIONS_MANAGE = "connections:manage", "connections:manage"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="service_accounts")
+    name = models.CharField(max_length=100)
+    scopes = models.JSONField(default=list)
+    key_prefix = models.CharField(max_length=16, unique=True, editable=False)
+    key_digest = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+
+    class Meta:
+        ordering = ["tenant__slug", "name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="serviceaccount_unique_name_per_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class ToolPolicy(models.Model):
+    """Which tools a scope may run, which effects need approval, and the budgets.
+
+    Scope is global (no tenant), a tenant, or one service account of a tenant;
+    the most specific active policy applies and no policy means nothing runs.
+    At most one active policy per scope, enforced by the database.
+    """
+
+    name = models.SlugField(max_length=100, unique=True)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="policies")
+    service_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.CASCADE, related_name="policies"
+    )
+    allowed_tools = models.JSONField(default=list, blank=True)
+    require_approval_for_effects = models.JSONField(default=list, blank=True)
+    max_runtime_ms = models.PositiveIntegerField(null=True, blank=True)
+    max_result_bytes = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "tool policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(service_account__isnull=True) | Q(tenant__isnull=False),
+                name="toolpolicy_service_account_needs_tenant",
+            ),
+            models.UniqueConstraint(
+                fields=["is_active"],
+                condition=Q(is_active=True, tenant__isnull=True),
+                name="toolpolicy_one_active_global",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant"],
+                condition=Q(is_active=True, tenant__isnull=False, service_account__isnull=True),
+                name="toolpolicy_one_active_per_tenant",
+            ),
+            models.UniqueConstraint(
+                fields=["service_account"],
+                condition=Q(is_active=True, service_account__isnull=False),
+                name="toolpolicy_one_active_per_service_account",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def scope_label(self) -> str:
+        if self.service_account_id:
+            return f"service account {self.service_account}"
+        if self.tenant_id:
+            return f"tenant {self.tenant}"
+        return "global"
+
+
+class ExecutionGrant(models.Model):
+    """Which connections one service account may use: the authority behind grant ∩ declared."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="grants")
+    service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="grants")
+    connection_ids = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"grant {self.id} for {self.service_account_id}"
+
+
+class ApprovalRequest(models.Model):
+    """A human decision on one exact call: tenant, caller, tool, connection and args hash.
+
+    Approved requests are consumed by the call they approve, so an approval
+    runs the tool at most once.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        DENIED = "denied", "Denied"
+        CONSUMED = "consumed", "Consumed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approvals")
+    service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="approvals")
+    tool_id = models.CharField(max_length=64)
+    effect = models.CharField(max_length=32, choices=EFFECT_CHOICES)
+    connection_id = models.CharField(max_length=64, blank=True)
+    args_sha256 = models.CharField(max_length=64)
+    tool_call_id = models.CharField(max_length=128)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "tool_call_id"],
+                condition=Q(status__in=["pending", "approved"]),
+                name="approval_one_open_per_call",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_id} for {self.service_account_id} ({self.status})"
+
+
+class GovernanceState(models.Model):
+    """One row whose `generation` grows with every governance change.
+
+    Processes cache service accounts, policies and tool switches and re-read
+    this single row per call: a changed generation drops their caches, so an
+    operator's change applies on the very next call in every process.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    generation = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="governancestate_singleton")]
+
+    def __str__(self) -> str:
+        return f"generation {self.generation}"

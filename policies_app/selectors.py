@@ -1,0 +1,110 @@
+"""Reads of policies_app; the hot ones go through the governance cache."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+
+from policies_app.governance import governance_cache
+from policies_app.keys import key_matches, key_prefix
+from policies_app.models import ExecutionGrant, ServiceAccount, ToolPolicy
+from runner.types import Budgets
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated service account, as interfaces and adapters see it (no key material)."""
+
+    service_account_id: str
+    tenant_id: int
+    tenant_slug: str
+    name: str
+    scopes: frozenset[str]
+    last_used_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyRow:
+    caller: Caller
+    digest: str
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EffectivePolicy:
+    name: str
+    allowed_tools: frozenset[str]
+    approval_effects: frozenset[str]
+    budgets: Budgets
+
+
+def caller_for_key(*, key: str) -> Caller | None:
+    """The active service account holding `key`; None alike for unknown, wrong and revoked keys."""
+    prefix = key_prefix(key)
+    if prefix is None:
+        return None
+    row = governance_cache.get(("key", prefix), lambda: _load_key_row(prefix))
+    if row is None or not key_matches(key, row.digest) or row.revoked:
+        return None
+    return row.caller
+
+
+def _load_key_row(prefix: str) -> _KeyRow | None:
+    account = ServiceAccount.objects.select_related("tenant").filter(key_prefix=prefix).first()
+    if account is None:
+        return None
+    caller = Caller(
+        service_account_id=str(account.id),
+        tenant_id=account.tenant_id,
+        tenant_slug=account.tenant.slug,
+        name=account.name,
+        scopes=frozenset(account.scopes),
+        last_used_at=account.last_used_at,
+    )
+    return _KeyRow(caller=caller, digest=account.key_digest, revoked=account.revoked_at is not None)
+
+
+def policy_effective_for(*, tenant_id: int | str, service_account_id: str) -> EffectivePolicy | None:
+    """The most specific active policy: service account > tenant > global; None means deny."""
+    return governance_cache.get(
+        ("policy", str(tenant_id), service_account_id),
+        lambda: _load_effective_policy(tenant_id, service_account_id),
+    )
+
+
+def _load_effective_policy(tenant_id: int | str, service_account_id: str) -> EffectivePolicy | None:
+    candidates = ToolPolicy.objects.filter(is_active=True).filter(
+        Q(tenant__isnull=True)
+        | Q(tenant_id=tenant_id, service_account__isnull=True)
+        | Q(tenant_id=tenant_id, service_account_id=service_account_id)
+    )
+    best = max(candidates, key=_specificity, default=None)
+    if best is None:
+        return None
+    return EffectivePolicy(
+        name=best.name,
+        allowed_tools=frozenset(best.allowed_tools),
+        approval_effects=frozenset(best.require_approval_for_effects),
+        budgets=Budgets(
+            max_runtime_ms=best.max_runtime_ms,
+            max_result_bytes=best.max_result_bytes,
+            rate_limit_per_minute=best.rate_limit_per_minute,
+            max_concurrency=best.max_concurrency,
+        ),
+    )
+
+
+def _specificity(policy: ToolPolicy) -> int:
+    return 2 if policy.service_account_id else 1 if policy.tenant_id else 0
+
+
+def grant_get(*, grant_id: str) -> ExecutionGrant | None:
+    """A grant by id (not cached: revocation must bite on the next call)."""
+    try:
+        uuid.UUID(grant_id)
+    except ValueError:
+        return None
+    return ExecutionGrant.objects.filter(pk=grant_id).first()

@@ -1,0 +1,336 @@
+"""Static architecture rules, checked on the source tree with `ast`.
+
+Each rule has a small detector that works on parsed source, so it can be
+proved against a snippet, and a test that runs it over the real files and
+reports every offence as `path:line: what`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from runner.types import ToolInvocationContext
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+RUNNER_DIR = PROJECT_ROOT / "runner"
+TOOLS_DIR = PROJECT_ROOT / "tools_app" / "tools"
+ARCH_TESTS_DIR = PROJECT_ROOT / "tests" / "arch"
+EXECUTE_ALLOWED_IN = PROJECT_ROOT / "runner" / "pipeline.py"
+
+# Hidden directories (.venv, .git, caches) are skipped as well.
+SKIPPED_DIRS = frozenset({"migrations", "__pycache__", "node_modules", "staticfiles", "var"})
+
+RUNNER_THIRD_PARTY = frozenset({"runner", "pydantic", "pydantic_core", "httpx"})
+TOOL_FORBIDDEN_MODULES = (
+    "os",
+    "environ",
+    "django",
+    "config",
+    "httpx",
+    "requests",
+    "urllib.request",
+    "http.client",
+    "socket",
+    "aiohttp",
+    "subprocess",
+)
+ENV_READERS = frozenset({"environ", "environb", "getenv", "getenvb"})
+DB_CURSOR_NAMES = frozenset({"cursor", "cur", "connection", "conn"})
+SECRET_LITERAL = re.compile(r"authorization|bearer ", re.IGNORECASE)
+SECRET_SHAPED = re.compile(r"token|secret|password|passwd|key|authorization|header|credential|cookie", re.IGNORECASE)
+
+# A detector reports (line, detail) for each offence in one parsed file.
+Detector = Callable[[ast.Module, Path], Iterable[tuple[int, str]]]
+
+
+# --- source walking --------------------------------------------------------------------
+
+
+def python_files(root: Path) -> list[Path]:
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(name for name in subdirs if name not in SKIPPED_DIRS and not name.startswith("."))
+        found.extend(Path(directory) / name for name in sorted(files) if name.endswith(".py"))
+    return found
+
+
+def relative(path: Path) -> Path:
+    return path.relative_to(PROJECT_ROOT)
+
+
+def parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def offences(paths: list[Path], detector: Detector, what: str) -> list[str]:
+    """`path:line: what detail` for every offence the detector finds in each file."""
+    return [f"{relative(path)}:{line}: {what} {detail}" for path in paths for line, detail in detect_in(path, detector)]
+
+
+def detect_in(path: Path, detector: Detector) -> list[tuple[int, str]]:
+    return sorted(detector(parse(path), path))
+
+
+def detect(detector: Detector, source: str, path: Path) -> list[tuple[int, str]]:
+    """Run a detector on a snippet, as if it were the file at `path`."""
+    return sorted(detector(ast.parse(source), path))
+
+
+# --- detectors ---------------------------------------------------------------------------
+
+
+def module_parts(path: Path) -> tuple[str, ...]:
+    """`runner/wire/openai.py` -> ("runner", "wire", "openai")."""
+    return relative(path).with_suffix("").parts
+
+
+def imported_modules(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """Every module an import names, relative imports resolved (`from urllib import request` gives both)."""
+    package = module_parts(path)[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve_from(node, package)
+            if base:  # empty for `from .. import x` that climbs to the project root
+                yield node.lineno, base
+            for alias in node.names:
+                if alias.name != "*":
+                    yield node.lineno, f"{base}.{alias.name}" if base else alias.name
+        elif dynamic_import(node):
+            yield node.lineno, "<dynamic import>"
+
+
+def resolve_from(node: ast.ImportFrom, package: tuple[str, ...]) -> str:
+    if node.level == 0:
+        return node.module or ""
+    if node.level - 1 > len(package):
+        return "<beyond the project root>"
+    parent = package[: len(package) - (node.level - 1)]
+    return ".".join((*parent, *([node.module] if node.module else [])))
+
+
+def dynamic_import(node: ast.AST) -> bool:
+    """`importlib.import_module(...)` or `__import__(...)`, which a static import rule cannot see through."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id in {"__import__", "import_module"}) or (
+        isinstance(func, ast.Attribute) and func.attr == "import_module"
+    )
+
+
+def root_of(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+def matches(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(f"{prefix}.")
+
+
+def framework_imports(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    for line, module in imported_modules(tree, path):
+        root = root_of(module)
+        if root in {"django", "config"} or root.endswith("_app") or module.startswith("<"):
+            yield line, module
+
+
+def non_runner_dependencies(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    for line, module in imported_modules(tree, path):
+        root = root_of(module)
+        if root not in sys.stdlib_module_names and root not in RUNNER_THIRD_PARTY:
+            yield line, module
+
+
+def forbidden_tool_imports(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    for line, module in imported_modules(tree, path):
+        if module.startswith("<") or any(matches(module, forbidden) for forbidden in TOOL_FORBIDDEN_MODULES):
+            yield line, module
+
+
+def env_reads(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ENV_READERS:
+            yield node.lineno, ast.unparse(node)
+        elif isinstance(node, ast.Name) and node.id in ENV_READERS:
+            yield node.lineno, node.id
+
+
+def execute_calls(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """Calls of something named `execute`, except on DB cursors (`cursor.execute("select 1")`)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "execute":
+            yield node.lineno, ast.unparse(func)
+        elif isinstance(func, ast.Attribute) and func.attr == "execute":
+            receiver_is_cursor = isinstance(func.value, ast.Name) and func.value.id in DB_CURSOR_NAMES
+            if not receiver_is_cursor:
+                yield node.lineno, ast.unparse(func)
+
+
+def docstring_nodes(tree: ast.Module) -> set[ast.AST]:
+    owners = [
+        tree,
+        *(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)),
+    ]
+    return {
+        owner.body[0].value
+        for owner in owners
+        if owner.body and isinstance(owner.body[0], ast.Expr) and isinstance(owner.body[0].value, ast.Constant)
+    }
+
+
+def secret_literals(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """String literals that build an auth header by hand (docstrings may talk about auth)."""
+    docstrings = docstring_nodes(tree)
+    for node in ast.walk(tree):
+        is_literal = isinstance(node, ast.Constant) and isinstance(node.value, str) and node not in docstrings
+        if is_literal and SECRET_LITERAL.search(node.value):
+            yield node.lineno, repr(node.value)
+
+
+def secret_shaped_fields(cls: type) -> list[str]:
+    return [field.name for field in dataclasses.fields(cls) if SECRET_SHAPED.search(field.name)]
+
+
+# --- the runner stays framework-free ----------------------------------------------------
+
+
+def test_runner_imports_no_django_config_or_app_package() -> None:
+    runner_files = python_files(RUNNER_DIR)
+    assert RUNNER_DIR / "pipeline.py" in runner_files
+
+    assert offences(runner_files, framework_imports, "runner imports") == []
+
+
+def test_runner_depends_only_on_stdlib_pydantic_and_httpx() -> None:
+    assert offences(python_files(RUNNER_DIR), non_runner_dependencies, "runner depends on") == []
+
+
+def test_import_detector_resolves_relative_and_dynamic_imports() -> None:
+    # given a module two levels deep in runner/
+    path = RUNNER_DIR / "wire" / "example.py"
+    source = (
+        "from . import openai\n"
+        "from ..schema import to_tool_spec\n"
+        "from ...config import settings\n"
+        "import django.conf\n"
+        "from tools_app import registry\n"
+        "importlib.import_module('django')\n"
+    )
+
+    # when
+    found = detect(framework_imports, source, path)
+
+    # then
+    assert found == [
+        (3, "config"),
+        (3, "config.settings"),
+        (4, "django.conf"),
+        (5, "tools_app"),
+        (5, "tools_app.registry"),
+        (6, "<dynamic import>"),
+    ]
+    assert detect(non_runner_dependencies, "from . import openai\nfrom ..schema import x\n", path) == []
+    assert detect(framework_imports, "from .. import config\n", RUNNER_DIR / "example.py") == [(1, "config")]
+
+
+# --- tool modules reach the world only through capabilities -----------------------------
+
+
+def tool_files() -> list[Path]:
+    files = python_files(TOOLS_DIR)
+    assert TOOLS_DIR / "github.py" in files
+    return files
+
+
+def test_tool_modules_import_no_env_settings_or_http_client() -> None:
+    assert offences(tool_files(), forbidden_tool_imports, "tool module imports") == []
+
+
+def test_tool_modules_read_no_environment() -> None:
+    assert offences(tool_files(), env_reads, "tool module reads") == []
+
+
+def test_tool_modules_build_no_auth_header_by_hand() -> None:
+    assert offences(tool_files(), secret_literals, "tool module has the literal") == []
+
+
+def test_tool_detectors_flag_what_they_forbid() -> None:
+    path = TOOLS_DIR / "example.py"
+    source = (
+        '"""Docstrings may say Authorization."""\n'
+        "import os\n"
+        "from urllib import request\n"
+        "from urllib.parse import quote\n"
+        "from http.client import HTTPSConnection\n"
+        "token = os.environ['GITHUB_TOKEN'] or getenv('X')\n"
+        "headers = {'Authorization': 'Bearer ' + token}\n"
+    )
+
+    assert detect(forbidden_tool_imports, source, path) == [
+        (2, "os"),
+        (3, "urllib.request"),
+        (5, "http.client"),
+        (5, "http.client.HTTPSConnection"),
+    ]
+    assert detect(env_reads, source, path) == [(6, "getenv"), (6, "os.environ")]
+    assert detect(secret_literals, source, path) == [(7, "'Authorization'"), (7, "'Bearer '")]
+
+
+# --- the invocation context holds references, never secrets -----------------------------
+
+
+def test_invocation_context_has_no_secret_shaped_field() -> None:
+    assert secret_shaped_fields(ToolInvocationContext) == []
+
+
+def test_secret_shaped_field_check_flags_a_leaky_dataclass() -> None:
+    @dataclasses.dataclass
+    class LeakyContext:
+        run_id: str
+        api_key: str
+        auth_headers: dict[str, str]
+
+    assert secret_shaped_fields(LeakyContext) == ["api_key", "auth_headers"]
+
+
+# --- only the pipeline executes tools ---------------------------------------------------
+
+
+def test_only_the_pipeline_calls_execute() -> None:
+    # given every Python file of the project, except this rule's own tests
+    files = [path for path in python_files(PROJECT_ROOT) if not path.is_relative_to(ARCH_TESTS_DIR)]
+    assert EXECUTE_ALLOWED_IN in files
+
+    # when
+    found = offences([path for path in files if path != EXECUTE_ALLOWED_IN], execute_calls, "calls")
+
+    # then
+    assert found == []
+    assert detect_in(EXECUTE_ALLOWED_IN, execute_calls) != []  # the detector does see the real call
+
+
+def test_execute_detector_flags_tool_calls_and_ignores_db_cursors() -> None:
+    source = (
+        "output = await tool.definition.execute(args, ctx, caps)\n"
+        'cursor.execute("select 1")\n'
+        "conn.execute('select 1')\n"
+        "execute(args, ctx, caps)\n"
+        "self.cursor.execute('select 1')\n"
+    )
+
+    assert detect(execute_calls, source, PROJECT_ROOT / "example.py") == [
+        (1, "tool.definition.execute"),
+        (4, "execute"),
+        (5, "self.cursor.execute"),
+    ]

@@ -1,0 +1,68 @@
+"""factory_boy factories shared by the suite."""
+
+from __future__ import annotations
+
+import uuid
+
+import factory
+from django.contrib.auth import get_user_model
+
+from policies_app.models import ExecutionGrant, Tenant, TenantMembership, ToolPolicy
+from policies_app.services import service_account_create
+
+PASSWORD = "correct-horse-battery-staple"
+
+
+class TenantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Tenant
+        django_get_or_create = ("slug",)
+
+    slug = factory.Sequence(lambda n: f"tenant-{n}")
+    name = factory.LazyAttribute(lambda o: o.slug.title())
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = TenantMembership
+
+    user = factory.SubFactory(UserFactory)
+    tenant = factory.SubFactory(TenantFactory)
+    role = TenantMembership.Role.OWNER
+
+
+def service_account_with_key(
+    tenant: Tenant | None = None, *, name: str | None = None, scopes: tuple[str, ...] = ("tools:exec",)
+):
+    """A service account and its clear key (only services can mint keys)."""
+    tenant = tenant or TenantFactory()
+    name = name or f"svc-{uuid.uuid4().hex[:8]}"
+    return service_account_create(tenant=tenant, name=name, scopes=scopes)
+
+
+class ToolPolicyFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ToolPolicy
+
+    name = factory.Sequence(lambda n: f"policy-{n}")
+    tenant = None
+    service_account = None
+    allowed_tools = factory.LazyFunction(lambda: ["core__get_current_time", "core__wait"])
+    require_approval_for_effects = factory.LazyFunction(list)
+
+
+class GrantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ExecutionGrant
+
+    tenant = factory.LazyAttribute(lambda o: o.service_account.tenant)
+    connection_ids = factory.LazyFunction(list)

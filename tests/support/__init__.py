@@ -1,0 +1,1 @@
+"""Test helpers shared across the suite (real servers on loopback, not mocks)."""

@@ -1,0 +1,586 @@
+"""The four built-in tools, run through the whole runner pipeline.
+
+Tools are bound by the composition root's `bind_tools`, with GitHub's base URL
+pointed at a real HTTP server on loopback, so what GitHub would receive (and
+what it must not receive) is checked on the wire. The runner's ports are small
+in-memory fakes: no database is touched.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from config.runtime import bind_tools
+from runner.bound import BoundTool
+from runner.capabilities import AuthCapability, BearerAuth
+from runner.defaults import Unlimited
+from runner.errors import BrokerError
+from runner.pipeline import ToolRunner, default_stages
+from runner.ports import GrantView, PolicyDecision
+from runner.types import (
+    Budgets,
+    Decision,
+    ErrorCode,
+    EventKind,
+    FieldError,
+    ToolEvent,
+    ToolExecResult,
+    ToolInvocationContext,
+    ToolInvocationRecord,
+    ToolSpec,
+)
+from tests.support.loopback import LoopbackServer, RecordedRequest, json_answer
+from tools_app.registry import code_registry
+
+TOKEN = "ghp_canary0token0that0must0stay0inside"
+TENANT = "tenant-a"
+ACTOR = "actor-1"
+GRANT_ID = "grant-1"
+CONNECTION = "5b0c1a52-3d3c-4b8e-9a40-0d6f6c1f7e11"
+OTHER_CONNECTION = "8e4f8d0e-5a8b-4f5c-8d8f-6a1f3a9b2c44"
+NOW = datetime(2026, 11, 22, 12, 0, 0, 123456, tzinfo=UTC)
+NOW_EPOCH_MS = 1_795_348_800_123
+NOT_FOUND_MESSAGE = "not found on GitHub, or not visible to this connection"
+
+
+# --- in-memory ports ----------------------------------------------------------------------
+
+
+@dataclass
+class AllowAll:
+    budgets: Budgets = field(default_factory=Budgets)
+
+    def decide(self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None) -> PolicyDecision:
+        return PolicyDecision(Decision.ALLOW, budgets=self.budgets)
+
+
+@dataclass
+class OneGrant:
+    grant: GrantView
+
+    def get(self, grant_id: str) -> GrantView | None:
+        return self.grant if grant_id == self.grant.grant_id else None
+
+
+@dataclass
+class TokenBroker:
+    token: str = TOKEN
+    error: BrokerError | None = None
+    resolved: list[str | None] = field(default_factory=list)
+
+    def resolve(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthCapability:
+        self.resolved.append(ctx.connection_id)
+        if self.error is not None:
+            raise self.error
+        return BearerAuth(self.token)
+
+
+class EnabledSource:
+    """The code tools, all switched on (the real source asks the database)."""
+
+    def __init__(self, tools: Mapping[str, BoundTool]) -> None:
+        self._tools = dict(tools)
+
+    def get(self, tool_id: str) -> BoundTool | None:
+        return self._tools.get(tool_id)
+
+    def list(self) -> list[BoundTool]:
+        return list(self._tools.values())
+
+    def is_enabled(self, tool_id: str) -> bool:
+        return True
+
+
+@dataclass
+class ListAudit:
+    records: list[ToolInvocationRecord] = field(default_factory=list)
+
+    def record(self, record: ToolInvocationRecord) -> None:
+        self.records.append(record)
+
+
+@dataclass
+class ListEvents:
+    events: list[ToolEvent] = field(default_factory=list)
+
+    def emit(self, event: ToolEvent) -> None:
+        self.events.append(event)
+
+    @property
+    def kinds(self) -> list[EventKind]:
+        return [event.kind for event in self.events]
+
+
+class FixedClock:
+    def now(self) -> datetime:
+        return NOW
+
+    def monotonic(self) -> float:
+        return NOW.timestamp()
+
+
+@dataclass
+class Harness:
+    runner: ToolRunner
+    broker: TokenBroker
+    audit: ListAudit
+    events: ListEvents
+
+    def exec(self, tool_id: str, args: Any = None, **ctx_fields: Any) -> ToolExecResult:
+        ctx = ToolInvocationContext(
+            run_id="run-1", tool_call_id="call-1", tenant_id=TENANT, actor_id=ACTOR, **ctx_fields
+        )
+        return self.runner.exec(tool_id, {} if args is None else args, ctx)
+
+    def exec_github(self, tool_id: str, args: Any = None, **ctx_fields: Any) -> ToolExecResult:
+        connection: dict[str, Any] = {
+            "connection_id": CONNECTION,
+            "grant_id": GRANT_ID,
+            "declared_connection_ids": (CONNECTION,),
+        }
+        return self.exec(tool_id, args, **{**connection, **ctx_fields})
+
+    def everything_recorded(self, result: ToolExecResult) -> str:
+        """All the runner let out of this call: the answer, the audit rows, the events."""
+        return repr(result) + repr(self.audit.records) + repr(self.events.events)
+
+
+def make_harness(
+    github_url: str,
+    *,
+    budgets: Budgets | None = None,
+    broker_error: BrokerError | None = None,
+    grant: GrantView | None = None,
+) -> Harness:
+    source = EnabledSource(bind_tools(code_registry(), {"github": github_url}))
+    grant = grant or GrantView(
+        grant_id=GRANT_ID, tenant_id=TENANT, actor_id=ACTOR, connection_ids=frozenset({CONNECTION})
+    )
+    broker, audit, events, clock = TokenBroker(error=broker_error), ListAudit(), ListEvents(), FixedClock()
+    stages = default_stages(
+        source=source,
+        policy=AllowAll(budgets or Budgets()),
+        limiter=Unlimited(),
+        grants=OneGrant(grant),
+        broker=broker,
+        audit=audit,
+        events=events,
+        clock=clock,
+    )
+    return Harness(ToolRunner(stages, clock), broker, audit, events)
+
+
+@pytest.fixture
+def github() -> Iterator[LoopbackServer]:
+    with LoopbackServer() as server:
+        yield server
+
+
+@pytest.fixture
+def harness(github: LoopbackServer) -> Harness:
+    return make_harness(github.url)
+
+
+def assert_refused_before_running(harness: Harness, result: ToolExecResult) -> None:
+    assert result.executed is False
+    assert harness.events.kinds == [EventKind.TOOL_CALL_RESULT]  # no start event: nothing ran
+    [record] = harness.audit.records
+    assert (record.ok, record.error_code, record.executed) == (False, result.error_code, False)
+
+
+# --- core__get_current_time -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({}, {"iso": "2026-11-22T12:00:00.123456+00:00", "epoch_ms": NOW_EPOCH_MS, "timezone": "UTC"}),
+        ({"timezone": "UTC"}, {"iso": "2026-11-22T12:00:00.123456+00:00", "epoch_ms": NOW_EPOCH_MS, "timezone": "UTC"}),
+        (
+            {"timezone": "Europe/Paris"},
+            {"iso": "2026-11-22T13:00:00.123456+01:00", "epoch_ms": NOW_EPOCH_MS, "timezone": "Europe/Paris"},
+        ),
+        (
+            {"timezone": "Asia/Kolkata"},
+            {"iso": "2026-11-22T17:30:00.123456+05:30", "epoch_ms": NOW_EPOCH_MS, "timezone": "Asia/Kolkata"},
+        ),
+    ],
+    ids=["default", "utc", "paris", "kolkata"],
+)
+def test_get_current_time_reads_the_clock_in_the_zone(harness: Harness, args: dict, expected: dict) -> None:
+    result = harness.exec("core__get_current_time", args)
+
+    assert result.ok is True, result
+    assert result.value == expected
+    assert (result.error_code, result.executed, result.started_at, result.ended_at) == (None, True, NOW, NOW)
+    assert harness.events.kinds == [EventKind.TOOL_CALL_START, EventKind.TOOL_CALL_RESULT]
+    [record] = harness.audit.records
+    assert (record.tool_id, record.ok, record.decision, record.value) == (
+        "core__get_current_time",
+        True,
+        Decision.ALLOW,
+        expected,
+    )
+
+
+@pytest.mark.parametrize("zone", ["Mars/Base", "../../etc/passwd", "/etc/localtime", "Europe/../../../etc/passwd"])
+def test_get_current_time_refuses_unknown_zones_without_echoing_them(harness: Harness, zone: str) -> None:
+    result = harness.exec("core__get_current_time", {"timezone": zone})
+
+    assert (result.ok, result.error_code) == (False, ErrorCode.VALIDATION)
+    assert result.safe_message == "arguments do not match the tool's schema"
+    assert result.errors == (FieldError(path="timezone", message="Value error, unknown IANA timezone"),)
+    assert zone not in harness.everything_recorded(result)
+    assert_refused_before_running(harness, result)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected_errors"),
+    [
+        ({"timezone": "UTC", "extra": 1}, (FieldError(path="extra", message="Extra inputs are not permitted"),)),
+        ({"timezone": 1}, (FieldError(path="timezone", message="Input should be a valid string"),)),
+        ({"timezone": "X" * 65}, (FieldError(path="timezone", message="String should have at most 64 characters"),)),
+    ],
+    ids=["extra-arg", "not-a-string", "too-long"],
+)
+def test_get_current_time_validates_its_arguments(harness: Harness, args: dict, expected_errors: tuple) -> None:
+    result = harness.exec("core__get_current_time", args)
+
+    assert (result.ok, result.error_code, result.errors) == (False, ErrorCode.VALIDATION, expected_errors)
+    assert_refused_before_running(harness, result)
+
+
+# --- core__wait -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ms", [0, 20])
+def test_wait_returns_what_it_waited(harness: Harness, ms: int) -> None:
+    started = time.monotonic()
+    result = harness.exec("core__wait", {"ms": ms})
+    elapsed = time.monotonic() - started
+
+    assert (result.ok, result.value) == (True, {"waited_ms": ms})
+    assert ms / 1000 <= elapsed < ms / 1000 + 0.5
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [({"ms": -1}, "ms"), ({"ms": 60_001}, "ms"), ({"ms": "20"}, "ms"), ({"ms": 1.5}, "ms"), ({}, "ms")],
+    ids=["negative", "over-a-minute", "string", "float", "missing"],
+)
+def test_wait_validates_ms(harness: Harness, args: dict, path: str) -> None:
+    result = harness.exec("core__wait", args)
+
+    assert (result.ok, result.error_code) == (False, ErrorCode.VALIDATION)
+    assert [error.path for error in result.errors] == [path]
+    assert_refused_before_running(harness, result)
+
+
+def test_wait_past_the_policy_budget_times_out_within_the_budget(github: LoopbackServer) -> None:
+    harness = make_harness(github.url, budgets=Budgets(max_runtime_ms=200))
+
+    started = time.monotonic()
+    result = harness.exec("core__wait", {"ms": 2000})
+    elapsed = time.monotonic() - started
+
+    assert (result.ok, result.error_code) == (False, ErrorCode.TIMEOUT)
+    assert result.safe_message == "the tool ran past its 200 ms budget"
+    assert result.executed is True
+    assert elapsed < 0.2 + 0.1
+    [record] = harness.audit.records
+    assert (record.error_code, record.executed) == (ErrorCode.TIMEOUT, True)
+
+
+# --- github__get_user ---------------------------------------------------------------------------------
+
+
+def github_user(request: RecordedRequest) -> tuple[int, dict[str, str], bytes]:
+    """GitHub's /user, plus fields the allowlist must drop (one echoes the credential back)."""
+    return json_answer(
+        200,
+        {
+            "login": "octocat",
+            "id": 583231,
+            "name": "The Octocat",
+            "html_url": "https://github.com/octocat",
+            "email": "octocat@example.com",
+            "plan": {"name": "pro", "private_repos": 9999},
+            "seen_authorization": request.headers.get("authorization", ""),
+        },
+    )
+
+
+def test_get_user_sends_the_token_and_returns_only_allowlisted_fields(github: LoopbackServer, harness: Harness) -> None:
+    github.handle("GET", "/user", github_user)
+
+    result = harness.exec_github("github__get_user")
+
+    assert result.ok is True, result
+    assert result.value == {
+        "login": "octocat",
+        "id": 583231,
+        "name": "The Octocat",
+        "html_url": "https://github.com/octocat",
+    }
+    [request] = github.requests
+    assert (request.method, request.target, request.body) == ("GET", "/user", b"")
+    assert request.headers["authorization"] == f"Bearer {TOKEN}"
+    assert harness.broker.resolved == [CONNECTION]
+    recorded = harness.everything_recorded(result)
+    assert TOKEN not in recorded
+    assert "octocat@example.com" not in recorded
+    assert "private_repos" not in recorded
+
+
+def test_get_user_with_a_null_name(github: LoopbackServer, harness: Harness) -> None:
+    github.route(
+        "GET", "/user", json={"login": "ghost", "id": 10137, "name": None, "html_url": "https://github.com/ghost"}
+    )
+
+    result = harness.exec_github("github__get_user")
+
+    assert result.value == {"login": "ghost", "id": 10137, "name": None, "html_url": "https://github.com/ghost"}
+
+
+def test_get_user_answer_missing_fields_is_output_invalid(github: LoopbackServer, harness: Harness) -> None:
+    github.route("GET", "/user", json={"login": "octocat", "token": TOKEN})
+
+    result = harness.exec_github("github__get_user")
+
+    assert (result.ok, result.error_code) == (False, ErrorCode.OUTPUT_INVALID)
+    assert {error.path for error in result.errors} == {"id", "html_url"}
+    assert TOKEN not in harness.everything_recorded(result)
+
+
+def test_get_user_takes_no_arguments(github: LoopbackServer, harness: Harness) -> None:
+    result = harness.exec_github("github__get_user", {"login": "someone-else"})
+
+    assert (result.error_code, result.errors) == (
+        ErrorCode.VALIDATION,
+        (FieldError(path="login", message="Extra inputs are not permitted"),),
+    )
+    assert github.requests == []
+    assert harness.broker.resolved == []  # arguments are checked before any credential is touched
+
+
+def test_get_user_against_a_stalled_github_times_out_at_the_policy_budget(github: LoopbackServer) -> None:
+    release = threading.Event()
+
+    def stall(_request: RecordedRequest) -> tuple[int, dict[str, str], bytes]:
+        release.wait(10)
+        return json_answer(200, {})
+
+    github.handle("GET", "/user", stall)
+    harness = make_harness(github.url, budgets=Budgets(max_runtime_ms=300))
+
+    started = time.monotonic()
+    try:
+        result = harness.exec_github("github__get_user")
+        elapsed = time.monotonic() - started
+    finally:
+        release.set()
+
+    assert (result.error_code, result.safe_message) == (ErrorCode.TIMEOUT, "the tool ran past its 300 ms budget")
+    assert elapsed < 0.3 + 0.1
+    assert [r.path for r in github.requests] == ["/user"]
+
+
+# --- github__create_issue ---------------------------------------------------------------------------
+
+
+ISSUE_ARGS = {"owner": "o", "repo": "r", "title": "Crash on start", "body": "Steps to reproduce"}
+
+
+def test_create_issue_posts_title_and_body_and_returns_number_and_url(github: LoopbackServer, harness: Harness) -> None:
+    github.route(
+        "POST",
+        "/repos/o/r/issues",
+        status=201,
+        json={
+            "number": 42,
+            "html_url": "https://github.com/o/r/issues/42",
+            "id": 1,
+            "node_id": "I_kwDO",
+            "user": {"login": "octocat"},
+            "body": "Steps to reproduce",
+        },
+    )
+
+    result = harness.exec_github("github__create_issue", ISSUE_ARGS)
+
+    assert result.ok is True, result
+    assert result.value == {"number": 42, "html_url": "https://github.com/o/r/issues/42"}
+    [request] = github.requests
+    assert (request.method, request.target) == ("POST", "/repos/o/r/issues")
+    assert request.json() == {"title": "Crash on start", "body": "Steps to reproduce"}
+    assert request.headers["authorization"] == f"Bearer {TOKEN}"
+    assert request.headers["content-type"] == "application/json"
+    assert TOKEN not in harness.everything_recorded(result)
+
+
+def test_create_issue_body_defaults_to_empty(github: LoopbackServer, harness: Harness) -> None:
+    github.route(
+        "POST", "/repos/o/r/issues", status=201, json={"number": 1, "html_url": "https://github.com/o/r/issues/1"}
+    )
+
+    harness.exec_github("github__create_issue", {"owner": "o", "repo": "r", "title": "t"})
+
+    assert github.requests[0].json() == {"title": "t", "body": ""}
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (401, "GitHub rejected the connection's credentials"),
+        (403, "GitHub refused access (permissions or rate limit)"),
+        (404, NOT_FOUND_MESSAGE),
+        (410, "issues are disabled for this repository"),
+        (422, "GitHub refused the request as invalid"),
+        (500, "GitHub answered HTTP 500"),
+        (200, "GitHub answered HTTP 200"),  # create answers 201; anything else is a failure
+    ],
+)
+def test_create_issue_failure_is_described_by_status_never_by_body(
+    github: LoopbackServer, harness: Harness, status: int, message: str
+) -> None:
+    upstream_text = "internal-repo-codename-zephyr"
+    github.route("POST", "/repos/o/r/issues", status=status, json={"message": f"Not Found {upstream_text}"})
+
+    result = harness.exec_github("github__create_issue", ISSUE_ARGS)
+
+    assert (result.ok, result.error_code, result.safe_message) == (False, ErrorCode.EXECUTION, message)
+    assert result.executed is True
+    recorded = harness.everything_recorded(result)
+    assert upstream_text not in recorded
+    assert TOKEN not in recorded
+    assert len(github.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "message"),
+    [
+        (b"[1, 2]", {"Content-Type": "application/json"}, "GitHub answered with an unexpected body"),
+        (b"<html>oops</html>", {"Content-Type": "text/html"}, "upstream answered with a body that is not JSON"),
+    ],
+)
+def test_create_issue_with_an_unexpected_201_body(
+    github: LoopbackServer, harness: Harness, body: bytes, headers: dict, message: str
+) -> None:
+    github.route("POST", "/repos/o/r/issues", status=201, body=body, headers=headers)
+
+    result = harness.exec_github("github__create_issue", ISSUE_ARGS)
+
+    assert (result.error_code, result.safe_message) == (ErrorCode.EXECUTION, message)
+
+
+@pytest.mark.parametrize(
+    ("override", "path"),
+    [
+        ({"owner": "."}, "owner"),
+        ({"owner": ".."}, "owner"),
+        ({"owner": "a/b"}, "owner"),
+        ({"owner": "%2e%2e"}, "owner"),
+        ({"owner": "o?x=1"}, "owner"),
+        ({"owner": ""}, "owner"),
+        ({"repo": ".."}, "repo"),
+        ({"repo": "r/../../user"}, "repo"),
+        ({"title": ""}, "title"),
+    ],
+)
+def test_create_issue_refuses_names_that_would_walk_the_path(
+    github: LoopbackServer, harness: Harness, override: dict, path: str
+) -> None:
+    result = harness.exec_github("github__create_issue", {**ISSUE_ARGS, **override})
+
+    assert (result.ok, result.error_code) == (False, ErrorCode.VALIDATION)
+    assert [error.path for error in result.errors] == [path]
+    assert github.requests == []
+    assert_refused_before_running(harness, result)
+
+
+def test_create_issue_owner_error_message(harness: Harness) -> None:
+    result = harness.exec_github("github__create_issue", {**ISSUE_ARGS, "owner": ".."})
+
+    assert result.errors == (
+        FieldError(path="owner", message="Value error, must be a GitHub owner or repository name"),
+    )
+
+
+# --- the connection gate, in front of GitHub ------------------------------------------------------------
+
+
+def test_github_tool_without_connection_is_validation(github: LoopbackServer, harness: Harness) -> None:
+    result = harness.exec("github__get_user")
+
+    assert (result.error_code, result.safe_message) == (ErrorCode.VALIDATION, "this tool needs a connection_id")
+    assert result.errors == (FieldError(path="connection_id", message="this tool needs a connection_id"),)
+    assert github.requests == []
+    assert harness.broker.resolved == []
+    assert_refused_before_running(harness, result)
+
+
+@pytest.mark.parametrize(
+    "ctx_fields",
+    [
+        {"connection_id": OTHER_CONNECTION, "declared_connection_ids": (OTHER_CONNECTION,)},  # declared, not granted
+        {"connection_id": CONNECTION, "declared_connection_ids": ()},  # granted, not declared
+        {"connection_id": CONNECTION, "declared_connection_ids": (OTHER_CONNECTION,)},  # granted, declared another
+    ],
+    ids=["not-granted", "not-declared", "declared-another"],
+)
+def test_connection_outside_grant_and_declared_is_denied(
+    github: LoopbackServer, harness: Harness, ctx_fields: dict
+) -> None:
+    result = harness.exec_github("github__create_issue", ISSUE_ARGS, **ctx_fields)
+
+    assert (result.error_code, result.safe_message) == (
+        ErrorCode.POLICY_DENIED,
+        "connection is not in grant ∩ declared connections",
+    )
+    assert github.requests == []
+    assert harness.broker.resolved == []
+    assert_refused_before_running(harness, result)
+
+
+def test_grant_of_another_actor_is_denied(github: LoopbackServer) -> None:
+    grant = GrantView(grant_id=GRANT_ID, tenant_id=TENANT, actor_id="actor-2", connection_ids=frozenset({CONNECTION}))
+    harness = make_harness(github.url, grant=grant)
+
+    result = harness.exec_github("github__get_user")
+
+    assert (result.error_code, result.safe_message) == (
+        ErrorCode.POLICY_DENIED,
+        "grant does not authorise this connection",
+    )
+    assert github.requests == []
+    assert harness.broker.resolved == []
+
+
+def test_broker_failure_is_connection_unavailable_and_github_is_not_called(github: LoopbackServer) -> None:
+    error = BrokerError(ErrorCode.CONNECTION_UNAVAILABLE, "connection has been revoked")
+    harness = make_harness(github.url, broker_error=error)
+
+    result = harness.exec_github("github__get_user")
+
+    assert (result.ok, result.error_code, result.safe_message) == (
+        False,
+        ErrorCode.CONNECTION_UNAVAILABLE,
+        "connection has been revoked",
+    )
+    assert harness.broker.resolved == [CONNECTION]
+    assert github.requests == []
+    assert_refused_before_running(harness, result)
+
+
+def test_core_tool_refuses_a_connection(github: LoopbackServer, harness: Harness) -> None:
+    result = harness.exec("core__wait", {"ms": 0}, connection_id=CONNECTION, grant_id=GRANT_ID)
+
+    assert result.errors == (FieldError(path="connection_id", message="this tool takes no connection"),)
+    assert harness.broker.resolved == []
