@@ -1,0 +1,103 @@
+"""Approvals: bound to the exact call, decided by an operator, consumed by one run."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from config.runtime import build_runtime
+from policies_app.governance import governance_bump, governance_cache
+from policies_app.models import ApprovalRequest
+from policies_app.services import approval_decide
+from runner.types import ErrorCode, ToolInvocationContext
+from tests.factories import TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
+from tools_app.models import Tool, ToolInvocation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def setup():
+    call_command("sync_tools")
+    Tool.objects.filter(pk="core__wait").update(is_enabled=True)
+    governance_bump()
+    account, _key = service_account_with_key(TenantFactory(slug="acme"))
+    ToolPolicyFactory(tenant=account.tenant, allowed_tools=["core__wait"], require_approval_for_effects=["read_only"])
+    governance_cache.refresh()
+    return build_runtime().runner, account
+
+
+def _call(runner, account, args=None, call_id="call-1", tenant_id=None):
+    ctx = ToolInvocationContext(
+        run_id="run", tool_call_id=call_id, tenant_id=tenant_id or str(account.tenant_id), actor_id=str(account.id)
+    )
+    return runner.exec("core__wait", args or {"ms": 1}, ctx)
+
+
+def test_approval_flow_runs_exactly_once_after_an_operator_approves(setup):
+    runner, account = setup
+    operator = UserFactory(username="operator")
+
+    first = _call(runner, account)
+    still_pending = _call(runner, account)
+    approval = ApprovalRequest.objects.get()
+    approval_decide(approval=approval, approve=True, decided_by=operator)
+    approved = _call(runner, account)
+    repeat = _call(runner, account)
+
+    assert (first.error_code, first.approval_id) == (ErrorCode.APPROVAL_REQUIRED, str(approval.pk))
+    assert (still_pending.error_code, still_pending.approval_id) == (ErrorCode.APPROVAL_REQUIRED, str(approval.pk))
+    assert (approved.ok, repeat.ok, repeat.value) == (True, True, approved.value)
+    assert ToolInvocation.objects.filter(tool_call_id="call-1", executed=True).count() == 1
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by, approval.consumed_at is not None) == ("consumed", operator, True)
+    assert ApprovalRequest.objects.count() == 1
+
+
+def test_denied_approval_answers_policy_denied(setup):
+    runner, account = setup
+    _call(runner, account)
+    approval_decide(approval=ApprovalRequest.objects.get(), approve=False, decided_by=None)
+
+    result = _call(runner, account)
+
+    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "an operator denied this call")
+    assert not ToolInvocation.objects.filter(executed=True).exists()
+
+
+def test_expired_approval_answers_policy_denied_even_if_approved(setup):
+    runner, account = setup
+    _call(runner, account)
+    approval = ApprovalRequest.objects.get()
+    approval_decide(approval=approval, approve=True, decided_by=None)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    result = _call(runner, account)
+
+    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "the approval expired")
+
+
+def test_approval_is_bound_to_the_args(setup):
+    runner, account = setup
+    _call(runner, account, {"ms": 1})
+    approval_decide(approval=ApprovalRequest.objects.get(), approve=True, decided_by=None)
+
+    other_args = _call(runner, account, {"ms": 2})
+
+    assert other_args.error_code is ErrorCode.POLICY_DENIED
+    assert ApprovalRequest.objects.get().status == "approved"  # not consumed by the other request
+
+
+def test_expired_pending_request_cannot_be_approved(setup):
+    runner, account = setup
+    _call(runner, account)
+    approval = ApprovalRequest.objects.get()
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    changed = approval_decide(approval=approval, approve=True, decided_by=None)
+
+    assert changed is False
+    assert ApprovalRequest.objects.get().status == "pending"
