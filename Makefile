@@ -25,6 +25,7 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py sync_tools
+	$(BIN)/python manage.py seed_demo --base-url http://$(HOST):$(PORT)
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 test: install-dev

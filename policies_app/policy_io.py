@@ -1,0 +1,383 @@
+"""Policies and tool switches as a JSON file: review them in git, apply them in CI.
+
+`policy_export` writes the whole governance state that operators edit (every
+policy, every tool's switch) in one deterministic text, so two exports of the
+same state are byte-identical and a diff shows exactly what changes.
+`policy_import` applies such a file all or nothing: the whole document is
+checked first and any problem refuses it with every offending name listed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import IntegrityError, transaction
+
+from policies_app.models import ServiceAccount, Tenant, ToolPolicy
+from runner.types import ToolEffect
+from tools_app.models import Tool
+from tools_app.registry import code_registry, code_specs
+from tools_app.services import tool_sync
+
+BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
+POLICY_FIELDS = ("name", "tenant", "service_account", "allowed_tools", "require_approval_for_effects", *BUDGET_FIELDS)
+# "active" is ours, beyond the contract's shape: without it an export of an
+# inactive policy would come back active. A file without it means active.
+POLICY_KEYS = frozenset({*POLICY_FIELDS, "active"})
+TOP_LEVEL_KEYS = frozenset({"tools", "policies"})
+TOOL_KEYS = frozenset({"enabled"})
+VALID_EFFECTS = frozenset(effect.value for effect in ToolEffect)
+MAX_BUDGET = 2_147_483_647  # PositiveIntegerField's bound on every supported database
+MAX_NAME_LENGTH = ToolPolicy._meta.get_field("name").max_length
+
+
+class PolicyFileError(ValueError):
+    """The file was refused; `problems` names every offending tool id, tenant or policy."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("policy file refused, nothing was changed:\n  " + "\n  ".join(self.problems))
+
+
+@dataclass
+class ImportReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    tools_enabled: list[str] = field(default_factory=list)
+    tools_disabled: list[str] = field(default_factory=list)
+    tools_synced: bool = False
+
+    @property
+    def changed_anything(self) -> bool:
+        return bool(self.created or self.updated or self.pruned or self.tools_enabled or self.tools_disabled)
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyRow:
+    """One policy of the file, checked and normalised (lists sorted and de-duplicated)."""
+
+    name: str
+    tenant: str | None
+    service_account: str | None
+    allowed_tools: list[str]
+    require_approval_for_effects: list[str]
+    budgets: dict[str, int | None]
+    active: bool
+
+    @property
+    def scope(self) -> tuple[str | None, str | None]:
+        return (self.tenant, self.service_account)
+
+
+# --- export ------------------------------------------------------------------------------
+
+
+def policy_export() -> dict[str, Any]:
+    """The current tool switches and policies as the contract's document."""
+    tools = {
+        tool_id: {"enabled": enabled}
+        for tool_id, enabled in Tool.objects.order_by("id").values_list("id", "is_enabled")
+    }
+    policies = [
+        _policy_document(policy)
+        for policy in ToolPolicy.objects.select_related("tenant", "service_account").order_by("name")
+    ]
+    return {"tools": tools, "policies": policies}
+
+
+def _policy_document(policy: ToolPolicy) -> dict[str, Any]:
+    return {
+        "name": policy.name,
+        "tenant": policy.tenant.slug if policy.tenant else None,
+        "service_account": policy.service_account.name if policy.service_account else None,
+        "allowed_tools": sorted(set(policy.allowed_tools)),
+        "require_approval_for_effects": sorted(set(policy.require_approval_for_effects)),
+        **{budget: getattr(policy, budget) for budget in BUDGET_FIELDS},
+        "active": policy.is_active,
+    }
+
+
+def policy_document_dumps(document: Mapping[str, Any]) -> str:
+    """The one text form of a document: stable key order, two-space indent, final newline."""
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def policy_document_loads(text: str) -> Any:
+    """Parse a policy file, refusing duplicate keys (JSON would silently keep the last one)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as error:
+        raise PolicyFileError([f"not valid JSON: {error}"]) from None
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    duplicates = sorted(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+    if duplicates:
+        raise PolicyFileError([f"duplicate key {key!r}" for key in duplicates])
+    return dict(pairs)
+
+
+# --- import ------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
+    """Apply a policy document: upsert policies by name, set tool switches, optionally prune.
+
+    All or nothing: the document is validated against the registry and the
+    database before the first write, and every write happens in this one
+    transaction. A switch for a tool that is in the code registry but has no
+    Tool row yet (sync_tools never ran) syncs the catalog first, inside the same
+    transaction, so a fresh database can be set up from the file alone.
+    Saves and deletes go through the models, whose signals bump the governance
+    generation: every process sees the new state on its next call.
+    """
+    existing = {
+        policy.name: policy
+        for policy in ToolPolicy.objects.select_for_update(of=("self",)).select_related("tenant", "service_account")
+    }
+    switches, rows = _validate(document, existing=existing, prune=prune)
+    report = ImportReport()
+
+    tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
+    if set(switches) - set(tool_rows):
+        tool_sync(specs=code_specs())
+        report.tools_synced = True
+        tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
+    for tool_id, enabled in sorted(switches.items()):
+        tool = tool_rows[tool_id]
+        if tool.is_enabled != enabled:
+            tool.is_enabled = enabled
+            tool.save(update_fields=["is_enabled", "updated_at"])
+            (report.tools_enabled if enabled else report.tools_disabled).append(tool_id)
+
+    if prune:
+        named = {row.name for row in rows}
+        for name in sorted(set(existing) - named):
+            existing[name].delete()
+            report.pruned.append(name)
+
+    try:
+        _apply_policies(rows, existing=existing, report=report)
+    except IntegrityError as error:  # a concurrent writer took a scope we checked as free
+        raise PolicyFileError([f"the database refused the policies: {error}"]) from None
+    return report
+
+
+def _apply_policies(rows: list[_PolicyRow], *, existing: dict[str, ToolPolicy], report: ImportReport) -> None:
+    """Write new and changed policies; unchanged ones are not touched (no updated_at churn).
+
+    The database allows one active policy per scope and checks it per
+    statement, so a file that moves "active" between two policies of a scope
+    would fail half-way. Changed policies are therefore first deactivated
+    together, then written with their final values: the final state was
+    checked as conflict-free, so no intermediate state can conflict.
+    """
+    tenants = {tenant.slug: tenant for tenant in Tenant.objects.filter(slug__in={row.tenant for row in rows})}
+    accounts = {
+        (account.tenant.slug, account.name): account
+        for account in ServiceAccount.objects.select_related("tenant").filter(tenant__slug__in=set(tenants))
+    }
+    to_write: list[tuple[ToolPolicy, bool]] = []
+    for row in rows:
+        policy = existing.get(row.name)
+        if policy is None:
+            to_write.append((ToolPolicy(name=row.name), True))
+            report.created.append(row.name)
+        elif _policy_document(policy) != _row_document(row):
+            to_write.append((policy, False))
+            report.updated.append(row.name)
+        else:
+            report.unchanged.append(row.name)
+    ToolPolicy.objects.filter(pk__in=[policy.pk for policy, created in to_write if not created]).update(is_active=False)
+    by_name = {row.name: row for row in rows}
+    for policy, _created in to_write:
+        row = by_name[policy.name]
+        policy.tenant = tenants[row.tenant] if row.tenant else None
+        policy.service_account = accounts[row.scope] if row.service_account else None
+        policy.allowed_tools = row.allowed_tools
+        policy.require_approval_for_effects = row.require_approval_for_effects
+        for budget, value in row.budgets.items():
+            setattr(policy, budget, value)
+        policy.is_active = row.active
+        policy.save()
+
+
+def _row_document(row: _PolicyRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "tenant": row.tenant,
+        "service_account": row.service_account,
+        "allowed_tools": row.allowed_tools,
+        "require_approval_for_effects": row.require_approval_for_effects,
+        **row.budgets,
+        "active": row.active,
+    }
+
+
+# --- validation --------------------------------------------------------------------------
+
+
+def _validate(
+    document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool
+) -> tuple[dict[str, bool], list[_PolicyRow]]:
+    """The document's switches and policies, or PolicyFileError listing every problem found."""
+    if not isinstance(document, dict):
+        raise PolicyFileError(['the file must hold a JSON object with "tools" and "policies"'])
+    problems = [f"unknown top-level key {key!r}" for key in sorted(set(document) - TOP_LEVEL_KEYS)]
+    problems += [f'missing top-level key "{key}"' for key in sorted(TOP_LEVEL_KEYS - set(document))]
+    if problems:
+        raise PolicyFileError(problems)
+
+    known_tools = set(code_registry()) | set(Tool.objects.values_list("id", flat=True))
+    switches = _validate_switches(document["tools"], known_tools=known_tools, problems=problems)
+    rows = _validate_policies(document["policies"], known_tools=known_tools, problems=problems)
+    if not problems:
+        _check_scopes(rows, existing=existing, prune=prune, problems=problems)
+    if problems:
+        raise PolicyFileError(problems)
+    return switches, rows
+
+
+def _validate_switches(tools: Any, *, known_tools: set[str], problems: list[str]) -> dict[str, bool]:
+    if not isinstance(tools, dict):
+        problems.append('"tools" must be an object of tool id -> {"enabled": true|false}')
+        return {}
+    switches = {}
+    for tool_id, entry in tools.items():
+        if tool_id not in known_tools:
+            problems.append(f"tools: unknown tool id {tool_id!r}")
+        elif not isinstance(entry, dict) or set(entry) != TOOL_KEYS or not isinstance(entry["enabled"], bool):
+            problems.append(f'tools: {tool_id!r} must be {{"enabled": true|false}}')
+        else:
+            switches[tool_id] = entry["enabled"]
+    return switches
+
+
+def _validate_policies(policies: Any, *, known_tools: set[str], problems: list[str]) -> list[_PolicyRow]:
+    if not isinstance(policies, list):
+        problems.append('"policies" must be a list of policy objects')
+        return []
+    tenants = set(Tenant.objects.values_list("slug", flat=True))
+    accounts = set(ServiceAccount.objects.values_list("tenant__slug", "name"))
+    rows = []
+    seen: set[str] = set()
+    for position, entry in enumerate(policies):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not _is_slug(name):
+            problems.append(
+                f"policies[{position}]: an object whose name is a slug of at most {MAX_NAME_LENGTH} characters"
+            )
+            continue
+        if name in seen:
+            problems.append(f"policy {name!r}: the name appears more than once in the file")
+        seen.add(name)
+        row = _validate_policy(
+            name, entry, known_tools=known_tools, tenants=tenants, accounts=accounts, problems=problems
+        )
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _validate_policy(
+    name: str,
+    entry: dict[str, Any],
+    *,
+    known_tools: set[str],
+    tenants: set[str],
+    accounts: set[tuple[str, str]],
+    problems: list[str],
+) -> _PolicyRow | None:
+    """The checked row, or None after adding this policy's problems (each one names it)."""
+    where = f"policy {name!r}"
+    found_before = len(problems)
+    problems += [f"{where}: unknown key {key!r}" for key in sorted(set(entry) - POLICY_KEYS)]
+
+    tenant = entry.get("tenant")
+    account = entry.get("service_account")
+    if tenant is not None and (not isinstance(tenant, str) or tenant not in tenants):
+        problems.append(f"{where}: unknown tenant {tenant!r}")
+    if account is not None:
+        if tenant is None:
+            problems.append(f"{where}: service_account {account!r} needs a tenant")
+        elif not isinstance(account, str) or (tenant, account) not in accounts:
+            problems.append(f"{where}: unknown service account {account!r} in tenant {tenant!r}")
+
+    allowed = _string_list(entry.get("allowed_tools", []), f"{where}: allowed_tools", problems)
+    problems += [f"{where}: unknown tool id {tool_id!r}" for tool_id in allowed if tool_id not in known_tools]
+    effects = _string_list(
+        entry.get("require_approval_for_effects", []), f"{where}: require_approval_for_effects", problems
+    )
+    problems += [
+        f"{where}: unknown effect {effect!r} (use {', '.join(sorted(VALID_EFFECTS))})"
+        for effect in effects
+        if effect not in VALID_EFFECTS
+    ]
+
+    budgets = {budget: entry.get(budget) for budget in BUDGET_FIELDS}
+    problems += [
+        f"{where}: {budget} must be a positive integer or null"
+        for budget, value in budgets.items()
+        if not (value is None or (type(value) is int and 1 <= value <= MAX_BUDGET))
+    ]
+    active = entry.get("active", True)
+    if not isinstance(active, bool):
+        problems.append(f"{where}: active must be true or false")
+    if len(problems) > found_before:
+        return None
+    return _PolicyRow(
+        name=name,
+        tenant=tenant,
+        service_account=account,
+        allowed_tools=sorted(set(allowed)),
+        require_approval_for_effects=sorted(set(effects)),
+        budgets=budgets,
+        active=active,
+    )
+
+
+def _is_slug(name: str) -> bool:
+    try:
+        validate_slug(name)
+    except ValidationError:
+        return False
+    return len(name) <= MAX_NAME_LENGTH
+
+
+def _string_list(value: Any, where: str, problems: list[str]) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        problems.append(f"{where} must be a list of strings")
+        return []
+    return value
+
+
+def _check_scopes(
+    rows: list[_PolicyRow], *, existing: Mapping[str, ToolPolicy], prune: bool, problems: list[str]
+) -> None:
+    """At most one active policy per scope in the state the import would leave behind."""
+    final = {row.name: (row.scope, row.active) for row in rows}
+    if not prune:
+        for name, policy in existing.items():
+            if name not in final:
+                scope = (
+                    policy.tenant.slug if policy.tenant else None,
+                    policy.service_account.name if policy.service_account else None,
+                )
+                final[name] = (scope, policy.is_active)
+    holders: dict[tuple[str | None, str | None], list[str]] = {}
+    for name, (scope, active) in sorted(final.items()):
+        if active:
+            holders.setdefault(scope, []).append(name)
+    for (tenant, account), names in sorted(holders.items(), key=lambda item: item[1]):
+        if len(names) > 1:
+            label = f"service account {tenant}/{account}" if account else f"tenant {tenant}" if tenant else "global"
+            problems.append(f"policies {', '.join(map(repr, names))}: more than one active policy for {label}")

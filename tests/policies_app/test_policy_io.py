@@ -1,0 +1,426 @@
+"""Policy files: export format, atomic validated import, prune, idempotency."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from policies_app.governance import governance_generation
+from policies_app.models import ToolPolicy
+from policies_app.policy_io import (
+    PolicyFileError,
+    policy_document_dumps,
+    policy_document_loads,
+    policy_export,
+    policy_import,
+)
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.models import Tool
+from tools_app.registry import code_specs
+from tools_app.services import tool_sync
+
+pytestmark = pytest.mark.django_db
+
+BUILTIN_IDS = ["core__get_current_time", "core__wait", "github__create_issue", "github__get_user"]
+
+
+@pytest.fixture
+def catalog() -> None:
+    tool_sync(specs=code_specs())
+
+
+def policy_entry(name: str, **overrides: object) -> dict:
+    entry = {
+        "name": name,
+        "tenant": None,
+        "service_account": None,
+        "allowed_tools": ["core__get_current_time"],
+        "require_approval_for_effects": [],
+        "max_runtime_ms": None,
+        "max_result_bytes": None,
+        "rate_limit_per_minute": None,
+        "max_concurrency": None,
+    }
+    return {**entry, **overrides}
+
+
+def db_state() -> tuple[list[tuple], list[tuple]]:
+    """Everything an import may touch, to prove a refused import touched nothing."""
+    policies = list(
+        ToolPolicy.objects.order_by("name").values_list(
+            "name",
+            "tenant__slug",
+            "service_account__name",
+            "allowed_tools",
+            "require_approval_for_effects",
+            "max_runtime_ms",
+            "max_result_bytes",
+            "rate_limit_per_minute",
+            "max_concurrency",
+            "is_active",
+            "updated_at",
+        )
+    )
+    tools = list(Tool.objects.order_by("id").values_list("id", "is_enabled", "updated_at"))
+    return policies, tools
+
+
+def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog):
+    # given
+    acme = TenantFactory(slug="acme")
+    bot, _key = service_account_with_key(acme, name="bot")
+    Tool.objects.filter(pk="core__wait").update(is_enabled=True)
+    ToolPolicyFactory(
+        name="zz-bot",
+        tenant=acme,
+        service_account=bot,
+        allowed_tools=["github__get_user", "core__wait"],
+        require_approval_for_effects=["external_side_effect"],
+        max_runtime_ms=15000,
+        max_result_bytes=32768,
+    )
+    ToolPolicyFactory(name="aa-global", allowed_tools=["core__get_current_time"], rate_limit_per_minute=60)
+
+    # when
+    document = policy_export()
+
+    # then
+    assert document == {
+        "tools": {
+            "core__get_current_time": {"enabled": False},
+            "core__wait": {"enabled": True},
+            "github__create_issue": {"enabled": False},
+            "github__get_user": {"enabled": False},
+        },
+        "policies": [
+            {
+                "name": "aa-global",
+                "tenant": None,
+                "service_account": None,
+                "allowed_tools": ["core__get_current_time"],
+                "require_approval_for_effects": [],
+                "max_runtime_ms": None,
+                "max_result_bytes": None,
+                "rate_limit_per_minute": 60,
+                "max_concurrency": None,
+                "active": True,
+            },
+            {
+                "name": "zz-bot",
+                "tenant": "acme",
+                "service_account": "bot",
+                "allowed_tools": ["core__wait", "github__get_user"],
+                "require_approval_for_effects": ["external_side_effect"],
+                "max_runtime_ms": 15000,
+                "max_result_bytes": 32768,
+                "rate_limit_per_minute": None,
+                "max_concurrency": None,
+                "active": True,
+            },
+        ],
+    }
+    assert list(document["tools"]) == BUILTIN_IDS
+    assert policy_document_dumps(document).startswith('{\n  "tools": {\n    "core__get_current_time": {\n')
+    assert policy_document_dumps(document).endswith("}\n")
+
+
+def test_import_creates_policies_and_sets_switches(catalog):
+    acme = TenantFactory(slug="acme")
+    service_account_with_key(acme, name="bot")
+    document = {
+        "tools": {"core__wait": {"enabled": True}, "core__get_current_time": {"enabled": False}},
+        "policies": [
+            policy_entry(
+                "acme-bot",
+                tenant="acme",
+                service_account="bot",
+                allowed_tools=["core__wait", "core__get_current_time", "core__wait"],
+                max_concurrency=2,
+            )
+        ],
+    }
+    generation = governance_generation()
+
+    report = policy_import(document=document)
+
+    policy = ToolPolicy.objects.get(name="acme-bot")
+    assert (policy.tenant.slug, policy.service_account.name) == ("acme", "bot")
+    assert policy.allowed_tools == ["core__get_current_time", "core__wait"]
+    assert (policy.max_concurrency, policy.is_active) == (2, True)
+    assert dict(Tool.objects.values_list("id", "is_enabled")) == {
+        "core__get_current_time": False,
+        "core__wait": True,
+        "github__create_issue": False,
+        "github__get_user": False,
+    }
+    assert (report.created, report.updated, report.tools_enabled, report.tools_disabled) == (
+        ["acme-bot"],
+        [],
+        ["core__wait"],
+        [],
+    )
+    assert governance_generation() > generation
+
+
+def test_unknown_tool_id_among_valid_changes_refuses_the_file_and_changes_nothing(catalog):
+    # given a database state and a file with several valid changes and one unknown tool id
+    acme = TenantFactory(slug="acme")
+    ToolPolicyFactory(name="acme-default", tenant=acme, allowed_tools=["core__wait"])
+    before = db_state()
+    generation = governance_generation()
+    document = {
+        "tools": {"core__wait": {"enabled": True}, "github__get_user": {"enabled": True}},
+        "policies": [
+            policy_entry("acme-default", tenant="acme", allowed_tools=["core__get_current_time"]),
+            policy_entry("global", allowed_tools=["core__wait", "nope__unknown_tool"]),
+        ],
+    }
+
+    # when
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document=document, prune=True)
+
+    # then
+    assert refused.value.problems == ["policy 'global': unknown tool id 'nope__unknown_tool'"]
+    assert "nope__unknown_tool" in str(refused.value)
+    assert db_state() == before
+    assert governance_generation() == generation
+
+
+def test_unknown_tool_switch_is_named(catalog):
+    before = db_state()
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document={"tools": {"core__wiat": {"enabled": True}}, "policies": []})
+
+    assert refused.value.problems == ["tools: unknown tool id 'core__wiat'"]
+    assert db_state() == before
+
+
+def test_unknown_tenant_and_service_account_are_named(catalog):
+    acme = TenantFactory(slug="acme")
+    service_account_with_key(acme, name="bot")
+    document = {
+        "tools": {},
+        "policies": [
+            policy_entry("ghost", tenant="ghost-tenant"),
+            policy_entry("acme-stranger", tenant="acme", service_account="stranger"),
+            policy_entry("orphan", service_account="bot"),
+        ],
+    }
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document=document)
+
+    assert refused.value.problems == [
+        "policy 'ghost': unknown tenant 'ghost-tenant'",
+        "policy 'acme-stranger': unknown service account 'stranger' in tenant 'acme'",
+        "policy 'orphan': service_account 'bot' needs a tenant",
+    ]
+    assert ToolPolicy.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"require_approval_for_effects": ["sometimes"]}, "unknown effect 'sometimes'"),
+        ({"max_runtime_ms": 0}, "max_runtime_ms must be a positive integer or null"),
+        ({"max_result_bytes": -5}, "max_result_bytes must be a positive integer or null"),
+        ({"rate_limit_per_minute": "60"}, "rate_limit_per_minute must be a positive integer or null"),
+        ({"max_concurrency": True}, "max_concurrency must be a positive integer or null"),
+        ({"max_concurrency": 1.5}, "max_concurrency must be a positive integer or null"),
+        ({"allowed_tools": "core__wait"}, "allowed_tools must be a list of strings"),
+        ({"active": "yes"}, "active must be true or false"),
+        ({"max_runtime": 100}, "unknown key 'max_runtime'"),
+    ],
+)
+def test_invalid_policy_fields_are_refused(catalog, overrides, problem):
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document={"tools": {}, "policies": [policy_entry("p", **overrides)]})
+
+    assert len(refused.value.problems) == 1
+    assert refused.value.problems[0].startswith(f"policy 'p': {problem}")
+    assert ToolPolicy.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("document", "problems"),
+    [
+        ([], ['the file must hold a JSON object with "tools" and "policies"']),
+        ({"policies": []}, ['missing top-level key "tools"']),
+        ({"tools": {}, "policies": [], "extra": 1}, ["unknown top-level key 'extra'"]),
+        ({"tools": {"core__wait": True}, "policies": []}, ["tools: 'core__wait' must be {\"enabled\": true|false}"]),
+        ({"tools": {}, "policies": {}}, ['"policies" must be a list of policy objects']),
+        (
+            {"tools": {}, "policies": [{"name": "Not A Slug"}]},
+            ["policies[0]: an object whose name is a slug of at most 100 characters"],
+        ),
+        (
+            {"tools": {}, "policies": [policy_entry("twice"), policy_entry("twice", allowed_tools=[])]},
+            ["policy 'twice': the name appears more than once in the file"],
+        ),
+    ],
+)
+def test_malformed_documents_are_refused(catalog, document, problems):
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document=document)
+
+    assert refused.value.problems == problems
+    assert ToolPolicy.objects.count() == 0
+
+
+def test_duplicate_json_keys_are_refused():
+    with pytest.raises(PolicyFileError) as refused:
+        policy_document_loads('{"tools": {}, "policies": [], "tools": {"core__wait": {"enabled": true}}}')
+
+    assert refused.value.problems == ["duplicate key 'tools'"]
+
+
+def test_two_active_policies_for_one_scope_are_refused_before_any_write(catalog):
+    TenantFactory(slug="acme")
+    document = {
+        "tools": {"core__wait": {"enabled": True}},
+        "policies": [policy_entry("acme-a", tenant="acme"), policy_entry("acme-b", tenant="acme")],
+    }
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document=document)
+
+    assert refused.value.problems == ["policies 'acme-a', 'acme-b': more than one active policy for tenant acme"]
+    assert ToolPolicy.objects.count() == 0
+    assert Tool.objects.get(pk="core__wait").is_enabled is False
+
+
+def test_an_existing_active_policy_not_in_the_file_conflicts_unless_pruned(catalog):
+    acme = TenantFactory(slug="acme")
+    ToolPolicyFactory(name="acme-old", tenant=acme)
+    document = {"tools": {}, "policies": [policy_entry("acme-new", tenant="acme")]}
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document=document)
+    report = policy_import(document=document, prune=True)
+
+    assert refused.value.problems == ["policies 'acme-new', 'acme-old': more than one active policy for tenant acme"]
+    assert (report.created, report.pruned) == (["acme-new"], ["acme-old"])
+    assert list(ToolPolicy.objects.values_list("name", flat=True)) == ["acme-new"]
+
+
+def test_moving_the_active_flag_between_two_policies_of_a_scope_applies(catalog):
+    acme = TenantFactory(slug="acme")
+    ToolPolicyFactory(name="acme-a", tenant=acme, is_active=True)
+    ToolPolicyFactory(name="acme-b", tenant=acme, is_active=False)
+    document = {
+        "tools": {},
+        "policies": [
+            policy_entry("acme-b", tenant="acme", active=True),  # written first: acme-a must step aside before
+            policy_entry("acme-a", tenant="acme", active=False),
+        ],
+    }
+
+    report = policy_import(document=document)
+
+    assert sorted(report.updated) == ["acme-a", "acme-b"]
+    assert dict(ToolPolicy.objects.values_list("name", "is_active")) == {"acme-a": False, "acme-b": True}
+
+
+def test_active_defaults_to_true_when_absent(catalog):
+    ToolPolicyFactory(name="global", is_active=False, allowed_tools=["core__get_current_time"])
+
+    report = policy_import(document={"tools": {}, "policies": [policy_entry("global")]})
+
+    assert report.updated == ["global"]
+    assert ToolPolicy.objects.get(name="global").is_active is True
+
+
+def test_export_then_import_reproduces_the_same_export_byte_for_byte(catalog):
+    # given a varied state, exported
+    acme = TenantFactory(slug="acme")
+    bot, _key = service_account_with_key(acme, name="bot")
+    Tool.objects.filter(pk__in=["core__wait", "github__get_user"]).update(is_enabled=True)
+    ToolPolicyFactory(name="global", allowed_tools=["core__get_current_time"], max_result_bytes=1000)
+    ToolPolicyFactory(name="acme-default", tenant=acme, allowed_tools=["core__wait"], is_active=False)
+    ToolPolicyFactory(
+        name="acme-bot",
+        tenant=acme,
+        service_account=bot,
+        allowed_tools=["github__get_user"],
+        require_approval_for_effects=["state_change", "external_side_effect"],
+        rate_limit_per_minute=10,
+        max_concurrency=1,
+    )
+    exported = policy_document_dumps(policy_export())
+
+    # when the state drifts, then the file is imported back
+    ToolPolicy.objects.all().delete()
+    ToolPolicyFactory(name="stray", allowed_tools=["core__wait"])
+    Tool.objects.update(is_enabled=False)
+    report = policy_import(document=policy_document_loads(exported), prune=True)
+
+    # then
+    assert policy_document_dumps(policy_export()) == exported
+    assert (sorted(report.created), report.pruned) == (["acme-bot", "acme-default", "global"], ["stray"])
+    assert (report.tools_enabled, report.tools_disabled) == (["core__wait", "github__get_user"], [])
+
+
+def test_import_is_idempotent(catalog):
+    TenantFactory(slug="acme")
+    document = {
+        "tools": {"core__wait": {"enabled": True}},
+        "policies": [policy_entry("acme-default", tenant="acme", allowed_tools=["core__wait"])],
+    }
+    policy_import(document=document)
+    before = db_state()
+    generation = governance_generation()
+
+    report = policy_import(document=document)
+
+    assert (report.created, report.updated, report.unchanged) == ([], [], ["acme-default"])
+    assert (report.tools_enabled, report.tools_disabled, report.changed_anything) == ([], [], False)
+    assert db_state() == before
+    assert governance_generation() == generation
+
+
+def test_prune_deletes_only_policies_the_file_does_not_name(catalog):
+    ToolPolicyFactory(name="keep")
+    ToolPolicyFactory(name="drop-1", tenant=TenantFactory(slug="one"))
+    ToolPolicyFactory(name="drop-2", tenant=TenantFactory(slug="two"))
+    document = {"tools": {}, "policies": [policy_entry("keep")]}
+
+    without = policy_import(document=document)
+    names_without_prune = sorted(ToolPolicy.objects.values_list("name", flat=True))
+    pruned = policy_import(document=document, prune=True)
+
+    assert without.pruned == []
+    assert names_without_prune == ["drop-1", "drop-2", "keep"]
+    assert pruned.pruned == ["drop-1", "drop-2"]
+    assert list(ToolPolicy.objects.values_list("name", flat=True)) == ["keep"]
+
+
+def test_switch_for_a_registry_tool_without_a_row_syncs_the_catalog_first():
+    assert Tool.objects.count() == 0
+
+    report = policy_import(document={"tools": {"core__wait": {"enabled": True}}, "policies": []})
+
+    assert report.tools_synced is True
+    assert report.tools_enabled == ["core__wait"]
+    assert list(Tool.objects.values_list("id", "is_enabled")) == [
+        ("core__get_current_time", False),
+        ("core__wait", True),
+        ("github__create_issue", False),
+        ("github__get_user", False),
+    ]
+
+
+def test_policy_may_name_a_registry_tool_before_it_is_synced():
+    report = policy_import(document={"tools": {}, "policies": [policy_entry("global", allowed_tools=["core__wait"])]})
+
+    assert (report.created, report.tools_synced) == (["global"], False)
+    assert Tool.objects.count() == 0
+
+
+def test_dumps_of_a_loaded_file_is_stable_json():
+    text = policy_document_dumps({"tools": {}, "policies": []})
+
+    assert text == '{\n  "tools": {},\n  "policies": []\n}\n'
+    assert json.loads(text) == policy_document_loads(text)
