@@ -108,3 +108,30 @@ def grant_get(*, grant_id: str) -> ExecutionGrant | None:
     except ValueError:
         return None
     return ExecutionGrant.objects.filter(pk=grant_id).first()
+
+
+def policies_applicable_to(*, tenant_id: int | str, service_account_id: str) -> list[ToolPolicy]:
+    """The active policies whose scope covers this account, most specific first (for operators).
+
+    The first one is the row behind `policy_effective_for`; the others are overridden.
+    Not cached: the admin shows what the database says now.
+    """
+    candidates = ToolPolicy.objects.select_related("tenant", "service_account__tenant").filter(
+        Q(is_active=True)
+        & (
+            Q(tenant__isnull=True)
+            | Q(tenant_id=tenant_id, service_account__isnull=True)
+            | Q(tenant_id=tenant_id, service_account_id=service_account_id)
+        )
+    )
+    return sorted(candidates, key=_specificity, reverse=True)
+
+
+def policy_active_in_scope(
+    *, tenant_id: int | None, service_account_id: str | None, exclude_pk: int | None = None
+) -> ToolPolicy | None:
+    """The active policy holding exactly this scope, if any: the database allows one per scope."""
+    rows = ToolPolicy.objects.filter(is_active=True, tenant_id=tenant_id, service_account_id=service_account_id)
+    if exclude_pk is not None:
+        rows = rows.exclude(pk=exclude_pk)
+    return rows.first()

@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+from policies_app.governance import governance_cache
+
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 
 
@@ -46,3 +48,18 @@ def postgres_required(settings) -> None:
     """For tests that only mean something on PostgreSQL (row locks, concurrency)."""
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         _service_missing("DATABASE_URL (PostgreSQL)")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_governance_cache():
+    """Each test's database rolls back, so a later test can reach the same generation
+    number with other rows: never let the in-process cache carry entries across tests."""
+    governance_cache.clear()
+    yield
+    governance_cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """PBKDF2's deliberate slowness buys nothing in tests (users are created per test)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

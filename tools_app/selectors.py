@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 
 from policies_app.governance import governance_cache
 from tools_app.models import Tool, ToolInvocation
+from tools_app.registry import code_registry
 
 
 def enabled_tool_ids() -> frozenset[str]:
@@ -36,3 +37,11 @@ def invocation_get(*, tenant_id: int, tool_call_id: str) -> ToolInvocation | Non
         tenant_id=tenant_id, tool_call_id=tool_call_id, state=ToolInvocation.State.DONE
     ).select_related("service_account")
     return rows.order_by("-executed", "-started_at", "-id").first()
+
+
+def tool_ids_known() -> list[str]:
+    """Every tool id an operator may name: the code registry's and the catalog's, sorted.
+
+    A tool gone from code keeps its row, so policies that still name it stay editable.
+    """
+    return sorted(set(code_registry()) | set(Tool.objects.values_list("id", flat=True)))

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from policies_app.governance import governance_bump
 from policies_app.selectors import Caller
 from runner.catalog import catalog_for
 from runner.pipeline import ToolRunner, new_tool_call_id
@@ -171,3 +172,18 @@ def tool_catalog(*, source: ToolSource, policy: PolicyDecider, caller: Caller) -
         run_id="", tool_call_id="catalog", tenant_id=str(caller.tenant_id), actor_id=caller.service_account_id
     )
     return catalog_for(ctx, source, policy)
+
+
+@transaction.atomic
+def tool_set_enabled(*, tool_ids: Iterable[str], enabled: bool) -> list[str]:
+    """Flip the operator's kill switch of these tools; returns the ids that actually changed.
+
+    One UPDATE sends no save signal, so the governance generation is bumped here:
+    every process's cached switches drop on their next call.
+    """
+    changing = Tool.objects.filter(pk__in=list(tool_ids)).exclude(is_enabled=enabled)
+    changed = sorted(changing.values_list("pk", flat=True))
+    if changed:
+        Tool.objects.filter(pk__in=changed).update(is_enabled=enabled, updated_at=timezone.now())
+        governance_bump()
+    return changed

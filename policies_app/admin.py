@@ -1,0 +1,400 @@
+"""The operators' governance screens: tenants, service accounts, policies, grants, approvals.
+
+Writes with rules go through policies_app.services (account creation and
+revocation, grant revocation, approval decisions). Secrets never reach a page:
+the key digest is not a field here, and a new account's clear key appears once,
+on the response to the form that created it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Field, QuerySet
+from django.forms import Field as FormField
+from django.forms import ModelForm
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
+from policies_app.governance import governance_cache
+from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, TenantMembership, ToolPolicy
+from policies_app.selectors import policies_applicable_to, policy_effective_for
+from policies_app.services import approval_decide, grant_revoke, service_account_create, service_account_revoke
+from runner.types import Budgets
+from tools_app.selectors import enabled_tool_ids
+
+KEY_CREATED_TEMPLATE = "admin/policies_app/serviceaccount/key_created.html"
+EFFECTIVE_POLICY_TEMPLATE = "admin/policies_app/serviceaccount/effective_policy.html"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+class RevokedFilter(admin.SimpleListFilter):
+    title = "revoked"
+    parameter_name = "revoked"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("yes", "Revoked"), ("no", "Not revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(revoked_at__isnull=self.value() == "no")
+        return queryset
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "created_at")
+    search_fields = ("slug", "name")
+    readonly_fields = ("created_at",)
+
+
+@admin.register(TenantMembership)
+class TenantMembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "tenant", "role", "created_at")
+    list_filter = ("role", "tenant")
+    search_fields = ("user__username", "tenant__slug", "tenant__name")
+    list_select_related = ("user", "tenant")
+    readonly_fields = ("created_at",)
+
+
+@admin.register(ServiceAccount)
+class ServiceAccountAdmin(admin.ModelAdmin):
+    """Accounts are created by the service (it mints the key) and revoked, never deleted.
+
+    Deleting an account would cut its audit rows loose; revocation keeps them
+    attributed while the key stops working on the next call.
+    """
+
+    list_display = ("tenant", "name", "scopes_display", "key_prefix", "created_at", "last_used_at", "revoked_at")
+    list_display_links = ("name",)
+    list_filter = ("tenant", RevokedFilter)
+    search_fields = ("name", "key_prefix")
+    list_select_related = ("tenant",)
+    actions = ("revoke_selected",)
+    add_fieldsets = ((None, {"fields": ("tenant", "name", "scopes")}),)
+    fieldsets = (
+        (None, {"fields": ("tenant", "name", "scopes")}),
+        ("Key", {"fields": ("key_prefix",), "description": "Only the public prefix is kept in clear."}),
+        ("Policy", {"fields": ("effective_policy",)}),
+        ("History", {"fields": ("created_at", "created_by", "last_used_at", "revoked_at", "revoked_by")}),
+    )
+    change_readonly_fields = (
+        "tenant",
+        "key_prefix",
+        "effective_policy",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "revoked_at",
+        "revoked_by",
+    )
+    exclude = ("key_digest",)
+
+    def has_delete_permission(self, request: HttpRequest, obj: ServiceAccount | None = None) -> bool:
+        return False
+
+    def get_fieldsets(self, request: HttpRequest, obj: ServiceAccount | None = None) -> Any:
+        return self.add_fieldsets if obj is None else self.fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ServiceAccount | None = None) -> tuple[str, ...]:
+        return () if obj is None else self.change_readonly_fields
+
+    def get_form(
+        self, request: HttpRequest, obj: ServiceAccount | None = None, change: bool = False, **kwargs: Any
+    ) -> type[ModelForm]:
+        kwargs["form"] = ServiceAccountChangeForm if obj is not None else ServiceAccountCreateForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    @admin.display(description="scopes")
+    def scopes_display(self, account: ServiceAccount) -> str:
+        return ", ".join(account.scopes)
+
+    @admin.display(description="effective policy")
+    def effective_policy(self, account: ServiceAccount) -> SafeString:
+        governance_cache.refresh()  # this process may hold an older generation than the database
+        policy = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
+        url = reverse("admin:policies_app_serviceaccount_effective_policy", args=[account.pk])
+        if policy is None:
+            return format_html('No policy: nothing is allowed. <a href="{}">Details</a>', url)
+        return format_html(
+            '{} ({} allowed). <a href="{}">Details</a>', policy.name, _count(len(policy.allowed_tools), "tool"), url
+        )
+
+    # --- creation: the service mints the key, the response shows it once -----------------
+
+    def save_form(self, request: HttpRequest, form: ModelForm, change: bool) -> ServiceAccount:
+        """On add the service creates the account and mints its key; the form itself is never saved."""
+        if change:
+            return super().save_form(request, form, change)
+        account, clear_key = service_account_create(
+            tenant=form.cleaned_data["tenant"],
+            name=form.cleaned_data["name"],
+            scopes=form.cleaned_data["scopes"],
+            created_by=request.user,
+        )
+        # Kept on this request object only, for response_add: never in the session or a message.
+        request.toolgate_clear_key = clear_key  # type: ignore[attr-defined]
+        return account
+
+    def save_model(self, request: HttpRequest, obj: ServiceAccount, form: ModelForm, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+        # on add, service_account_create (in save_form) already saved it
+
+    def save_related(self, request: HttpRequest, form: ModelForm, formsets: Any, change: bool) -> None:
+        if change:
+            super().save_related(request, form, formsets, change)
+
+    def response_add(
+        self, request: HttpRequest, obj: ServiceAccount, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """The one page that ever shows the key (admin views already send no-store headers)."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Service account created",
+            "account": obj,
+            "clear_key": request.toolgate_clear_key,  # type: ignore[attr-defined]
+            "change_url": reverse("admin:policies_app_serviceaccount_change", args=[obj.pk]),
+        }
+        return TemplateResponse(request, KEY_CREATED_TEMPLATE, context)
+
+    # --- revocation -----------------------------------------------------------------------
+
+    @admin.action(description="Revoke selected service accounts", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ServiceAccount]) -> None:
+        revoked = already = 0
+        for account in queryset:
+            if service_account_revoke(account=account, revoked_by=request.user):
+                self.log_change(request, account, "Revoked.")
+                revoked += 1
+            else:
+                already += 1
+        message = f"Revoked {_count(revoked, 'service account')}."
+        if already:
+            message += f" {already} already revoked."
+        self.message_user(request, message)
+
+    # --- effective policy -----------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        # Before the default patterns: their "<path:object_id>/" would swallow this URL.
+        custom = [
+            path(
+                "<path:object_id>/effective-policy/",
+                self.admin_site.admin_view(self.effective_policy_view),
+                name="policies_app_serviceaccount_effective_policy",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def effective_policy_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Which policy the runner applies to this account now, and the ones it overrides."""
+        account = self.get_object(request, unquote(object_id))
+        if account is None:
+            raise Http404("no such service account")
+        if not self.has_view_or_change_permission(request, account):
+            raise PermissionDenied
+        governance_cache.refresh()
+        effective = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
+        candidates = policies_applicable_to(tenant_id=account.tenant_id, service_account_id=str(account.pk))
+        applied = next((p for p in candidates if effective is not None and p.name == effective.name), None)
+        enabled = enabled_tool_ids()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Effective policy of {account}",
+            "account": account,
+            "effective": effective,
+            "applied": applied,
+            "overridden": [p for p in candidates if p is not applied],
+            "tools": [(tool_id, tool_id in enabled) for tool_id in sorted(effective.allowed_tools)]
+            if effective
+            else [],
+            "approval_effects": sorted(effective.approval_effects) if effective else [],
+            "budgets": _budget_rows(effective.budgets) if effective else [],
+        }
+        return TemplateResponse(request, EFFECTIVE_POLICY_TEMPLATE, context)
+
+
+def _budget_rows(budgets: Budgets) -> list[tuple[str, int | None]]:
+    return [
+        ("max runtime (ms)", budgets.max_runtime_ms),
+        ("max result bytes", budgets.max_result_bytes),
+        ("rate limit per minute", budgets.rate_limit_per_minute),
+        ("max concurrency", budgets.max_concurrency),
+    ]
+
+
+@admin.register(ToolPolicy)
+class ToolPolicyAdmin(admin.ModelAdmin):
+    form = ToolPolicyForm
+    list_display = ("name", "scope", "is_active", "allowed_tool_count", "updated_at", "updated_by")
+    list_filter = ("is_active", "tenant")
+    search_fields = ("name",)
+    list_select_related = ("tenant", "service_account__tenant", "updated_by")
+    fieldsets = (
+        (None, {"fields": ("name", "is_active")}),
+        (
+            "Scope",
+            {
+                "fields": ("tenant", "service_account"),
+                "description": "No tenant: global. A tenant: every account of that tenant. A service account "
+                "(with its tenant): that caller only. The most specific active policy applies; "
+                "with none, nothing is allowed.",
+            },
+        ),
+        ("Tools", {"fields": ("allowed_tools", "require_approval_for_effects")}),
+        (
+            "Budgets",
+            {
+                "fields": ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency"),
+                "description": "Empty means the runner's default.",
+            },
+        ),
+        ("History", {"fields": ("created_at", "updated_at", "updated_by")}),
+    )
+    readonly_fields = ("created_at", "updated_at", "updated_by")
+
+    @admin.display(description="scope")
+    def scope(self, policy: ToolPolicy) -> str:
+        return policy.scope_label
+
+    @admin.display(description="allowed tools")
+    def allowed_tool_count(self, policy: ToolPolicy) -> int:
+        return len(policy.allowed_tools)
+
+    def formfield_for_dbfield(self, db_field: Field, request: HttpRequest, **kwargs: Any) -> FormField | None:
+        if db_field.name == "service_account":
+            kwargs["queryset"] = ServiceAccount.objects.select_related("tenant")
+        formfield = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "service_account" and formfield is not None:
+            # A new account's key page cannot come back through a related-object popup.
+            formfield.widget.can_add_related = False
+        return formfield
+
+    def save_model(self, request: HttpRequest, obj: ToolPolicy, form: ModelForm, change: bool) -> None:
+        obj.updated_by = request.user
+        super().save_model(request, obj, form, change)  # the save signal bumps the governance generation
+
+
+@admin.register(ExecutionGrant)
+class ExecutionGrantAdmin(admin.ModelAdmin):
+    """Grants are made over REST or the tenant UI; operators inspect and revoke them."""
+
+    list_display = ("id", "tenant", "service_account", "connection_count", "created_at", "expires_at", "revoked_at")
+    list_filter = ("tenant", RevokedFilter)
+    search_fields = ("service_account__name", "tenant__slug")
+    list_select_related = ("tenant", "service_account__tenant")
+    actions = ("revoke_selected",)
+    fields = (
+        "id",
+        "tenant",
+        "service_account",
+        "connection_ids",
+        "created_at",
+        "created_by",
+        "expires_at",
+        "revoked_at",
+        "revoked_by",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ExecutionGrant | None = None) -> bool:
+        return False
+
+    @admin.display(description="connections")
+    def connection_count(self, grant: ExecutionGrant) -> int:
+        return len(grant.connection_ids)
+
+    @admin.action(description="Revoke selected grants", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ExecutionGrant]) -> None:
+        revoked = 0
+        for grant in queryset:
+            if grant_revoke(grant=grant, revoked_by=request.user):
+                self.log_change(request, grant, "Revoked.")
+                revoked += 1
+        self.message_user(request, f"Revoked {_count(revoked, 'grant')}.")
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(admin.ModelAdmin):
+    """Operators decide pending calls here; the caller then repeats the call to run or be refused."""
+
+    list_display = (
+        "created_at",
+        "tenant",
+        "service_account",
+        "tool_id",
+        "effect",
+        "status",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+    )
+    list_filter = ("status", "tenant")
+    search_fields = ("tool_call_id", "tool_id")
+    list_select_related = ("tenant", "service_account__tenant", "decided_by")
+    actions = ("approve_selected", "deny_selected")
+    fields = (
+        "id",
+        "tenant",
+        "service_account",
+        "tool_id",
+        "effect",
+        "connection_id",
+        "tool_call_id",
+        "args_sha256",
+        "status",
+        "created_at",
+        "expires_at",
+        "decided_at",
+        "decided_by",
+        "consumed_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ApprovalRequest | None = None) -> bool:
+        return False
+
+    @admin.action(description="Approve selected requests", permissions=["change"])
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
+        self._decide(request, queryset, approve=True)
+
+    @admin.action(description="Deny selected requests", permissions=["change"])
+    def deny_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
+        self._decide(request, queryset, approve=False)
+
+    def _decide(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest], *, approve: bool) -> None:
+        verb = "Approved" if approve else "Denied"
+        decided = skipped = 0
+        for approval in queryset:
+            if approval_decide(approval=approval, approve=approve, decided_by=request.user):
+                self.log_change(request, approval, f"{verb}.")
+                decided += 1
+            else:
+                skipped += 1
+        self.message_user(request, f"{verb} {_count(decided, 'request')}.")
+        if skipped:
+            self.message_user(
+                request,
+                f"Skipped {_count(skipped, 'request')} that {'was' if skipped == 1 else 'were'} "
+                "not pending or had expired.",
+                messages.WARNING,
+            )

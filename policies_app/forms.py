@@ -1,0 +1,128 @@
+"""Operator forms of the admin: what an operator may type, checked before any write.
+
+Tool ids and effects are offered as choices built from the code (the registry,
+the catalog, ToolEffect), never typed by hand, so a typo cannot silently allow
+nothing or the wrong tool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from policies_app.models import ServiceAccount, ToolPolicy
+from policies_app.selectors import policy_active_in_scope
+from runner.types import ToolEffect
+from tools_app.selectors import tool_ids_known
+
+SCOPE_CHOICES = ServiceAccount.Scope.choices
+EFFECT_CHOICES = [(effect.value, effect.value) for effect in ToolEffect]
+
+
+class ServiceAccountCreateForm(forms.ModelForm):
+    """Tenant, name and scopes: the key is minted by the service, never by this form."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=SCOPE_CHOICES,
+        widget=forms.CheckboxSelectMultiple,
+        initial=[ServiceAccount.Scope.TOOLS_EXEC],
+        help_text="tools:exec lists and runs tools; connections:manage manages the tenant's connections and grants.",
+    )
+
+    class Meta:
+        model = ServiceAccount
+        fields = ["tenant", "name", "scopes"]
+
+
+class ServiceAccountChangeForm(forms.ModelForm):
+    """Name and scopes of an existing account; its tenant and key never change."""
+
+    scopes = forms.MultipleChoiceField(choices=SCOPE_CHOICES, widget=forms.CheckboxSelectMultiple)
+
+    class Meta:
+        model = ServiceAccount
+        fields = ["name", "scopes"]
+
+    def clean_scopes(self) -> list[str]:
+        return sorted(self.cleaned_data["scopes"])
+
+
+class ToolPolicyForm(forms.ModelForm):
+    """A policy's scope, tools, approval effects and budgets, with the scope rules spelled out.
+
+    Scope errors are attached to the scope's own field: besides reading better
+    than the database constraint's name, that makes Django skip re-checking the
+    same constraint with its generic message.
+    """
+
+    allowed_tools = forms.MultipleChoiceField(
+        choices=(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Tools from the code registry and the catalog. A tool also needs its switch on to run.",
+    )
+    require_approval_for_effects = forms.MultipleChoiceField(
+        choices=EFFECT_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Calls of tools with these effects wait for an operator's approval.",
+    )
+
+    class Meta:
+        model = ToolPolicy
+        fields = [
+            "name",
+            "tenant",
+            "service_account",
+            "is_active",
+            "allowed_tools",
+            "require_approval_for_effects",
+            "max_runtime_ms",
+            "max_result_bytes",
+            "rate_limit_per_minute",
+            "max_concurrency",
+        ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Ids the policy already names stay visible (and can be unticked) even if unknown now.
+        tool_ids = sorted(set(tool_ids_known()) | set(self.instance.allowed_tools or ()))
+        self.fields["allowed_tools"].choices = [(tool_id, tool_id) for tool_id in tool_ids]
+
+    def clean_allowed_tools(self) -> list[str]:
+        return sorted(self.cleaned_data["allowed_tools"])
+
+    def clean_require_approval_for_effects(self) -> list[str]:
+        return sorted(self.cleaned_data["require_approval_for_effects"])
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if "tenant" not in cleaned or "service_account" not in cleaned:
+            return cleaned  # a field error already explains what is wrong
+        tenant, account = cleaned["tenant"], cleaned["service_account"]
+        if account is not None and (tenant is None or account.tenant_id != tenant.pk):
+            self.add_error(
+                "service_account",
+                f"{account} belongs to tenant {account.tenant}; choose that tenant or another service account.",
+            )
+            return cleaned
+        if cleaned.get("is_active"):
+            self._check_one_active_per_scope(tenant, account)
+        return cleaned
+
+    def _check_one_active_per_scope(self, tenant: Any, account: ServiceAccount | None) -> None:
+        other = policy_active_in_scope(
+            tenant_id=tenant.pk if tenant else None,
+            service_account_id=account.pk if account else None,
+            exclude_pk=self.instance.pk,
+        )
+        if other is None:
+            return
+        # The field each database constraint names: global -> is_active, tenant, service account.
+        field = "service_account" if account else "tenant" if tenant else "is_active"
+        self.add_error(
+            field,
+            f"The policy “{other.name}” is already active in this scope ({other.scope_label}): "
+            "deactivate it first, or save this one as inactive.",
+        )

@@ -1,0 +1,164 @@
+"""The operators' catalog: tool switches, and the audit log read-only.
+
+Tools come from code through `manage.py sync_tools`, so the admin neither adds
+nor deletes them; the only thing an operator changes is the kill switch, and it
+goes through `tool_set_enabled` whichever way it is flipped (change form,
+list_editable, bulk action), which bumps the governance generation.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.forms import ModelForm
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from tools_app.models import Tool, ToolInvocation
+from tools_app.selectors import tool_ids_known
+from tools_app.services import tool_set_enabled
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+@admin.register(Tool)
+class ToolAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "effect",
+        "source",
+        "provider",
+        "requires_connection",
+        "is_enabled",
+        "missing_since",
+        "schema_changed_at",
+    )
+    list_editable = ("is_enabled",)
+    list_filter = ("effect", "source", "is_enabled", "requires_connection")
+    search_fields = ("id", "description")
+    actions = ("enable_selected", "disable_selected")
+    fields = (
+        "id",
+        "description",
+        "is_enabled",
+        "effect",
+        "source",
+        "provider",
+        "requires_connection",
+        "missing_since",
+        "schema_hash",
+        "schema_changed_at",
+        "input_schema_pretty",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = tuple(name for name in fields if name != "is_enabled")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tools come from code via sync_tools
+
+    def has_delete_permission(self, request: HttpRequest, obj: Tool | None = None) -> bool:
+        return False  # a deleted row would lose its switch and history; sync marks gone tools instead
+
+    @admin.display(description="input schema")
+    def input_schema_pretty(self, tool: Tool) -> SafeString:
+        return format_html("<pre>{}</pre>", json.dumps(tool.input_schema, indent=2, sort_keys=True))
+
+    def save_model(self, request: HttpRequest, obj: Tool, form: ModelForm, change: bool) -> None:
+        """The switch is the only editable field: flip it through the service, like the bulk actions."""
+        tool_set_enabled(tool_ids=[obj.pk], enabled=obj.is_enabled)
+
+    @admin.action(description="Enable selected tools", permissions=["change"])
+    def enable_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> None:
+        self._switch(request, queryset, enabled=True)
+
+    @admin.action(description="Disable selected tools", permissions=["change"])
+    def disable_selected(self, request: HttpRequest, queryset: QuerySet[Tool]) -> None:
+        self._switch(request, queryset, enabled=False)
+
+    def _switch(self, request: HttpRequest, queryset: QuerySet[Tool], *, enabled: bool) -> None:
+        selected = list(queryset)
+        changed = tool_set_enabled(tool_ids=[tool.pk for tool in selected], enabled=enabled)
+        verb = "Enabled" if enabled else "Disabled"
+        for tool in selected:
+            if tool.pk in changed:
+                self.log_change(request, tool, f"{verb} by bulk action.")
+        unchanged = len(selected) - len(changed)
+        message = f"{verb} {_count(len(changed), 'tool')}."
+        if unchanged:
+            message += f" {_count(unchanged, 'tool')} already {verb.lower()}."
+        self.message_user(request, message)
+
+
+class ToolIdFilter(admin.SimpleListFilter):
+    """Offers the known tool ids instead of scanning the audit table for its distinct values."""
+
+    title = "tool"
+    parameter_name = "tool_id"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [(tool_id, tool_id) for tool_id in tool_ids_known()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[ToolInvocation]) -> QuerySet[ToolInvocation]:
+        value = self.value()
+        return queryset.filter(tool_id=value) if value else queryset
+
+
+@admin.register(ToolInvocation)
+class ToolInvocationAdmin(admin.ModelAdmin):
+    """The audit log: readable by operators, written only by the runner."""
+
+    list_display = (
+        "started_at",
+        "tenant",
+        "service_account",
+        "tool_id",
+        "ok",
+        "error_code",
+        "decision",
+        "duration_ms",
+        "tool_call_id",
+    )
+    list_filter = ("tenant", ToolIdFilter, "ok", "error_code", "decision")
+    date_hierarchy = "started_at"
+    # Exact matches: ids are looked up whole, and a substring scan of the audit table is slow.
+    search_fields = ("=tool_call_id", "=run_id")
+    search_help_text = "Exact tool_call_id or run_id."
+    list_select_related = ("tenant", "service_account__tenant")
+    show_full_result_count = False  # the table grows large; counting it all on every page is costly
+    fields = (
+        "tool_call_id",
+        "run_id",
+        "tenant",
+        "service_account",
+        "tool_id",
+        "state",
+        "decision",
+        "ok",
+        "executed",
+        "error_code",
+        "safe_message",
+        "connection_id",
+        "grant_id",
+        "args_sha256",
+        "result",
+        "result_bytes",
+        "started_at",
+        "ended_at",
+        "duration_ms",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: ToolInvocation | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ToolInvocation | None = None) -> bool:
+        return False
