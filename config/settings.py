@@ -70,6 +70,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from our static files: no CDN
     "tools_app",
     "policies_app",
     "connections_app",
@@ -154,3 +157,44 @@ TOOLGATE_SYNC_REFRESH_TIMEOUT_MS = env.int("TOOLGATE_SYNC_REFRESH_TIMEOUT_MS", d
 TOOLGATE_REFRESH_SWEEP_SECONDS = env.int("TOOLGATE_REFRESH_SWEEP_SECONDS", default=60)
 TOOLGATE_GITHUB_API_URL = env.str("TOOLGATE_GITHUB_API_URL", default="https://api.github.com")
 TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 1024)
+
+# --- REST API (CONTRACT.md §4) -----------------------------------------------------
+# The API's JSON parser enforces the 64 KiB body limit itself (config/api.py); this
+# bounds every other body Django reads (admin and UI forms) the same way.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["policies_app.authentication.ServiceAccountAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["config.api.HardenedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["policies_app.authentication.ServiceAccountRateThrottle"],
+    # Fairness between service accounts; the policies' budgets are the real limits.
+    "DEFAULT_THROTTLE_RATES": {"service_account": "100/second"},
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "URL_FORMAT_OVERRIDE": None,  # `?format=openai` belongs to the tool catalog
+    "STRICT_JSON": True,
+    "UNICODE_JSON": True,
+    "COMPACT_JSON": True,
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Toolgate API",
+    "DESCRIPTION": (
+        "Tool governance for LLM agents. Authenticate with a service account's API key: "
+        "`Authorization: Bearer <api key>`. Every error body is "
+        '`{"error_code": str, "safe_message": str, ...}`.'
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],  # the schema and the docs are public
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"OpenAIToolTypeEnum": ["function"]},
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}

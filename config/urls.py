@@ -1,6 +1,29 @@
+"""URL configuration: admin, health probes, the REST API and its schema.
+
+Every path under /api/ answers JSON: routes that do not exist fall through to
+the catch-all at the end (new /api/ routes go above it), and the handlers below
+answer the contract's error envelope for /api/ paths.
+"""
+
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from config import api, health
+from config.runtime import runtime
+from tools_app.api.urls import urlpatterns_for as tools_api_urlpatterns
+
+handler400 = api.bad_request
+handler403 = api.permission_denied
+handler404 = api.page_not_found
+handler500 = api.server_error
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/v1/", include(tools_api_urlpatterns(runtime))),
+    re_path(r"^api/", api.api_not_found),  # keep last
 ]

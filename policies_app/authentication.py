@@ -1,0 +1,150 @@
+"""Service-account API keys for DRF: the Bearer scheme, scope permissions and fairness throttle.
+
+`Authorization: Bearer tg_<prefix>_<secret>`. Unknown, wrong and revoked keys
+get the same answer (the contract's 401 envelope, rendered by config/api.py),
+so the API never tells a prober which part of a key was right.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.throttling import SimpleRateThrottle
+
+from policies_app.governance import governance_cache
+from policies_app.models import ServiceAccount
+from policies_app.selectors import Caller, caller_for_key
+from policies_app.services import LAST_USED_RESOLUTION, service_account_touch
+
+SCHEME = "Bearer"
+INVALID_KEY_MESSAGE = "invalid API key"
+
+# When this process last recorded each account's use. The governance cache keeps the
+# Caller with the last_used_at it was loaded with, so without this note every call
+# after the first minute would send the (then no-op) UPDATE again.
+_recorded_use: dict[str, datetime] = {}
+
+
+class ServiceAccountUser:
+    """What `request.user` is for an API call: the authenticated Caller, nothing Django-user-like."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+
+    @property
+    def pk(self) -> str:
+        return self.caller.service_account_id
+
+    def __str__(self) -> str:
+        return f"{self.caller.tenant_slug}/{self.caller.name}"
+
+
+class ServiceAccountAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <api key>` of an active service account.
+
+    No header means anonymous (the permission answers 401 "not provided"); a
+    header that is not a valid key answers 401 "invalid API key" whatever was
+    wrong with it. The governance cache is refreshed here, once per request,
+    before the key and later the policy are looked up in it.
+    """
+
+    def authenticate(self, request: Request) -> tuple[ServiceAccountUser, None] | None:
+        header = get_authorization_header(request)
+        if not header:
+            return None
+        governance_cache.refresh()
+        scheme, _, key = header.partition(b" ")
+        if scheme.lower() != SCHEME.lower().encode():
+            raise AuthenticationFailed(INVALID_KEY_MESSAGE)
+        try:
+            clear_key = key.strip().decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed(INVALID_KEY_MESSAGE) from None
+        caller = caller_for_key(key=clear_key)
+        if caller is None:
+            raise AuthenticationFailed(INVALID_KEY_MESSAGE)
+        _record_use(caller)
+        return ServiceAccountUser(caller), None
+
+    def authenticate_header(self, request: Request) -> str:
+        return SCHEME
+
+
+def _record_use(caller: Caller) -> None:
+    """Touch last_used_at through the service, which writes at most once a minute per account."""
+    now = timezone.now()
+    known = max(filter(None, (caller.last_used_at, _recorded_use.get(caller.service_account_id))), default=None)
+    service_account_touch(service_account_id=caller.service_account_id, last_used_at=known, now=now)
+    if known is None or now - known >= LAST_USED_RESOLUTION:
+        _recorded_use[caller.service_account_id] = now
+
+
+def request_caller(request: Request) -> Caller:
+    """The Caller behind an authenticated API request (views run after the permission check)."""
+    caller = getattr(request.user, "caller", None)
+    if not isinstance(caller, Caller):
+        raise NotAuthenticated()
+    return caller
+
+
+class ScopePermission(BasePermission):
+    """An authenticated service account holding `required_scope`; anonymous callers get 401."""
+
+    required_scope: ClassVar[str]
+
+    @property
+    def message(self) -> str:
+        return f"the API key lacks the {self.required_scope} scope"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        caller = getattr(request.user, "caller", None)
+        return isinstance(caller, Caller) and self.required_scope in caller.scopes
+
+
+class ToolsExecScope(ScopePermission):
+    """List and execute tools, read the tenant's invocations."""
+
+    required_scope = ServiceAccount.Scope.TOOLS_EXEC.value
+
+
+class ConnectionsManageScope(ScopePermission):
+    """Manage the tenant's connections and grants."""
+
+    required_scope = ServiceAccount.Scope.CONNECTIONS_MANAGE.value
+
+
+class ServiceAccountRateThrottle(SimpleRateThrottle):
+    """Fairness between callers in the shared cache; the policy's budgets are the real limits."""
+
+    scope = "service_account"
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        caller = getattr(request.user, "caller", None)
+        if not isinstance(caller, Caller):
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": caller.service_account_id}
+
+
+class ServiceAccountAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Registers the Bearer scheme with drf-spectacular."""
+
+    target_class = ServiceAccountAuthentication
+    name = "ServiceAccountKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A service account's API key: `Authorization: Bearer tg_<prefix>_<secret>`.",
+        }

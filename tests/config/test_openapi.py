@@ -1,0 +1,180 @@
+"""The OpenAPI schema: generated without warnings, served publicly, and true to the API.
+
+schemathesis generates requests from the schema and checks the answers against
+it (no 5xx, every body matching its documented schema). The schema is loaded at
+module level through the WSGI application: `from_fixture` breaks on pytest 9.2.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import pytest
+import schemathesis
+import yaml
+from django.core.cache import cache
+from django.core.management import call_command
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance
+
+from config.api import ERROR_STATUS
+from config.wsgi import application
+from policies_app.governance import governance_bump, governance_cache
+from runner.types import ErrorCode
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.models import Tool
+
+SCHEMA = schemathesis.openapi.from_wsgi("/api/schema/", application)
+OPERATIONS = {result.ok().label: result.ok() for result in SCHEMA.get_all_operations()}
+EXAMPLES_PER_OPERATION = 50
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches():
+    """Generations repeat across rolled-back tests, so the process caches must start empty."""
+    governance_cache.clear()
+    cache.clear()
+    yield
+    governance_cache.clear()
+
+
+def test_schema_generates_and_validates_without_warnings(tmp_path):
+    target = tmp_path / "schema.yaml"
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(target))
+
+    schema = yaml.safe_load(target.read_text())
+    assert sorted(schema["paths"]) == [
+        "/api/v1/invocations",
+        "/api/v1/invocations/{tool_call_id}",
+        "/api/v1/tools",
+        "/api/v1/tools/exec",
+        "/api/v1/tools/{tool_id}",
+    ]
+    assert schema["components"]["securitySchemes"] == {
+        "ServiceAccountKey": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A service account's API key: `Authorization: Bearer tg_<prefix>_<secret>`.",
+        }
+    }
+
+
+def test_schema_documents_the_status_of_every_exec_outcome():
+    responses = SCHEMA.raw_schema["paths"]["/api/v1/tools/exec"]["post"]["responses"]
+
+    documented = set(responses)
+
+    assert {str(ERROR_STATUS[code]) for code in ErrorCode} <= documented
+    assert {"200", "401", "403", "413", "415"} <= documented
+
+
+def test_every_operation_requires_the_bearer_key():
+    for operation in OPERATIONS.values():
+        assert operation.definition.raw["security"] == [{"ServiceAccountKey": []}], operation.label
+
+
+def test_schema_and_docs_are_served_without_a_key_and_without_a_cdn(client):
+    schema = client.get("/api/schema/")
+    docs = client.get("/api/docs/")
+
+    assert schema.status_code == 200
+    assert docs.status_code == 200
+    page = docs.content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
+    assert "cdn." not in page
+    assert "https://" not in page
+
+
+# --- schemathesis ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bearer(db) -> str:
+    """A caller whose catalog holds the clock only: generated calls cannot reach core__wait's minute-long sleeps."""
+    call_command("sync_tools", stdout=io.StringIO())
+    Tool.objects.filter(pk__in=["core__get_current_time", "core__wait"]).update(is_enabled=True)
+    governance_bump()
+    tenant = TenantFactory(slug="schemathesis")
+    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time"])
+    _account, key = service_account_with_key(tenant, name="agent")
+    return key
+
+
+@pytest.fixture
+def wsgi_inside_the_test_transaction():
+    """Django's test client does this itself; a bare WSGI call would close the test's connection."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("mode", [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE])
+@pytest.mark.parametrize("label", sorted(OPERATIONS))
+def test_api_conforms_to_its_schema(label, mode, bearer, wsgi_inside_the_test_transaction, capsys):
+    operation = OPERATIONS[label]
+    statuses: Counter[int] = Counter()
+
+    @hypothesis_settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def call_and_check(case):
+        response = case.call_and_validate(
+            headers={"Authorization": f"Bearer {bearer}"},
+            checks=[not_a_server_error, response_schema_conformance],
+        )
+        statuses[response.status_code] += 1
+
+    call_and_check()
+
+    generated = statuses.total()
+    with capsys.disabled():
+        print(f"\nschemathesis {mode.value} {label}: {generated} cases, statuses {dict(sorted(statuses.items()))}")
+    assert generated > 0
+    if mode is schemathesis.GenerationMode.POSITIVE:  # negative cases also send broken Authorization headers
+        assert 401 not in statuses  # the key was sent: the checks saw the API's answers, not only the gate's
+
+
+def test_known_outcomes_match_their_documented_schemas(bearer, wsgi_inside_the_test_transaction):
+    # given the outcomes random generation rarely reaches: success, refusals, existing rows
+    headers = {"Authorization": f"Bearer {bearer}"}
+    exec_op = OPERATIONS["POST /api/v1/tools/exec"]
+    cases = [
+        (exec_op.Case(body={"tool_id": "core__get_current_time", "tool_call_id": "s1"}), 200),
+        (exec_op.Case(body={"tool_id": "core__get_current_time", "tool_call_id": "s1"}), 200),  # replayed
+        (
+            exec_op.Case(body={"tool_id": "core__get_current_time", "args": {"timezone": "UTC"}, "tool_call_id": "s1"}),
+            409,
+        ),
+        (exec_op.Case(body={"tool_id": "core__wait", "args": {"ms": 1}}), 403),
+        (exec_op.Case(body={"tool_id": "core__get_current_time", "args": {"timezone": "Mars/Base"}}), 422),
+        (exec_op.Case(body={"tool_id": "core__get_current_time", "extra": 1}), 422),
+        (exec_op.Case(body={"tool_id": "core__nope"}), 404),
+        (OPERATIONS["GET /api/v1/tools"].Case(), 200),
+        (OPERATIONS["GET /api/v1/tools"].Case(query={"format": "openai"}), 200),
+        (OPERATIONS["GET /api/v1/tools/{tool_id}"].Case(path_parameters={"tool_id": "core__get_current_time"}), 200),
+        (OPERATIONS["GET /api/v1/invocations"].Case(query={"ok": "true", "limit": 1}), 200),
+        (OPERATIONS["GET /api/v1/invocations/{tool_call_id}"].Case(path_parameters={"tool_call_id": "s1"}), 200),
+        (OPERATIONS["GET /api/v1/tools"].Case(), 401),
+    ]
+
+    # when / then
+    statuses = []
+    for case, _expected in cases:
+        send = headers if _expected != 401 else {"Authorization": "Bearer tg_nope"}
+        response = case.call_and_validate(headers=send, checks=[not_a_server_error, response_schema_conformance])
+        statuses.append(response.status_code)
+    assert statuses == [expected for _case, expected in cases]

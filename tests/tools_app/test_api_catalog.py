@@ -1,0 +1,171 @@
+"""GET /api/v1/tools and /api/v1/tools/{tool_id}: the caller's catalog, from the real runtime."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from config.runtime import runtime
+from policies_app.governance import governance_bump, governance_cache
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.models import Tool
+
+pytestmark = pytest.mark.django_db
+
+CANARY = "canary-5d1e0b"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches():
+    """Generations repeat across rolled-back tests, so the process caches must start empty."""
+    governance_cache.clear()
+    cache.clear()
+    yield
+    governance_cache.clear()
+
+
+def enable_tools(*tool_ids: str) -> None:
+    call_command("sync_tools", stdout=io.StringIO())
+    Tool.objects.filter(pk__in=tool_ids).update(is_enabled=True)
+    governance_bump()  # a queryset update sends no signal
+
+
+def api_client(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def public_spec(tool_id: str) -> dict:
+    return runtime().source.get(tool_id).spec.public_dict()
+
+
+@pytest.fixture
+def key():
+    """A caller allowed core__get_current_time and github__get_user; core__wait is enabled but not allowed."""
+    tenant = TenantFactory(slug="acme")
+    enable_tools("core__get_current_time", "core__wait", "github__get_user")
+    ToolPolicyFactory(
+        tenant=tenant, allowed_tools=["core__get_current_time", "github__get_user", "github__create_issue"]
+    )
+    _account, clear_key = service_account_with_key(tenant, name="agent")
+    return clear_key
+
+
+def test_catalog_lists_the_enabled_tools_the_policy_allows(key):
+    response = api_client(key).get("/api/v1/tools")
+
+    assert response.status_code == 200
+    assert response.json() == {"tools": [public_spec("core__get_current_time"), public_spec("github__get_user")]}
+    assert set(response.json()["tools"][0]) == {
+        "name",
+        "description",
+        "input_schema",
+        "effect",
+        "requires_connection",
+        "provider",
+    }
+
+
+def test_catalog_in_openai_format(key):
+    response = api_client(key).get("/api/v1/tools", {"format": "openai"})
+
+    assert response.status_code == 200
+    tools = response.json()["tools"]
+    assert [tool["function"]["name"] for tool in tools] == ["core__get_current_time", "github__get_user"]
+    assert tools[0] == {
+        "type": "function",
+        "function": {
+            "name": "core__get_current_time",
+            "description": public_spec("core__get_current_time")["description"],
+            "parameters": public_spec("core__get_current_time")["input_schema"],
+        },
+    }
+
+
+def test_unknown_catalog_format_answers_422_without_echoing_it(key):
+    response = api_client(key).get("/api/v1/tools", {"format": CANARY})
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error_code": "validation",
+        "safe_message": "the request is invalid",
+        "errors": [{"path": "format", "message": "the only format is openai"}],
+    }
+
+
+def test_tools_awaiting_approval_are_still_listed():
+    tenant = TenantFactory()
+    enable_tools("core__get_current_time")
+    ToolPolicyFactory(
+        tenant=tenant, allowed_tools=["core__get_current_time"], require_approval_for_effects=["read_only"]
+    )
+    _account, key = service_account_with_key(tenant)
+
+    response = api_client(key).get("/api/v1/tools")
+
+    assert [tool["name"] for tool in response.json()["tools"]] == ["core__get_current_time"]
+
+
+def test_tool_detail_answers_one_spec(key):
+    response = api_client(key).get("/api/v1/tools/github__get_user")
+
+    assert response.status_code == 200
+    assert response.json() == public_spec("github__get_user")
+
+
+@pytest.mark.parametrize(
+    "tool_id",
+    [
+        "core__wait",  # enabled, not in the policy
+        "github__create_issue",  # in the policy, disabled
+        "core__nope",  # no such tool
+    ],
+)
+def test_tool_outside_the_catalog_answers_404_unavailable(key, tool_id):
+    response = api_client(key).get(f"/api/v1/tools/{tool_id}")
+
+    assert response.status_code == 404
+    assert response.json() == {"error_code": "unavailable", "safe_message": "no such tool"}
+
+
+def test_another_tenants_caller_does_not_see_this_tenants_catalog(key):
+    other_tenant = TenantFactory(slug="globex")
+    ToolPolicyFactory(tenant=other_tenant, allowed_tools=["core__wait"])
+    _account, other_key = service_account_with_key(other_tenant, name="agent")
+
+    listed = api_client(other_key).get("/api/v1/tools")
+    detail = api_client(other_key).get("/api/v1/tools/core__get_current_time")
+
+    assert listed.json() == {"tools": [public_spec("core__wait")]}
+    assert detail.status_code == 404
+
+
+def test_caller_without_a_policy_sees_an_empty_catalog():
+    enable_tools("core__get_current_time")
+    _account, key = service_account_with_key(TenantFactory())
+
+    response = api_client(key).get("/api/v1/tools")
+
+    assert response.json() == {"tools": []}
+
+
+def test_catalog_needs_the_tools_exec_scope(key):
+    tenant = TenantFactory(slug="acme")
+    _account, manage_key = service_account_with_key(tenant, name="manager", scopes=("connections:manage",))
+
+    response = api_client(manage_key).get("/api/v1/tools")
+
+    assert response.status_code == 403
+    assert response.json() == {"error_code": "forbidden", "safe_message": "the API key lacks the tools:exec scope"}
+
+
+def test_catalog_needs_a_key():
+    response = APIClient().get("/api/v1/tools")
+
+    assert response.status_code == 401
+    assert response.json()["error_code"] == "unauthenticated"

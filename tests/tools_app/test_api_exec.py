@@ -1,0 +1,475 @@
+"""POST /api/v1/tools/exec against the real runtime: every outcome the API can produce today.
+
+Policies, tools and grants are real rows; the broker is the composition root's
+current one (none bound yet), which is why a fully granted connection answers
+connection_unavailable.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.utils import timezone
+from rest_framework.test import APIClient, APIRequestFactory
+
+from config.api import ERROR_STATUS
+from policies_app.governance import governance_bump, governance_cache
+from policies_app.models import ApprovalRequest, ServiceAccount
+from runner.defaults import SystemClock
+from runner.pipeline import ToolRunner
+from runner.types import ErrorCode, FieldError
+from tests.factories import GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.api.views import ToolExecView
+from tools_app.models import Tool, ToolInvocation
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/tools/exec"
+CANARY = "canary-7f3a9c"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches():
+    """Generations repeat across rolled-back tests, so the process caches must start empty."""
+    governance_cache.clear()
+    cache.clear()
+    yield
+    governance_cache.clear()
+
+
+def enable_tools(*tool_ids: str) -> None:
+    call_command("sync_tools", stdout=io.StringIO())
+    Tool.objects.filter(pk__in=tool_ids).update(is_enabled=True)
+    governance_bump()  # a queryset update sends no signal
+
+
+def api_client(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+@pytest.fixture
+def tenant():
+    return TenantFactory(slug="acme")
+
+
+@pytest.fixture
+def caller(tenant):
+    """A tools:exec service account whose tenant policy allows the two core tools, both enabled."""
+    enable_tools("core__get_current_time", "core__wait")
+    account, key = service_account_with_key(tenant, name="agent")
+    policy = ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time", "core__wait"])
+    return account, key, policy
+
+
+def exec_call(key: str, **body):
+    return api_client(key).post(URL, body, format="json")
+
+
+def executed_rows(tool_call_id: str) -> int:
+    return ToolInvocation.objects.filter(tool_call_id=tool_call_id, executed=True).count()
+
+
+# --- success ---------------------------------------------------------------------------
+
+
+def test_exec_runs_the_tool_and_answers_the_contract_body(caller):
+    _account, key, _policy = caller
+
+    response = exec_call(
+        key, tool_id="core__get_current_time", args={"timezone": "Europe/Paris"}, tool_call_id="call_1", run_id="r9"
+    )
+
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"tool_call_id", "tool_id", "ok", "value", "started_at", "ended_at"}
+    assert (body["tool_call_id"], body["tool_id"], body["ok"]) == ("call_1", "core__get_current_time", True)
+    assert set(body["value"]) == {"iso", "epoch_ms", "timezone"}
+    assert body["value"]["timezone"] == "Europe/Paris"
+    row = ToolInvocation.objects.get(tool_call_id="call_1")
+    assert (row.run_id, row.ok, row.executed, row.decision) == ("r9", True, True, "allow")
+
+
+def test_exec_without_tool_call_id_generates_one(caller):
+    _account, key, _policy = caller
+
+    response = exec_call(key, tool_id="core__get_current_time")
+
+    assert response.status_code == 200
+    generated = response.json()["tool_call_id"]
+    assert generated.startswith("call_")
+    assert ToolInvocation.objects.filter(tool_call_id=generated, ok=True).count() == 1
+
+
+def test_exec_of_a_caller_records_its_last_use(caller):
+    account, key, _policy = caller
+    assert account.last_used_at is None
+
+    exec_call(key, tool_id="core__get_current_time")
+
+    account.refresh_from_db()
+    assert account.last_used_at is not None
+
+
+# --- refusals of the runner, one per contract code --------------------------------------
+
+
+def test_unknown_tool_answers_404_unavailable(caller):
+    _account, key, _policy = caller
+
+    response = exec_call(key, tool_id="core__nope", tool_call_id="c1")
+
+    assert response.status_code == 404
+    assert response.json() == {
+        "tool_call_id": "c1",
+        "tool_id": "core__nope",
+        "ok": False,
+        "error_code": "unavailable",
+        "safe_message": "no such tool",
+    }
+
+
+def test_disabled_tool_answers_403_policy_denied(caller):
+    _account, key, _policy = caller
+
+    response = exec_call(key, tool_id="github__create_issue", tool_call_id="c1")
+
+    assert response.status_code == 403
+    assert response.json()["error_code"] == "policy_denied"
+    assert response.json()["safe_message"] == "tool is disabled"
+
+
+def test_tool_outside_the_policy_answers_403_policy_denied(caller):
+    _account, key, policy = caller
+    policy.allowed_tools = ["core__wait"]
+    policy.save()
+
+    response = exec_call(key, tool_id="core__get_current_time", tool_call_id="c1")
+
+    assert response.status_code == 403
+    assert response.json() == {
+        "tool_call_id": "c1",
+        "tool_id": "core__get_current_time",
+        "ok": False,
+        "error_code": "policy_denied",
+        "safe_message": "tool is not allowed by the caller's policy",
+    }
+    assert executed_rows("c1") == 0
+
+
+def test_approval_required_answers_202_with_the_pending_approval(caller):
+    account, key, policy = caller
+    policy.require_approval_for_effects = ["read_only"]
+    policy.save()
+
+    response = exec_call(key, tool_id="core__get_current_time", tool_call_id="c1")
+
+    assert response.status_code == 202
+    body = response.json()
+    approval = ApprovalRequest.objects.get()
+    assert body["error_code"] == "approval_required"
+    assert body["approval_id"] == str(approval.pk)
+    assert (approval.tool_call_id, approval.service_account_id, approval.status) == ("c1", account.pk, "pending")
+    assert executed_rows("c1") == 0
+
+
+def test_spent_rate_budget_answers_429_with_retry_after(caller):
+    _account, key, policy = caller
+    policy.rate_limit_per_minute = 1
+    policy.save()
+    first = exec_call(key, tool_id="core__get_current_time", tool_call_id="c1")
+
+    second = exec_call(key, tool_id="core__get_current_time", tool_call_id="c2")
+
+    assert first.status_code == 200
+    assert second.status_code == 429
+    assert second.json()["error_code"] == "rate_limited"
+    assert 1 <= int(second["Retry-After"]) <= 60
+    assert executed_rows("c2") == 0
+
+
+def test_repeat_answers_the_recorded_response_and_runs_once(caller):
+    _account, key, _policy = caller
+    first = exec_call(key, tool_id="core__get_current_time", args={"timezone": "UTC"}, tool_call_id="c1")
+
+    repeat = exec_call(key, tool_id="core__get_current_time", args={"timezone": "UTC"}, tool_call_id="c1")
+
+    assert repeat.status_code == 200
+    assert repeat.json()["value"] == first.json()["value"]
+    assert repeat.json()["started_at"] == first.json()["started_at"]
+    assert executed_rows("c1") == 1
+
+
+def test_reused_tool_call_id_with_other_args_answers_409_idempotency_conflict(caller):
+    _account, key, _policy = caller
+    exec_call(key, tool_id="core__get_current_time", args={"timezone": "UTC"}, tool_call_id="c1")
+
+    conflict = exec_call(key, tool_id="core__get_current_time", args={"timezone": "Asia/Tokyo"}, tool_call_id="c1")
+
+    assert conflict.status_code == 409
+    assert conflict.json()["error_code"] == "idempotency_conflict"
+    assert executed_rows("c1") == 1
+
+
+def test_args_failing_the_tool_schema_answer_422_without_echoing_them(caller):
+    _account, key, _policy = caller
+
+    response = exec_call(key, tool_id="core__get_current_time", args={"timezone": f"Mars/{CANARY}"})
+
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error_code"] == "validation"
+    assert [error["path"] for error in body["errors"]] == ["timezone"]
+    assert CANARY not in response.content.decode()
+
+
+def test_tool_running_past_its_budget_answers_504_timeout(caller):
+    _account, key, policy = caller
+    policy.max_runtime_ms = 50
+    policy.save()
+
+    response = exec_call(key, tool_id="core__wait", args={"ms": 2000}, tool_call_id="c1")
+
+    assert response.status_code == 504
+    assert response.json()["error_code"] == "timeout"
+    assert response.json()["safe_message"] == "the tool ran past its 50 ms budget"
+
+
+def test_result_over_the_byte_budget_answers_502_result_too_large(caller):
+    _account, key, policy = caller
+    policy.max_result_bytes = 10
+    policy.save()
+
+    response = exec_call(key, tool_id="core__get_current_time", tool_call_id="c1")
+
+    assert response.status_code == 502
+    assert response.json()["error_code"] == "result_too_large"
+    assert "value" not in response.json()
+
+
+# --- connections ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def github_caller(caller):
+    account, key, policy = caller
+    enable_tools("core__get_current_time", "core__wait", "github__get_user")
+    policy.allowed_tools = [*policy.allowed_tools, "github__get_user"]
+    policy.save()
+    return account, key
+
+
+def test_connection_without_grant_answers_422_before_the_runner(github_caller):
+    _account, key = github_caller
+
+    response = exec_call(key, tool_id="github__get_user", connection_id=str(uuid.uuid4()), tool_call_id="c1")
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error_code": "validation",
+        "safe_message": "the request is invalid",
+        "errors": [{"path": "grant_id", "message": "required whenever connection_id is given"}],
+    }
+    assert ToolInvocation.objects.count() == 0
+
+
+def test_connection_outside_the_grant_answers_403_policy_denied(github_caller):
+    account, key = github_caller
+    grant = GrantFactory(service_account=account, connection_ids=[str(uuid.uuid4())])
+
+    response = exec_call(
+        key, tool_id="github__get_user", connection_id=str(uuid.uuid4()), grant_id=str(grant.pk), tool_call_id="c1"
+    )
+
+    assert response.status_code == 403
+    assert response.json()["error_code"] == "policy_denied"
+    assert response.json()["safe_message"] == "connection is not in grant ∩ declared connections"
+
+
+def test_another_callers_grant_answers_403_policy_denied(github_caller, tenant):
+    _account, key = github_caller
+    other, _other_key = service_account_with_key(tenant, name="other")
+    connection_id = str(uuid.uuid4())
+    grant = GrantFactory(service_account=other, connection_ids=[connection_id])
+
+    response = exec_call(key, tool_id="github__get_user", connection_id=connection_id, grant_id=str(grant.pk))
+
+    assert response.status_code == 403
+    assert response.json()["safe_message"] == "grant does not authorise this connection"
+
+
+def test_granted_connection_without_a_broker_answers_409_connection_unavailable(github_caller):
+    account, key = github_caller
+    connection_id = str(uuid.uuid4())
+    grant = GrantFactory(service_account=account, connection_ids=[connection_id])
+
+    response = exec_call(
+        key,
+        tool_id="github__get_user",
+        connection_id=connection_id,
+        connection_ids=[],  # empty declares nothing: the default [connection_id] applies
+        grant_id=str(grant.pk),
+        tool_call_id="c1",
+    )
+
+    assert response.status_code == 409
+    assert response.json()["error_code"] == "connection_unavailable"
+
+
+def test_connection_tool_without_a_connection_answers_422(github_caller):
+    _account, key = github_caller
+
+    response = exec_call(key, tool_id="github__get_user", tool_call_id="c1")
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == [{"path": "connection_id", "message": "this tool needs a connection_id"}]
+    assert response.json()["tool_call_id"] == "c1"
+
+
+def test_connection_given_to_a_tool_that_takes_none_answers_422(github_caller):
+    account, key = github_caller
+    connection_id = str(uuid.uuid4())
+    grant = GrantFactory(service_account=account, connection_ids=[connection_id])
+
+    response = exec_call(key, tool_id="core__get_current_time", connection_id=connection_id, grant_id=str(grant.pk))
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == [{"path": "connection_id", "message": "this tool takes no connection"}]
+
+
+def test_expired_grant_answers_403_policy_denied(github_caller):
+    account, key = github_caller
+    connection_id = str(uuid.uuid4())
+    grant = GrantFactory(
+        service_account=account, connection_ids=[connection_id], expires_at=timezone.now() - timedelta(minutes=1)
+    )
+
+    response = exec_call(key, tool_id="github__get_user", connection_id=connection_id, grant_id=str(grant.pk))
+
+    assert response.status_code == 403
+    assert response.json()["safe_message"] == "grant has expired"
+
+
+# --- request validation --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"args": {}}, "tool_id"),
+        ({"tool_id": CANARY * 30}, "tool_id"),
+        ({"tool_id": "core__get_current_time", "tool_call_id": f"{CANARY} bad"}, "tool_call_id"),
+        ({"tool_id": "core__get_current_time", "tool_call_id": "c1\n"}, "tool_call_id"),
+        ({"tool_id": "core__get_current_time", "run_id": f"{CANARY}/x"}, "run_id"),
+        ({"tool_id": "core__get_current_time", "args": [CANARY]}, "args"),
+        ({"tool_id": "core__get_current_time", "args": {"timezone": "x" * (9 * 1024)}}, "args"),
+        ({"tool_id": "core__get_current_time", "connection_ids": [str(n) for n in range(33)]}, "connection_ids"),
+        ({"tool_id": "core__get_current_time", "connection_ids": [CANARY * 10]}, "connection_ids.0"),
+        ({"tool_id": "core__get_current_time", "extra": CANARY}, "extra"),
+        ({"tool_id": "core__get_current_time", f"{CANARY} key!": 1}, "(unknown field)"),
+    ],
+)
+def test_invalid_requests_answer_422_with_paths_and_no_values(caller, body, path):
+    _account, key, _policy = caller
+
+    response = api_client(key).post(URL, body, format="json")
+
+    assert response.status_code == 422
+    payload = response.json()
+    assert payload["error_code"] == "validation"
+    assert [error["path"] for error in payload["errors"]] == [path]
+    assert CANARY not in response.content.decode()
+    assert ToolInvocation.objects.count() == 0
+
+
+def test_nine_kib_of_args_answer_422_naming_the_limit(caller):
+    _account, key, _policy = caller
+
+    response = exec_call(key, tool_id="core__get_current_time", args={"pad": "x" * (9 * 1024)})
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == [{"path": "args", "message": "args must be at most 8192 bytes serialized"}]
+
+
+# --- the status of every code, through the real view and exception handler -------------------
+
+
+@pytest.mark.parametrize("code", list(ErrorCode))
+def test_every_failure_code_answers_its_contract_status(code):
+    tenant = TenantFactory()
+    _account, key = service_account_with_key(tenant)
+    refusal = {
+        ErrorCode.APPROVAL_REQUIRED: {"approval_id": "a-1"},
+        ErrorCode.VALIDATION: {"errors": (FieldError(path="x", message="bad"),)},
+        ErrorCode.RATE_LIMITED: {"retry_after_s": 7},
+    }.get(code, {})
+
+    def refuse(call, proceed):
+        return call.fail(code, "refused", **refusal)
+
+    runner = ToolRunner([refuse], SystemClock())
+    runtime = SimpleNamespace(runner=runner)
+    view = ToolExecView.as_view(runtime_provider=lambda: runtime)
+    request = APIRequestFactory().post(
+        URL, {"tool_id": "core__x", "tool_call_id": "c1"}, format="json", HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
+
+    response = view(request)
+
+    assert response.status_code == ERROR_STATUS[code]
+    expected = {"tool_call_id": "c1", "tool_id": "core__x", "ok": False, "error_code": code.value}
+    assert {name: response.data[name] for name in expected} == expected
+    assert response.data["safe_message"] == "refused"
+    assert ("approval_id" in response.data) == (code is ErrorCode.APPROVAL_REQUIRED)
+    assert ("errors" in response.data) == (code is ErrorCode.VALIDATION)
+    assert response.get("Retry-After") == ("7" if code is ErrorCode.RATE_LIMITED else None)
+
+
+def test_contract_statuses_of_the_table():
+    assert {code.value: ERROR_STATUS[code] for code in ErrorCode} == {
+        "unavailable": 404,
+        "policy_denied": 403,
+        "approval_required": 202,
+        "rate_limited": 429,
+        "idempotency_conflict": 409,
+        "invalid_json": 400,
+        "validation": 422,
+        "connection_unavailable": 409,
+        "auth_refresh_failed": 502,
+        "timeout": 504,
+        "execution": 502,
+        "output_invalid": 500,
+        "redaction_failed": 500,
+        "result_too_large": 502,
+    }
+
+
+# --- the hot path's query budget ----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_warm_exec_takes_at_most_five_queries(django_assert_max_num_queries):
+    # given a caller whose caches are warm after one call
+    governance_cache.clear()
+    tenant = TenantFactory(slug="budget")
+    enable_tools("core__get_current_time")
+    _account, key = service_account_with_key(tenant, name="agent")
+    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time"])
+    client = api_client(key)
+    assert (
+        client.post(URL, {"tool_id": "core__get_current_time", "tool_call_id": "w0"}, format="json").status_code == 200
+    )
+
+    # when / then: generation read, idempotency claim (BEGIN, INSERT, COMMIT are counted on SQLite),
+    # audit update; last_used_at was written by the first call and is not rewritten within the minute
+    with django_assert_max_num_queries(5):
+        response = client.post(URL, {"tool_id": "core__get_current_time", "tool_call_id": "w1"}, format="json")
+    assert response.status_code == 200
+    assert ServiceAccount.objects.filter(last_used_at__isnull=False).count() == 1

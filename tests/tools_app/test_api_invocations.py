@@ -1,0 +1,174 @@
+"""GET /api/v1/invocations and /api/v1/invocations/{tool_call_id}: the tenant's audit rows."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from policies_app.governance import governance_bump, governance_cache
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.models import Tool, ToolInvocation
+
+pytestmark = pytest.mark.django_db
+
+CANARY = "canary-91b2c4"
+ROW_FIELDS = {
+    "tool_call_id",
+    "run_id",
+    "tool_id",
+    "service_account",
+    "connection_id",
+    "decision",
+    "ok",
+    "error_code",
+    "started_at",
+    "ended_at",
+    "duration_ms",
+    "result_bytes",
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches():
+    """Generations repeat across rolled-back tests, so the process caches must start empty."""
+    governance_cache.clear()
+    cache.clear()
+    yield
+    governance_cache.clear()
+
+
+def api_client(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def exec_call(key: str, **body) -> dict:
+    return api_client(key).post("/api/v1/tools/exec", body, format="json").json()
+
+
+@pytest.fixture
+def acme():
+    """Tenant acme's key, after three calls: two runs of the clock (one in run r1) and a denied wait."""
+    call_command("sync_tools", stdout=io.StringIO())
+    Tool.objects.filter(pk="core__get_current_time").update(is_enabled=True)
+    governance_bump()
+    tenant = TenantFactory(slug="acme")
+    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time"])
+    _account, key = service_account_with_key(tenant, name="agent")
+    exec_call(key, tool_id="core__get_current_time", args={"timezone": CANARY}, tool_call_id="a1", run_id="r1")
+    exec_call(key, tool_id="core__get_current_time", args={"timezone": "UTC"}, tool_call_id="a2", run_id="r1")
+    exec_call(key, tool_id="core__wait", args={"ms": 1}, tool_call_id="a3", run_id="r2")
+    return key
+
+
+def test_list_answers_the_tenants_rows_newest_first_without_values(acme):
+    response = api_client(acme).get("/api/v1/invocations")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["count"], body["next"], body["previous"]) == (3, None, None)
+    assert [row["tool_call_id"] for row in body["results"]] == ["a3", "a2", "a1"]
+    assert all(set(row) == ROW_FIELDS for row in body["results"])
+    newest = body["results"][0]
+    assert {name: newest[name] for name in ROW_FIELDS - {"started_at", "ended_at", "duration_ms"}} == {
+        "tool_call_id": "a3",
+        "run_id": "r2",
+        "tool_id": "core__wait",
+        "service_account": "agent",
+        "connection_id": None,
+        "decision": "deny",
+        "ok": False,
+        "error_code": "policy_denied",
+        "result_bytes": None,
+    }
+    assert body["results"][1]["ok"] is True
+    assert body["results"][1]["result_bytes"] > 0
+    assert CANARY not in response.content.decode()
+    assert "iso" not in response.content.decode()  # no result values either
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"run_id": "r1"}, ["a2", "a1"]),
+        ({"tool_id": "core__wait"}, ["a3"]),
+        ({"ok": "true"}, ["a2"]),
+        ({"ok": "false"}, ["a3", "a1"]),
+        ({"run_id": "r1", "ok": "false"}, ["a1"]),
+        ({"run_id": "nope"}, []),
+    ],
+)
+def test_list_filters(acme, query, expected):
+    response = api_client(acme).get("/api/v1/invocations", query)
+
+    assert [row["tool_call_id"] for row in response.json()["results"]] == expected
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "True", CANARY])
+def test_ok_filter_other_than_true_or_false_answers_422(acme, value):
+    response = api_client(acme).get("/api/v1/invocations", {"ok": value})
+
+    assert response.status_code == 422
+    assert response.json() == {
+        "error_code": "validation",
+        "safe_message": "the request is invalid",
+        "errors": [{"path": "ok", "message": "must be true or false"}],
+    }
+
+
+def test_list_is_paginated(acme):
+    first = api_client(acme).get("/api/v1/invocations", {"limit": 2}).json()
+    second = api_client(acme).get("/api/v1/invocations", {"limit": 2, "offset": 2}).json()
+
+    assert [row["tool_call_id"] for row in first["results"]] == ["a3", "a2"]
+    assert first["next"] == "http://testserver/api/v1/invocations?limit=2&offset=2"
+    assert [row["tool_call_id"] for row in second["results"]] == ["a1"]
+    assert (second["count"], second["next"]) == (3, None)
+
+
+def test_detail_answers_the_row(acme):
+    response = api_client(acme).get("/api/v1/invocations/a2")
+
+    assert response.status_code == 200
+    row = response.json()
+    assert set(row) == ROW_FIELDS
+    assert (row["tool_call_id"], row["run_id"], row["ok"], row["decision"]) == ("a2", "r1", True, "allow")
+    assert json.dumps(row).count("UTC") == 0
+
+
+def test_detail_of_an_unknown_id_answers_404(acme):
+    response = api_client(acme).get("/api/v1/invocations/nope")
+
+    assert response.status_code == 404
+    assert response.json() == {"error_code": "not_found", "safe_message": "no such invocation"}
+
+
+def test_another_tenant_never_sees_these_invocations(acme):
+    other_tenant = TenantFactory(slug="globex")
+    _account, other_key = service_account_with_key(other_tenant, name="agent")
+    exec_call(other_key, tool_id="core__get_current_time", tool_call_id="b1")  # denied: globex has no policy
+
+    listed = api_client(other_key).get("/api/v1/invocations")
+    detail = api_client(other_key).get("/api/v1/invocations/a2")
+
+    assert [row["tool_call_id"] for row in listed.json()["results"]] == ["b1"]
+    assert listed.json()["count"] == 1
+    assert detail.status_code == 404
+    assert detail.json()["error_code"] == "not_found"
+    assert ToolInvocation.objects.filter(tool_call_id="a2").exists()
+
+
+def test_invocations_need_the_tools_exec_scope(acme):
+    _account, manage_key = service_account_with_key(TenantFactory(slug="acme"), scopes=("connections:manage",))
+
+    listed = api_client(manage_key).get("/api/v1/invocations")
+    detail = api_client(manage_key).get("/api/v1/invocations/a2")
+
+    assert (listed.status_code, detail.status_code) == (403, 403)
+    assert detail.json()["error_code"] == "forbidden"

@@ -1,0 +1,265 @@
+"""The tools API: execute a call, read the catalog, read the tenant's invocations.
+
+Each view parses and validates its input, makes one service or selector call
+and shapes the output. Failed calls leave as `ToolCallFailed`, whose HTTP
+status the API's exception handler (config/api.py) takes from its one table.
+
+The runner comes from `runtime_provider`, given by the composition root in
+config/urls.py (`as_view(runtime_provider=runtime)`): apps never import config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from policies_app.authentication import ToolsExecScope, request_caller
+from runner.pipeline import ToolRunner
+from runner.ports import PolicyDecider, ToolSource
+from runner.types import ErrorCode
+from runner.wire.openai import encode_tools
+from tools_app.api import ToolCallFailed
+from tools_app.api.serializers import (
+    ErrorOutputSerializer,
+    ExecFailureOutputSerializer,
+    ExecInputSerializer,
+    ExecSuccessOutputSerializer,
+    InvocationListQuerySerializer,
+    InvocationOutputSerializer,
+    ToolCatalogOutputSerializer,
+    ToolCatalogQuerySerializer,
+    ToolSpecOutputSerializer,
+)
+from tools_app.selectors import invocation_get, invocation_list
+from tools_app.services import ExecRequest, tool_catalog, tool_exec
+
+
+class ToolRuntime(Protocol):
+    """What these views need of config.runtime.Runtime."""
+
+    @property
+    def runner(self) -> ToolRunner: ...
+
+    @property
+    def source(self) -> ToolSource: ...
+
+    @property
+    def policy(self) -> PolicyDecider: ...
+
+
+# --- schema pieces shared by the operations ---------------------------------------------
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorOutputSerializer, description=description)
+
+
+def _refused(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ExecFailureOutputSerializer, description=description)
+
+
+COMMON_ERRORS = {
+    401: _error("`unauthenticated`: missing, unknown or revoked API key."),
+    403: _error("`forbidden`: the API key lacks the tools:exec scope."),
+    406: _error("`not_acceptable`: this API answers application/json only."),
+    429: _error("`rate_limited`: too many requests from this service account."),
+    500: _error("`internal`: an unexpected error; nothing about it is disclosed."),
+}
+QUERY_ERRORS = {422: _error("`validation`: a query parameter is invalid; `errors` says which.")}
+RESPONSE_HEADERS = [
+    OpenApiParameter(
+        "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401], description="`Bearer`"
+    ),
+    OpenApiParameter(
+        "Retry-After",
+        OpenApiTypes.INT,
+        OpenApiParameter.HEADER,
+        response=[429],
+        description="Seconds to wait before retrying.",
+    ),
+]
+EXEC_RESPONSES = {
+    200: ExecSuccessOutputSerializer,
+    **COMMON_ERRORS,
+    202: _refused("`approval_required`: an operator must approve; repeat with the same tool_call_id."),
+    400: _error("`invalid_json`: the body is not a JSON object (or is malformed, too deep, has duplicate keys)."),
+    403: _error(
+        "`forbidden` (scope) or `policy_denied`; a refused call also carries tool_call_id, tool_id and ok=false."
+    ),
+    404: _refused("`unavailable`: no such tool."),
+    409: _refused("`idempotency_conflict` or `connection_unavailable`."),
+    413: _error("`validation`: the body exceeds 64 KiB."),
+    415: _error("`unsupported_media_type`: send application/json."),
+    422: _error("`validation`: the request or the args are invalid; a refused call also carries tool_call_id."),
+    429: _error("`rate_limited`: the policy's or the API's budget is spent; see Retry-After."),
+    500: _error("`internal`, `output_invalid` or `redaction_failed`."),
+    502: _refused("`execution`, `auth_refresh_failed` or `result_too_large`."),
+    504: _refused("`timeout`: the tool ran past its runtime budget."),
+}
+EXEC_EXAMPLE = OpenApiExample(
+    "current time",
+    value={"tool_id": "core__get_current_time", "args": {"timezone": "UTC"}, "run_id": "run_9"},
+    request_only=True,
+)
+
+
+# --- views ----------------------------------------------------------------------------------
+
+
+class ToolsApiView(APIView):
+    """Base of the tools API views: the tools:exec scope and the injected runtime."""
+
+    permission_classes = [ToolsExecScope]
+    runtime_provider: Callable[[], ToolRuntime] | None = None
+
+    def runtime(self) -> ToolRuntime:
+        if self.runtime_provider is None:
+            raise ImproperlyConfigured(f"{type(self).__name__} needs as_view(runtime_provider=...)")
+        return self.runtime_provider()
+
+
+def _json_object(request: Request) -> Any:
+    data = request.data
+    if request.stream is None:  # DRF does not call the parser for an empty body
+        raise ParseError("request body is empty", code=ErrorCode.INVALID_JSON.value)
+    return data
+
+
+class ToolExecView(ToolsApiView):
+    """Run one tool call through the runner; every outcome answers the contract's body.
+
+    A repeated `tool_call_id` whose call already ran answers the recorded
+    response without running the tool again; the same id with another request
+    answers 409 `idempotency_conflict`.
+    """
+
+    @extend_schema(
+        operation_id="tools_exec",
+        summary="Execute a tool call",
+        request=ExecInputSerializer,
+        responses=EXEC_RESPONSES,
+        parameters=RESPONSE_HEADERS,
+        examples=[EXEC_EXAMPLE],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = ExecInputSerializer(data=_json_object(request))
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        exec_request = ExecRequest(
+            tool_id=data["tool_id"],
+            args=data["args"],
+            tool_call_id=data.get("tool_call_id"),
+            run_id=data.get("run_id"),
+            connection_id=data.get("connection_id"),
+            connection_ids=data.get("connection_ids") or None,
+            grant_id=data.get("grant_id"),
+        )
+        result = tool_exec(runner=self.runtime().runner, caller=request_caller(request), request=exec_request)
+        if result.ok:
+            return Response(ExecSuccessOutputSerializer(result).data)
+        raise ToolCallFailed(
+            error_code=str(result.error_code),
+            body=ExecFailureOutputSerializer(result).data,
+            retry_after_s=result.retry_after_s,
+        )
+
+
+class ToolCatalogView(ToolsApiView):
+    """The tools this caller may run now: enabled, and allowed by its policy."""
+
+    @extend_schema(
+        operation_id="tools_list",
+        summary="The tools this caller may run now",
+        parameters=[ToolCatalogQuerySerializer, *RESPONSE_HEADERS],
+        responses={200: ToolCatalogOutputSerializer, **COMMON_ERRORS, **QUERY_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        query = ToolCatalogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        runtime = self.runtime()
+        specs = tool_catalog(source=runtime.source, policy=runtime.policy, caller=request_caller(request))
+        if query.validated_data.get("format") == "openai":
+            return Response({"tools": encode_tools(specs)})
+        return Response({"tools": [spec.public_dict() for spec in specs]})
+
+
+class ToolDetailView(ToolsApiView):
+    """One tool of the caller's catalog; tools outside it are answered like unknown ones."""
+
+    @extend_schema(
+        operation_id="tools_retrieve",
+        summary="One tool of this caller's catalog",
+        parameters=RESPONSE_HEADERS,
+        responses={
+            200: ToolSpecOutputSerializer,
+            **COMMON_ERRORS,
+            404: _error("`unavailable`: no such tool in this caller's catalog."),
+        },
+    )
+    def get(self, request: Request, tool_id: str) -> Response:
+        runtime = self.runtime()
+        specs = tool_catalog(source=runtime.source, policy=runtime.policy, caller=request_caller(request))
+        spec = next((spec for spec in specs if spec.name == tool_id), None)
+        if spec is None:
+            raise NotFound("no such tool", code=ErrorCode.UNAVAILABLE.value)
+        return Response(spec.public_dict())
+
+
+class InvocationPagination(LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 200
+
+
+class InvocationListView(ToolsApiView):
+    """The caller's tenant's audit rows, newest first: references and outcomes, never values."""
+
+    pagination_class = InvocationPagination
+
+    @extend_schema(
+        operation_id="invocations_list",
+        summary="This tenant's invocation records, newest first",
+        parameters=[InvocationListQuerySerializer, *RESPONSE_HEADERS],
+        responses={200: InvocationOutputSerializer(many=True), **COMMON_ERRORS, **QUERY_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        query = InvocationListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        filters = query.validated_data
+        rows = invocation_list(
+            tenant_id=request_caller(request).tenant_id,
+            run_id=filters.get("run_id", ""),
+            tool_id=filters.get("tool_id", ""),
+            ok=None if "ok" not in filters else filters["ok"] == "true",
+        )
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(InvocationOutputSerializer(page, many=True).data)
+
+
+class InvocationDetailView(ToolsApiView):
+    """One audit row of the caller's tenant by tool_call_id: the executed one, else the latest attempt."""
+
+    @extend_schema(
+        operation_id="invocations_retrieve",
+        summary="One invocation record of this tenant",
+        parameters=RESPONSE_HEADERS,
+        responses={
+            200: InvocationOutputSerializer,
+            **COMMON_ERRORS,
+            404: _error("`not_found`: no such tool_call_id in this tenant."),
+        },
+    )
+    def get(self, request: Request, tool_call_id: str) -> Response:
+        row = invocation_get(tenant_id=request_caller(request).tenant_id, tool_call_id=tool_call_id)
+        if row is None:
+            raise NotFound("no such invocation")
+        return Response(InvocationOutputSerializer(row).data)
