@@ -3,8 +3,8 @@
 Service accounts, effective policies and tool switches are read on every call
 but change rarely. Each process keeps them here and re-reads one row, the
 generation, once per request: every governance write bumps it in its own
-transaction, so the next call in every process sees the change (measured in
-bench/: one indexed SELECT instead of three).
+transaction, so the next call in every process sees the change for one
+indexed SELECT per request instead of three (key, policy, switches).
 """
 
 from __future__ import annotations

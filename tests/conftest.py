@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.core.cache import cache
 
 from policies_app.governance import governance_cache
 
@@ -55,6 +56,7 @@ def _fresh_governance_cache():
     """Each test's database rolls back, so a later test can reach the same generation
     number with other rows: never let the in-process cache carry entries across tests."""
     governance_cache.clear()
+    cache.clear()  # rate-limit counters and throttles live in the Django cache
     yield
     governance_cache.clear()
 

@@ -13,7 +13,6 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
 from django.core.management import call_command
 from django.http import Http404
@@ -24,7 +23,7 @@ from rest_framework.test import APIClient
 
 from config import api
 from policies_app import authentication
-from policies_app.governance import governance_bump, governance_cache
+from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
@@ -35,15 +34,6 @@ pytestmark = pytest.mark.django_db
 EXEC = "/api/v1/tools/exec"
 NORMAL_CALL = {"tool_id": "core__get_current_time", "args": {}}
 CANARY = "canary-0c4f7e"
-
-
-@pytest.fixture(autouse=True)
-def _isolated_caches():
-    """Generations repeat across rolled-back tests, so the process caches must start empty."""
-    governance_cache.clear()
-    cache.clear()
-    yield
-    governance_cache.clear()
 
 
 @pytest.fixture

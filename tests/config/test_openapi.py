@@ -13,7 +13,6 @@ from collections import Counter
 import pytest
 import schemathesis
 import yaml
-from django.core.cache import cache
 from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
@@ -24,7 +23,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from config.api import ERROR_STATUS
 from config.wsgi import application
-from policies_app.governance import governance_bump, governance_cache
+from policies_app.governance import governance_bump
 from runner.types import ErrorCode
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool
@@ -32,15 +31,6 @@ from tools_app.models import Tool
 SCHEMA = schemathesis.openapi.from_wsgi("/api/schema/", application)
 OPERATIONS = {result.ok().label: result.ok() for result in SCHEMA.get_all_operations()}
 EXAMPLES_PER_OPERATION = 50
-
-
-@pytest.fixture(autouse=True)
-def _isolated_caches():
-    """Generations repeat across rolled-back tests, so the process caches must start empty."""
-    governance_cache.clear()
-    cache.clear()
-    yield
-    governance_cache.clear()
 
 
 def test_schema_generates_and_validates_without_warnings(tmp_path):

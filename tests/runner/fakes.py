@@ -17,6 +17,7 @@ from runner.types import (
     Budgets,
     Decision,
     ErrorCode,
+    EventKind,
     ToolEvent,
     ToolInvocationContext,
     ToolInvocationRecord,
@@ -129,6 +130,10 @@ class ListEvents:
 
     def emit(self, event: ToolEvent) -> None:
         self.events.append(event)
+
+    @property
+    def kinds(self) -> list[EventKind]:
+        return [event.kind for event in self.events]
 
 
 class FixedClock:

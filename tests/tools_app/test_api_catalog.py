@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from django.core.cache import cache
-from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from config.runtime import runtime
-from policies_app.governance import governance_bump, governance_cache
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
-from tools_app.models import Tool
+from tests.support.api import api_client, enable_tools
 
 pytestmark = pytest.mark.django_db
 
 CANARY = "canary-5d1e0b"
-
-
-@pytest.fixture(autouse=True)
-def _isolated_caches():
-    """Generations repeat across rolled-back tests, so the process caches must start empty."""
-    governance_cache.clear()
-    cache.clear()
-    yield
-    governance_cache.clear()
-
-
-def enable_tools(*tool_ids: str) -> None:
-    call_command("sync_tools", stdout=io.StringIO())
-    Tool.objects.filter(pk__in=tool_ids).update(is_enabled=True)
-    governance_bump()  # a queryset update sends no signal
-
-
-def api_client(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
 
 
 def public_spec(tool_id: str) -> dict:

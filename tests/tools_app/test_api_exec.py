@@ -7,52 +7,29 @@ connection_unavailable.
 
 from __future__ import annotations
 
-import io
 import uuid
 from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from django.core.cache import cache
-from django.core.management import call_command
 from django.utils import timezone
-from rest_framework.test import APIClient, APIRequestFactory
+from rest_framework.test import APIRequestFactory
 
 from config.api import ERROR_STATUS
-from policies_app.governance import governance_bump, governance_cache
+from policies_app.governance import governance_cache
 from policies_app.models import ApprovalRequest, ServiceAccount
 from runner.defaults import SystemClock
 from runner.pipeline import ToolRunner
 from runner.types import ErrorCode, FieldError
 from tests.factories import GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
+from tests.support.api import api_client, enable_tools
 from tools_app.api.views import ToolExecView
-from tools_app.models import Tool, ToolInvocation
+from tools_app.models import ToolInvocation
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/tools/exec"
 CANARY = "canary-7f3a9c"
-
-
-@pytest.fixture(autouse=True)
-def _isolated_caches():
-    """Generations repeat across rolled-back tests, so the process caches must start empty."""
-    governance_cache.clear()
-    cache.clear()
-    yield
-    governance_cache.clear()
-
-
-def enable_tools(*tool_ids: str) -> None:
-    call_command("sync_tools", stdout=io.StringIO())
-    Tool.objects.filter(pk__in=tool_ids).update(is_enabled=True)
-    governance_bump()  # a queryset update sends no signal
-
-
-def api_client(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ import io
 import json
 
 import pytest
-from django.core.cache import cache
 from django.core.management import call_command
-from rest_framework.test import APIClient
 
-from policies_app.governance import governance_bump, governance_cache
+from policies_app.governance import governance_bump
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tests.support.api import api_client
 from tools_app.models import Tool, ToolInvocation
 
 pytestmark = pytest.mark.django_db
@@ -31,21 +30,6 @@ ROW_FIELDS = {
     "duration_ms",
     "result_bytes",
 }
-
-
-@pytest.fixture(autouse=True)
-def _isolated_caches():
-    """Generations repeat across rolled-back tests, so the process caches must start empty."""
-    governance_cache.clear()
-    cache.clear()
-    yield
-    governance_cache.clear()
-
-
-def api_client(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
 
 
 def exec_call(key: str, **body) -> dict:

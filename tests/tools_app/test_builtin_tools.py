@@ -19,7 +19,6 @@ import pytest
 
 from config.runtime import bind_tools
 from runner.bound import BoundTool
-from runner.capabilities import AuthCapability, BearerAuth
 from runner.defaults import Unlimited
 from runner.errors import BrokerError
 from runner.pipeline import ToolRunner, default_stages
@@ -30,12 +29,11 @@ from runner.types import (
     ErrorCode,
     EventKind,
     FieldError,
-    ToolEvent,
     ToolExecResult,
     ToolInvocationContext,
-    ToolInvocationRecord,
     ToolSpec,
 )
+from tests.runner.fakes import FakeBroker, FixedClock, ListAudit, ListEvents
 from tests.support.loopback import LoopbackServer, RecordedRequest, json_answer
 from tools_app.registry import code_registry
 
@@ -69,19 +67,6 @@ class OneGrant:
         return self.grant if grant_id == self.grant.grant_id else None
 
 
-@dataclass
-class TokenBroker:
-    token: str = TOKEN
-    error: BrokerError | None = None
-    resolved: list[str | None] = field(default_factory=list)
-
-    def resolve(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthCapability:
-        self.resolved.append(ctx.connection_id)
-        if self.error is not None:
-            raise self.error
-        return BearerAuth(self.token)
-
-
 class EnabledSource:
     """The code tools, all switched on (the real source asks the database)."""
 
@@ -99,37 +84,9 @@ class EnabledSource:
 
 
 @dataclass
-class ListAudit:
-    records: list[ToolInvocationRecord] = field(default_factory=list)
-
-    def record(self, record: ToolInvocationRecord) -> None:
-        self.records.append(record)
-
-
-@dataclass
-class ListEvents:
-    events: list[ToolEvent] = field(default_factory=list)
-
-    def emit(self, event: ToolEvent) -> None:
-        self.events.append(event)
-
-    @property
-    def kinds(self) -> list[EventKind]:
-        return [event.kind for event in self.events]
-
-
-class FixedClock:
-    def now(self) -> datetime:
-        return NOW
-
-    def monotonic(self) -> float:
-        return NOW.timestamp()
-
-
-@dataclass
 class Harness:
     runner: ToolRunner
-    broker: TokenBroker
+    broker: FakeBroker
     audit: ListAudit
     events: ListEvents
 
@@ -163,7 +120,12 @@ def make_harness(
     grant = grant or GrantView(
         grant_id=GRANT_ID, tenant_id=TENANT, actor_id=ACTOR, connection_ids=frozenset({CONNECTION})
     )
-    broker, audit, events, clock = TokenBroker(error=broker_error), ListAudit(), ListEvents(), FixedClock()
+    broker, audit, events, clock = (
+        FakeBroker(token=TOKEN, error=broker_error),
+        ListAudit(),
+        ListEvents(),
+        FixedClock(NOW),
+    )
     stages = default_stages(
         source=source,
         policy=AllowAll(budgets or Budgets()),
