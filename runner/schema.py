@@ -26,8 +26,9 @@ FORBIDDEN_KEYWORDS = frozenset(
     {"oneOf", "anyOf", "allOf", "not", "if", "then", "else", "patternProperties", "dependentSchemas"}
 )
 LOCAL_REF_PREFIX = "#/$defs/"
-# `connectionId`, `connection_id`, `conn-ids`, `ConnectionRef`... once case and separators go.
-CONNECTION_LIKE = re.compile(r"^conn(ection)?(id|ids|ref|refs)?$")
+# `connectionId`, `connection_id`, `conn-ids`, `ConnectionRef`, `connection_uuid`, `connections`...
+# once case and separators go.
+CONNECTION_LIKE = re.compile(r"^conn(ection)?s?(id|ids|identifiers?|uuids?|refs?)?$")
 # Keywords whose value maps names to subschemas (the names themselves are data).
 SCHEMA_MAPS = ("properties", "$defs")
 SCHEMA_LISTS = ("prefixItems",)

@@ -21,7 +21,16 @@ from runner.types import ToolEffect
 from tools_app.tools import BUILTIN_TOOLS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CONNECTION_LIKE_NAMES = ("connectionId", "connection_id", "ConnectionID", "connection-ids", "conn_id")
+CONNECTION_LIKE_NAMES = (
+    "connectionId",
+    "connection_id",
+    "ConnectionID",
+    "connection-ids",
+    "conn_id",
+    "connectionIdentifier",
+    "connection_uuid",
+    "connections",
+)
 HARMLESS_NAMES = ("connector_name", "connections_note")
 
 
