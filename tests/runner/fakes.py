@@ -162,7 +162,21 @@ class Harness:
     audit: ListAudit
     events: ListEvents
     clock: FixedClock
-    runner: ToolRunner
+    runner: ToolRunner | None
+
+    def stages(self, **extra: object) -> list:
+        """The default stages wired to this harness's fakes (for tests that add or swap stages)."""
+        return default_stages(
+            source=self.source,
+            policy=self.policy,
+            limiter=self.limiter,
+            grants=self.grants,
+            broker=self.broker,
+            audit=self.audit,
+            events=self.events,
+            clock=self.clock,
+            **extra,
+        )
 
     def exec(self, tool_id: str, args: object = None, **ctx_fields: object):
         ctx_values = {"run_id": "run-1", "tool_call_id": "call-1", "tenant_id": TENANT, "actor_id": ACTOR}
@@ -189,18 +203,9 @@ def make_harness(
     )
     grant_store = FakeGrants({g.grant_id: g for g in grants})
     broker, limiter, audit, events, clock = FakeBroker(), FakeLimiter(), ListAudit(), ListEvents(), FixedClock()
-    stages = default_stages(
-        source=source,
-        policy=policy,
-        limiter=limiter,
-        grants=grant_store,
-        broker=broker,
-        audit=audit,
-        events=events,
-        clock=clock,
-        default_max_result_bytes=default_max_result_bytes,
-    )
-    return Harness(source, policy, grant_store, broker, limiter, audit, events, clock, ToolRunner(stages, clock))
+    harness = Harness(source, policy, grant_store, broker, limiter, audit, events, clock, runner=None)
+    harness.runner = ToolRunner(harness.stages(default_max_result_bytes=default_max_result_bytes), clock)
+    return harness
 
 
 def grant(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from runner.errors import BrokerError
 from runner.grants import effective_connection_ids
-from runner.pipeline import ToolRunner, args_digest, default_stages
+from runner.pipeline import ToolRunner, args_digest
 from runner.ports import Claimed, Conflict, Replay
 from runner.types import Budgets, Decision, ErrorCode, EventKind, ToolExecResult
 from tests.runner import tools
@@ -342,16 +342,7 @@ def test_a_deployment_can_add_a_stage_without_touching_the_core():
             cache[key] = result
         return result
 
-    stages = default_stages(
-        source=h.source,
-        policy=h.policy,
-        limiter=h.limiter,
-        grants=h.grants,
-        broker=h.broker,
-        audit=h.audit,
-        events=h.events,
-        clock=h.clock,
-    )
+    stages = h.stages()
     stages.insert(4, caching_stage)  # after policy and budgets, before the connection gate
     h.runner = ToolRunner(stages, h.clock)
 
@@ -403,18 +394,7 @@ class MemoryIdempotency:
 
 
 def _with_idempotency(h):
-    stages = default_stages(
-        source=h.source,
-        policy=h.policy,
-        limiter=h.limiter,
-        grants=h.grants,
-        broker=h.broker,
-        audit=h.audit,
-        events=h.events,
-        clock=h.clock,
-        idempotency=MemoryIdempotency(h.audit),
-    )
-    h.runner = ToolRunner(stages, h.clock)
+    h.runner = ToolRunner(h.stages(idempotency=MemoryIdempotency(h.audit)), h.clock)
     return h
 
 
