@@ -13,11 +13,12 @@ from functools import cache
 
 from django.conf import settings
 
+from connections_app.adapters import DatabaseConnectionBroker
 from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
 from runner.bound import BoundTool, bind_tool
 from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition
-from runner.defaults import LoggingEventSink, NoConnections, SystemClock
+from runner.defaults import LoggingEventSink, SystemClock
 from runner.errors import ContractError
 from runner.pipeline import ToolRunner, default_stages
 from runner.ports import PolicyDecider
@@ -61,7 +62,7 @@ def build_runtime() -> Runtime:
         policy=policy,
         limiter=CacheRateLimiter(),
         grants=DatabaseGrantStore(),
-        broker=NoConnections(),  # the connections issue binds the credential broker here
+        broker=DatabaseConnectionBroker(),
         audit=DatabaseAuditSink(),
         events=LoggingEventSink(),
         clock=clock,

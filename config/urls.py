@@ -1,4 +1,4 @@
-"""URL configuration: admin, health probes, the REST API and its schema.
+"""URL configuration: admin, health probes, the REST API and its schema, the tenant UI.
 
 Every path under /api/ answers JSON: routes that do not exist fall through to
 the catch-all at the end (new /api/ routes go above it), and the handlers below
@@ -7,7 +7,7 @@ answer the contract's error envelope for /api/ paths.
 
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from config import api, health
 from config.runtime import runtime
@@ -23,7 +23,10 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves its init script as a file: the CSP forbids inline scripts.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include(tools_api_urlpatterns(runtime))),
-    re_path(r"^api/", api.api_not_found),  # keep last
+    path("api/v1/", include("connections_app.api.urls")),
+    re_path(r"^api/", api.api_not_found),  # keep after every /api/ route
+    path("", include("connections_app.web.urls")),
 ]

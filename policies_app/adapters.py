@@ -7,7 +7,7 @@ import time
 
 from django.core.cache import cache
 
-from policies_app.selectors import grant_get, policy_effective_for
+from policies_app.selectors import grant_for_gate, policy_effective_for
 from policies_app.services import approval_check
 from runner.ports import GrantView, Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
@@ -50,14 +50,14 @@ class DatabasePolicyDecider:
 
 class DatabaseGrantStore:
     def get(self, grant_id: str) -> GrantView | None:
-        grant = grant_get(grant_id=grant_id)
+        grant = grant_for_gate(grant_id=grant_id)
         if grant is None:
             return None
         return GrantView(
-            grant_id=str(grant.pk),
+            grant_id=grant_id.lower(),
             tenant_id=str(grant.tenant_id),
             actor_id=str(grant.service_account_id),
-            connection_ids=frozenset(grant.connection_ids),
+            connection_ids=grant.connection_ids,
             expires_at=grant.expires_at,
             revoked=grant.revoked_at is not None,
         )

@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Field, QuerySet
+from django.db.models import Count, Field, QuerySet
 from django.forms import Field as FormField
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse
@@ -301,7 +301,7 @@ class ExecutionGrantAdmin(admin.ModelAdmin):
         "id",
         "tenant",
         "service_account",
-        "connection_ids",
+        "connection_list",
         "created_at",
         "created_by",
         "expires_at",
@@ -316,9 +316,17 @@ class ExecutionGrantAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: ExecutionGrant | None = None) -> bool:
         return False
 
-    @admin.display(description="connections")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ExecutionGrant]:
+        return super().get_queryset(request).annotate(connection_total=Count("connections"))
+
+    @admin.display(description="connections", ordering="connection_total")
     def connection_count(self, grant: ExecutionGrant) -> int:
-        return len(grant.connection_ids)
+        return grant.connection_total  # type: ignore[attr-defined]
+
+    @admin.display(description="connections")
+    def connection_list(self, grant: ExecutionGrant) -> str:
+        """Provider, label and the id's last four characters: metadata, never credentials."""
+        return ", ".join(str(connection) for connection in grant.connections.all()) or "—"
 
     @admin.action(description="Revoke selected grants", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ExecutionGrant]) -> None:

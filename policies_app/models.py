@@ -150,12 +150,16 @@ class ToolPolicy(models.Model):
 
 
 class ExecutionGrant(models.Model):
-    """Which connections one service account may use: the authority behind grant ∩ declared."""
+    """Which connections one service account may use: the authority behind grant ∩ declared.
+
+    The connections must be the grant's tenant's (grant_create checks it; the
+    broker checks the tenant again at every use).
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="grants")
     service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="grants")
-    connection_ids = models.JSONField(default=list)
+    connections = models.ManyToManyField("connections_app.Connection", related_name="grants", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from policies_app.governance import governance_cache
 from policies_app.keys import key_matches, key_prefix
@@ -101,13 +101,60 @@ def _specificity(policy: ToolPolicy) -> int:
     return 2 if policy.service_account_id else 1 if policy.tenant_id else 0
 
 
-def grant_get(*, grant_id: str) -> ExecutionGrant | None:
-    """A grant by id (not cached: revocation must bite on the next call)."""
+def grant_list(*, tenant_id: int) -> QuerySet[ExecutionGrant]:
+    """A tenant's grants, newest first, with their account and connections loaded."""
+    return (
+        ExecutionGrant.objects.filter(tenant_id=tenant_id)
+        .select_related("service_account", "created_by", "revoked_by")
+        .prefetch_related("connections")
+        .order_by("-created_at")
+    )
+
+
+def grant_get(*, tenant_id: int, grant_id: object) -> ExecutionGrant | None:
+    """The tenant's grant with this id; None for malformed ids and other tenants' grants alike."""
+    try:
+        pk = uuid.UUID(str(grant_id))
+    except ValueError:
+        return None
+    return grant_list(tenant_id=tenant_id).filter(pk=pk).first()
+
+
+def service_account_for_tenant(*, tenant_id: int, name_or_id: str) -> ServiceAccount | None:
+    """A tenant's live service account named by its id or its name (ids win when both could match)."""
+    accounts = ServiceAccount.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
+    try:
+        by_id = accounts.filter(pk=uuid.UUID(name_or_id)).first()
+    except ValueError:
+        by_id = None
+    return by_id or accounts.filter(name=name_or_id).first()
+
+
+@dataclass(frozen=True, slots=True)
+class GrantRow:
+    tenant_id: int
+    service_account_id: uuid.UUID
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    connection_ids: frozenset[str]
+
+
+def grant_for_gate(*, grant_id: str) -> GrantRow | None:
+    """What the connection gate needs of a grant, in one query (a join onto its connections)."""
     try:
         uuid.UUID(grant_id)
     except ValueError:
         return None
-    return ExecutionGrant.objects.filter(pk=grant_id).first()
+    rows = list(
+        ExecutionGrant.objects.filter(pk=grant_id).values_list(
+            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id"
+        )
+    )
+    if not rows:
+        return None
+    tenant_id, service_account_id, expires_at, revoked_at, _ = rows[0]
+    connection_ids = frozenset(str(row[4]) for row in rows if row[4] is not None)
+    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids)
 
 
 def policies_applicable_to(*, tenant_id: int | str, service_account_id: str) -> list[ToolPolicy]:

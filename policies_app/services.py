@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -18,6 +19,9 @@ from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant
 from runner.types import ToolEffect
+
+if TYPE_CHECKING:
+    from connections_app.models import Connection
 
 APPROVAL_TTL = timedelta(hours=24)
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -80,27 +84,33 @@ def service_account_touch(*, service_account_id: str, last_used_at: datetime | N
 
 
 @transaction.atomic
+@transaction.atomic
 def grant_create(
     *,
     tenant: Tenant,
     service_account: ServiceAccount,
-    connection_ids: Iterable[str],
+    connections: Iterable[Connection],
     expires_at: datetime | None = None,
     created_by: AbstractBaseUser | None = None,
 ) -> ExecutionGrant:
+    """Let one service account use these connections, all of its own tenant and not revoked."""
+    connections = list(connections)
     if service_account.tenant_id != tenant.pk:
         raise PolicyServiceError("the service account belongs to another tenant")
     if service_account.revoked_at is not None:
         raise PolicyServiceError("the service account is revoked")
+    if not connections:
+        raise PolicyServiceError("a grant names at least one connection")
+    if any(connection.tenant_id != tenant.pk for connection in connections):
+        raise PolicyServiceError("a connection belongs to another tenant")
+    if any(connection.revoked_at is not None for connection in connections):
+        raise PolicyServiceError("a connection is revoked")
     if expires_at is not None and expires_at <= timezone.now():
         raise PolicyServiceError("expires_at is in the past")
     grant = ExecutionGrant.objects.create(
-        tenant=tenant,
-        service_account=service_account,
-        connection_ids=sorted({str(cid) for cid in connection_ids}),
-        expires_at=expires_at,
-        created_by=created_by,
+        tenant=tenant, service_account=service_account, expires_at=expires_at, created_by=created_by
     )
+    grant.connections.set(connections)
     return grant
 
 

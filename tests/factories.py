@@ -7,6 +7,8 @@ import uuid
 import factory
 from django.contrib.auth import get_user_model
 
+from connections_app.models import Connection
+from connections_app.services import connection_create
 from policies_app.models import ExecutionGrant, Tenant, TenantMembership, ToolPolicy
 from policies_app.services import service_account_create
 
@@ -60,9 +62,33 @@ class ToolPolicyFactory(factory.django.DjangoModelFactory):
     require_approval_for_effects = factory.LazyFunction(list)
 
 
+class ConnectionFactory(factory.django.DjangoModelFactory):
+    """A hand-entered connection, stored through the service (so it is encrypted like a real one)."""
+
+    class Meta:
+        model = Connection
+
+    tenant = factory.SubFactory(TenantFactory)
+    provider = "github"
+    credential_type = Connection.CredentialType.API_KEY
+    credentials = factory.LazyFunction(lambda: {"api_key": f"ghp_{uuid.uuid4().hex}"})
+    label = factory.Sequence(lambda n: f"account {n}")
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        return connection_create(**kwargs)
+
+
 class GrantFactory(factory.django.DjangoModelFactory):
+    """A grant; pass `connections=[...]` (rows of the same tenant)."""
+
     class Meta:
         model = ExecutionGrant
+        skip_postgeneration_save = True
 
     tenant = factory.LazyAttribute(lambda o: o.service_account.tenant)
-    connection_ids = factory.LazyFunction(list)
+
+    @factory.post_generation
+    def connections(grant, create, extracted, **kwargs):
+        if create and extracted:
+            grant.connections.set(extracted)

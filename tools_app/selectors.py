@@ -45,3 +45,10 @@ def tool_ids_known() -> list[str]:
     A tool gone from code keeps its row, so policies that still name it stay editable.
     """
     return sorted(set(code_registry()) | set(Tool.objects.values_list("id", flat=True)))
+
+
+def tool_providers() -> list[str]:
+    """Providers the code's tools talk to (e.g. `github`): what a hand-entered credential may be for."""
+    return sorted(
+        {definition.contract.provider for definition in code_registry().values() if definition.contract.provider}
+    )

@@ -18,6 +18,7 @@ from policies_app.selectors import caller_for_key, policy_effective_for
 from policies_app.services import approval_check, service_account_revoke
 from runner.types import ToolEffect
 from tests.factories import (
+    ConnectionFactory,
     GrantFactory,
     MembershipFactory,
     TenantFactory,
@@ -134,7 +135,7 @@ def test_policy_changelist_searches_and_filters(admin_client, acme):
 def test_grant_and_approval_changelists_search_and_filter(admin_client, acme, globex):
     account, _ = service_account_with_key(acme, name="bot")
     other, _ = service_account_with_key(globex, name="bot")
-    grant = GrantFactory(service_account=account, connection_ids=["c1", "c2"])
+    grant = GrantFactory(service_account=account, connections=ConnectionFactory.create_batch(2, tenant=acme))
     GrantFactory(service_account=other)
     _status, approval = _open_approval(account, "call_1")
 
@@ -545,7 +546,7 @@ def test_effective_policy_needs_the_admin(client, acme):
 
 def test_grant_revoke_action(admin_client, admin_user, acme):
     account, _ = service_account_with_key(acme, name="agent")
-    grant = GrantFactory(service_account=account, connection_ids=["c1"])
+    grant = GrantFactory(service_account=account, connections=[ConnectionFactory(tenant=acme)])
 
     response = admin_client.post(
         reverse("admin:policies_app_executiongrant_changelist"),
@@ -675,7 +676,7 @@ def _add_governance_rows(tenant, start: int, n: int) -> None:
     for i in range(start, start + n):
         account, _ = service_account_with_key(tenant, name=f"agent-{i}")
         ToolPolicyFactory(tenant=tenant, service_account=account)
-        GrantFactory(service_account=account, connection_ids=["c1"])
+        GrantFactory(service_account=account, connections=[ConnectionFactory(tenant=tenant)])
         _status, approval = _open_approval(account, f"call_{i}")
         ApprovalRequest.objects.filter(pk=approval.pk).update(decided_by=UserFactory())
 

@@ -1,8 +1,7 @@
-"""POST /api/v1/tools/exec against the real runtime: every outcome the API can produce today.
+"""POST /api/v1/tools/exec against the real runtime: every outcome the API can produce.
 
-Policies, tools and grants are real rows; the broker is the composition root's
-current one (none bound yet), which is why a fully granted connection answers
-connection_unavailable.
+Policies, tools, connections and grants are real rows. Calls that reach GitHub
+are tested against a loopback server in tests/connections_app.
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ from policies_app.models import ApprovalRequest, ServiceAccount
 from runner.defaults import SystemClock
 from runner.pipeline import ToolRunner
 from runner.types import ErrorCode, FieldError
-from tests.factories import GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
+from connections_app.services import connection_revoke
+from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
 from tools_app.api.views import ToolExecView
 from tools_app.models import ToolInvocation
@@ -259,7 +259,7 @@ def test_connection_without_grant_answers_422_before_the_runner(github_caller):
 
 def test_connection_outside_the_grant_answers_403_policy_denied(github_caller):
     account, key = github_caller
-    grant = GrantFactory(service_account=account, connection_ids=[str(uuid.uuid4())])
+    grant = GrantFactory(service_account=account, connections=[ConnectionFactory(tenant=account.tenant)])
 
     response = exec_call(
         key, tool_id="github__get_user", connection_id=str(uuid.uuid4()), grant_id=str(grant.pk), tool_call_id="c1"
@@ -273,8 +273,9 @@ def test_connection_outside_the_grant_answers_403_policy_denied(github_caller):
 def test_another_callers_grant_answers_403_policy_denied(github_caller, tenant):
     _account, key = github_caller
     other, _other_key = service_account_with_key(tenant, name="other")
-    connection_id = str(uuid.uuid4())
-    grant = GrantFactory(service_account=other, connection_ids=[connection_id])
+    connection = ConnectionFactory(tenant=tenant)
+    connection_id = str(connection.pk)
+    grant = GrantFactory(service_account=other, connections=[connection])
 
     response = exec_call(key, tool_id="github__get_user", connection_id=connection_id, grant_id=str(grant.pk))
 
@@ -282,10 +283,12 @@ def test_another_callers_grant_answers_403_policy_denied(github_caller, tenant):
     assert response.json()["safe_message"] == "grant does not authorise this connection"
 
 
-def test_granted_connection_without_a_broker_answers_409_connection_unavailable(github_caller):
+def test_granted_but_revoked_connection_answers_409_connection_unavailable(github_caller):
     account, key = github_caller
-    connection_id = str(uuid.uuid4())
-    grant = GrantFactory(service_account=account, connection_ids=[connection_id])
+    connection = ConnectionFactory(tenant=account.tenant)
+    connection_id = str(connection.pk)
+    grant = GrantFactory(service_account=account, connections=[connection])
+    connection_revoke(connection=connection)
 
     response = exec_call(
         key,
@@ -298,6 +301,7 @@ def test_granted_connection_without_a_broker_answers_409_connection_unavailable(
 
     assert response.status_code == 409
     assert response.json()["error_code"] == "connection_unavailable"
+    assert response.json()["safe_message"] == "connection has been revoked"
 
 
 def test_connection_tool_without_a_connection_answers_422(github_caller):
@@ -312,8 +316,9 @@ def test_connection_tool_without_a_connection_answers_422(github_caller):
 
 def test_connection_given_to_a_tool_that_takes_none_answers_422(github_caller):
     account, key = github_caller
-    connection_id = str(uuid.uuid4())
-    grant = GrantFactory(service_account=account, connection_ids=[connection_id])
+    connection = ConnectionFactory(tenant=account.tenant)
+    connection_id = str(connection.pk)
+    grant = GrantFactory(service_account=account, connections=[connection])
 
     response = exec_call(key, tool_id="core__get_current_time", connection_id=connection_id, grant_id=str(grant.pk))
 
@@ -323,9 +328,10 @@ def test_connection_given_to_a_tool_that_takes_none_answers_422(github_caller):
 
 def test_expired_grant_answers_403_policy_denied(github_caller):
     account, key = github_caller
-    connection_id = str(uuid.uuid4())
+    connection = ConnectionFactory(tenant=account.tenant)
+    connection_id = str(connection.pk)
     grant = GrantFactory(
-        service_account=account, connection_ids=[connection_id], expires_at=timezone.now() - timedelta(minutes=1)
+        service_account=account, connections=[connection], expires_at=timezone.now() - timedelta(minutes=1)
     )
 
     response = exec_call(key, tool_id="github__get_user", connection_id=connection_id, grant_id=str(grant.pk))

@@ -1,0 +1,81 @@
+"""connections_app's side of the runner's ports: the credential broker."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.utils import timezone
+
+from connections_app.credentials import capability_for
+from connections_app.crypto import CredentialError
+from connections_app.models import Connection
+from connections_app.selectors import connection_for_use
+from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
+from runner.capabilities import AuthCapability
+from runner.errors import BrokerError
+from runner.types import ErrorCode, ToolInvocationContext, ToolSpec
+
+logger = logging.getLogger(__name__)
+
+# "No such connection" and "another tenant's" answer alike: ids must not be probeable.
+NOT_AVAILABLE = "connection is not available"
+UNREADABLE = "the connection's credentials cannot be read; an operator has been alerted"
+
+
+class DatabaseConnectionBroker:
+    """Turns a granted connection id into an AuthCapability, or refuses with a typed error.
+
+    Runs after the grant gate (pipeline stage 6), so a refusal here is defence
+    in depth: the connection must still be the caller's tenant's, for the
+    tool's provider, not revoked, not awaiting re-authorisation, not expired.
+    Refusals are audited as ConnectionEvents. An envelope that does not open
+    (missing key, tampering) is an operator problem: it is logged without any
+    secret, the caller gets `connection_unavailable`, and the row is left as it
+    is, because a restored key makes it usable again.
+    """
+
+    def resolve(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthCapability:
+        connection_id = ctx.connection_id or ""
+        connection = connection_for_use(connection_id=connection_id)
+        now = timezone.now()
+        refusal = _refusal(connection, ctx, spec, now)
+        if refusal is not None:
+            code, reason = refusal
+            connection_use_denied(
+                tenant_id=ctx.tenant_id,
+                connection_id=connection_id,
+                service_account_id=ctx.actor_id,
+                tool_id=spec.name,
+                reason=reason,
+            )
+            raise BrokerError(code, reason)
+        assert connection is not None  # _refusal answers None only for a usable row
+        try:
+            credentials = connection_credentials_open(connection)
+        except CredentialError as exc:
+            logger.error("connection %s: credentials cannot be decrypted: %s", connection.pk, exc)
+            raise BrokerError(ErrorCode.CONNECTION_UNAVAILABLE, UNREADABLE) from None
+        connection_touch(connection=connection, now=now)
+        return capability_for(connection.credential_type, credentials)
+
+
+def _refusal(
+    connection: Connection | None, ctx: ToolInvocationContext, spec: ToolSpec, now: datetime
+) -> tuple[ErrorCode, str] | None:
+    if connection is None or str(connection.tenant_id) != ctx.tenant_id:
+        return ErrorCode.CONNECTION_UNAVAILABLE, NOT_AVAILABLE
+    if connection.revoked_at is not None:
+        return ErrorCode.CONNECTION_UNAVAILABLE, "connection has been revoked"
+    if connection.provider != spec.provider:
+        return (
+            ErrorCode.CONNECTION_UNAVAILABLE,
+            f"connection is for {connection.provider}, the tool needs {spec.provider}",
+        )
+    if connection.status == Connection.Status.NEEDS_REAUTH:
+        return ErrorCode.CONNECTION_UNAVAILABLE, "connection needs re-authorisation by the tenant"
+    if connection.expires_at is not None and connection.expires_at <= now:
+        if connection.credential_type == Connection.CredentialType.OAUTH2:
+            return ErrorCode.AUTH_REFRESH_FAILED, "the connection's token has expired and could not be refreshed"
+        return ErrorCode.CONNECTION_UNAVAILABLE, "connection has expired"
+    return None

@@ -1,0 +1,82 @@
+"""What each credential type holds, and the capability it becomes.
+
+The plaintext shapes are closed pydantic models: anything else is refused before
+it is encrypted, so the broker never meets a blob it cannot turn into headers.
+Validation errors name fields, never values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from runner.capabilities import AuthCapability, BasicAuth, BearerAuth
+
+# Printable, no whitespace at either end, no control characters (they would end up in HTTP headers).
+Secret = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Username = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f:]+$")]
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, hide_input_in_errors=True)
+
+
+class ApiKeyCredentials(_Closed):
+    api_key: Secret
+
+
+class AppPasswordCredentials(_Closed):
+    username: Username
+    password: Secret
+
+
+class OAuth2Credentials(_Closed):
+    access_token: Secret
+    refresh_token: Secret | None = None
+    token_type: str = Field(default="Bearer", max_length=32)
+
+
+SHAPES: dict[str, type[_Closed]] = {
+    "api_key": ApiKeyCredentials,
+    "app_password": AppPasswordCredentials,
+    "oauth2": OAuth2Credentials,
+}
+# Types a tenant may enter by hand (UI and REST); OAuth tokens come from the OAuth flow.
+MANUAL_TYPES = ("api_key", "app_password")
+
+
+class CredentialsInvalid(ValueError):
+    """The credentials do not have their type's shape; `errors` are (path, message) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        super().__init__("credentials do not match the credential type")
+        self.errors = errors
+
+
+def credentials_validate(credential_type: str, credentials: Any) -> dict[str, Any]:
+    """The credentials as the plain dict that gets encrypted, or CredentialsInvalid."""
+    shape = SHAPES.get(credential_type)
+    if shape is None:
+        raise CredentialsInvalid([("credential_type", "this credential type cannot be stored here")])
+    if not isinstance(credentials, Mapping):
+        raise CredentialsInvalid([("credentials", "must be an object")])
+    try:
+        model = shape.model_validate(dict(credentials))
+    except ValidationError as exc:
+        raise CredentialsInvalid(
+            [(".".join(["credentials", *map(str, error["loc"])]), error["msg"]) for error in exc.errors()]
+        ) from None
+    return model.model_dump(exclude_none=True)
+
+
+def capability_for(credential_type: str, credentials: Mapping[str, Any]) -> AuthCapability:
+    """The AuthCapability a tool receives for these (already validated) credentials."""
+    if credential_type == "api_key":
+        return BearerAuth(credentials["api_key"])
+    if credential_type == "app_password":
+        return BasicAuth(credentials["username"], credentials["password"])
+    if credential_type == "oauth2":
+        return BearerAuth(credentials["access_token"])
+    raise ValueError(f"no capability for credential type {credential_type!r}")

@@ -1,0 +1,137 @@
+"""A tenant's third-party accounts and what happened to them.
+
+Credentials exist only as an AES-GCM envelope (connections_app.crypto) bound to
+the row's tenant, id and provider; there is no plaintext column. Rows are never
+deleted, only revoked: grants and audit rows keep pointing at them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from policies_app.models import Tenant
+
+
+class Connection(models.Model):
+    """One third-party account of a tenant (the seed's `connections` table).
+
+    `status` is what the broker checks besides revocation: `needs_reauth` after
+    a refresh token was refused. `revoked` always goes with `revoked_at`
+    (a constraint), so no code path can un-revoke by writing one of them.
+    The refresh columns are bookkeeping for background OAuth refresh:
+    `next_refresh_at` is indexed so the sweep reads only what is due.
+    """
+
+    class CredentialType(models.TextChoices):
+        OAUTH2 = "oauth2", "OAuth 2"
+        APP_PASSWORD = "app_password", "App password"
+        API_KEY = "api_key", "API key"
+        GITHUB_APP_INSTALLATION = "github_app_installation", "GitHub App installation"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        NEEDS_REAUTH = "needs_reauth", "Needs re-authorisation"
+        REVOKED = "revoked", "Revoked"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="connections")
+    provider = models.SlugField(max_length=64)
+    credential_type = models.CharField(max_length=32, choices=CredentialType.choices)
+    label = models.CharField(max_length=100, blank=True, help_text="A name the tenant recognises it by.")
+    encrypted_credentials = models.BinaryField(editable=False)
+    encryption_key_id = models.CharField(max_length=64, editable=False, db_index=True)
+    scopes = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Refresh bookkeeping (background OAuth refresh).
+    next_refresh_at = models.DateTimeField(null=True, blank=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    refresh_failures = models.PositiveIntegerField(default=0)
+    last_refresh_error = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="connection_tenant_created"),
+            models.Index(
+                fields=["next_refresh_at"], name="connection_refresh_due", condition=Q(next_refresh_at__isnull=False)
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status="revoked", revoked_at__isnull=False) | (~Q(status="revoked") & Q(revoked_at=None)),
+                name="connection_revoked_status_matches",
+            ),
+            models.CheckConstraint(
+                condition=Q(credential_type__in=["oauth2", "app_password", "api_key", "github_app_installation"]),
+                name="connection_credential_type_known",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "needs_reauth", "revoked"]), name="connection_status_known"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.label or self.credential_type} ({self.short_id})"
+
+    @property
+    def short_id(self) -> str:
+        """The last four characters of the id: enough to tell rows apart, never a secret."""
+        return str(self.id)[-4:]
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def binding(self) -> dict[str, str]:
+        """What the credential envelope is bound to (its associated data)."""
+        return {"tenant": str(self.tenant_id), "connection": str(self.id), "provider": self.provider}
+
+
+class ConnectionEvent(models.Model):
+    """An audit trail of a connection: created, revoked, use refused, refreshed.
+
+    `connection_id` is a plain UUID, not a foreign key: a refused use may name
+    another tenant's connection or none that exists, and the event belongs to
+    the tenant that asked. `detail` is a safe message, never a secret.
+    """
+
+    class Kind(models.TextChoices):
+        CREATED = "created", "Created"
+        REVOKED = "revoked", "Revoked"
+        USE_DENIED = "use_denied", "Use refused"
+        REWRAPPED = "rewrapped", "Re-encrypted"
+        REFRESHED = "refreshed", "Token refreshed"
+        REFRESH_FAILED = "refresh_failed", "Refresh failed"
+        NEEDS_REAUTH = "needs_reauth", "Needs re-authorisation"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="connection_events")
+    connection_id = models.UUIDField(db_index=True)
+    kind = models.CharField(max_length=24, choices=Kind.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    service_account_id = models.UUIDField(null=True, blank=True)
+    tool_id = models.CharField(max_length=64, blank=True)
+    detail = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.connection_id}"

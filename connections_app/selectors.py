@@ -1,0 +1,57 @@
+"""Reads of connections_app. Every tenant-facing read is scoped by tenant: another tenant's id is None."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from django.db.models import QuerySet
+
+from connections_app.models import Connection, ConnectionEvent
+from policies_app.models import Tenant
+
+
+def _uuid_or_none(value: object) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def connection_list(*, tenant: Tenant, include_revoked: bool = True) -> QuerySet[Connection]:
+    rows = Connection.objects.filter(tenant=tenant).select_related("created_by", "revoked_by")
+    if not include_revoked:
+        rows = rows.filter(revoked_at__isnull=True)
+    return rows.order_by("-created_at")
+
+
+def connection_get(*, tenant: Tenant, connection_id: object) -> Connection | None:
+    """The tenant's connection with this id; None for malformed ids and for other tenants' rows alike."""
+    pk = _uuid_or_none(connection_id)
+    if pk is None:
+        return None
+    return connection_list(tenant=tenant).filter(pk=pk).first()
+
+
+def connections_of_tenant(*, tenant: Tenant, connection_ids: Iterable[object]) -> tuple[list[Connection], list[str]]:
+    """(the tenant's connections among these ids, the ids that are not the tenant's or malformed)."""
+    wanted = {str(raw): _uuid_or_none(raw) for raw in connection_ids}
+    found = {
+        str(connection.pk): connection
+        for connection in Connection.objects.filter(tenant=tenant, pk__in=[pk for pk in wanted.values() if pk])
+    }
+    missing = [raw for raw, pk in wanted.items() if pk is None or str(pk) not in found]
+    return [found[str(pk)] for pk in wanted.values() if pk and str(pk) in found], missing
+
+
+def connection_for_use(*, connection_id: str) -> Connection | None:
+    """The row the broker checks (any tenant: the broker compares tenants itself and says why)."""
+    pk = _uuid_or_none(connection_id)
+    return Connection.objects.filter(pk=pk).first() if pk else None
+
+
+def connection_events(*, tenant: Tenant, connection_id: object | None = None) -> QuerySet[ConnectionEvent]:
+    rows = ConnectionEvent.objects.filter(tenant=tenant).select_related("actor")
+    if connection_id is not None:
+        rows = rows.filter(connection_id=_uuid_or_none(connection_id))
+    return rows

@@ -1,0 +1,177 @@
+"""Writes of connections_app: create, revoke, record use, re-encrypt.
+
+Each write records its ConnectionEvent in the same transaction. Plaintext
+credentials exist only inside `connection_create` (on their way into the
+envelope) and `connection_credentials_open` (on their way into a capability).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from connections_app.credentials import MANUAL_TYPES, CredentialsInvalid, credentials_validate
+from connections_app.crypto import CredentialError, KeyRing, open_json, seal_json
+from connections_app.models import Connection, ConnectionEvent
+from policies_app.models import Tenant
+from tools_app.selectors import tool_providers
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+MAX_SCOPES = 50
+MAX_SCOPE_LENGTH = 200
+
+
+class ConnectionServiceError(ValueError):
+    """A request the service refuses. `errors` are (field path, message) pairs, safe to show."""
+
+    def __init__(self, message: str, errors: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
+
+
+@transaction.atomic
+def connection_create(
+    *,
+    tenant: Tenant,
+    provider: str,
+    credential_type: str,
+    credentials: Mapping[str, Any],
+    scopes: Iterable[str] = (),
+    expires_at: datetime | None = None,
+    label: str = "",
+    created_by: AbstractBaseUser | None = None,
+) -> Connection:
+    """Store a hand-entered credential (API key or app password), encrypted and bound to the new row."""
+    errors: list[tuple[str, str]] = []
+    if provider not in tool_providers():
+        errors.append(("provider", f"unknown provider; one of: {', '.join(tool_providers())}"))
+    if credential_type not in MANUAL_TYPES:
+        errors.append(("credential_type", f"one of: {', '.join(MANUAL_TYPES)}"))
+    scopes = _scopes_clean(scopes, errors)
+    if expires_at is not None and expires_at <= timezone.now():
+        errors.append(("expires_at", "must be in the future"))
+    if errors:
+        raise ConnectionServiceError("the connection is not valid", errors)
+    try:
+        secret = credentials_validate(credential_type, credentials)
+    except CredentialsInvalid as exc:
+        raise ConnectionServiceError("the credentials are not valid", exc.errors) from None
+    connection = Connection(
+        tenant=tenant,
+        provider=provider,
+        credential_type=credential_type,
+        label=label.strip(),
+        scopes=scopes,
+        expires_at=expires_at,
+        created_by=created_by,
+    )
+    _seal_into(connection, secret, KeyRing.from_settings())
+    connection.full_clean()
+    connection.save()
+    _event(connection, ConnectionEvent.Kind.CREATED, actor=created_by)
+    return connection
+
+
+def _scopes_clean(scopes: Iterable[str], errors: list[tuple[str, str]]) -> list[str]:
+    cleaned = sorted({scope.strip() for scope in scopes if isinstance(scope, str) and scope.strip()})
+    if len(cleaned) > MAX_SCOPES or any(len(scope) > MAX_SCOPE_LENGTH for scope in cleaned):
+        errors.append(("scopes", f"at most {MAX_SCOPES} scopes of at most {MAX_SCOPE_LENGTH} characters"))
+    return cleaned
+
+
+def _seal_into(connection: Connection, secret: Mapping[str, Any], ring: KeyRing) -> None:
+    sealed = seal_json(secret, binding=connection.binding(), ring=ring)
+    connection.encrypted_credentials = sealed.blob
+    connection.encryption_key_id = sealed.key_id
+
+
+def connection_credentials_open(connection: Connection, *, ring: KeyRing | None = None) -> dict[str, Any]:
+    """The decrypted credentials; raises CredentialError (never returns a fallback)."""
+    return open_json(
+        connection.encrypted_credentials, binding=connection.binding(), ring=ring or KeyRing.from_settings()
+    )
+
+
+@transaction.atomic
+def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | None = None) -> bool:
+    """Revoke once; the broker refuses it from the next call on. False if it was already revoked."""
+    now = timezone.now()
+    updated = Connection.objects.filter(pk=connection.pk, revoked_at__isnull=True).update(
+        revoked_at=now, revoked_by=revoked_by, status=Connection.Status.REVOKED, next_refresh_at=None, updated_at=now
+    )
+    if updated:
+        _event(connection, ConnectionEvent.Kind.REVOKED, actor=revoked_by)
+    connection.refresh_from_db()
+    return bool(updated)
+
+
+def connection_touch(*, connection: Connection, now: datetime) -> None:
+    """Record use at most once a minute: the broker calls this on every resolve."""
+    if connection.last_used_at is not None and now - connection.last_used_at < LAST_USED_RESOLUTION:
+        return
+    Connection.objects.filter(pk=connection.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+    ).update(last_used_at=now)
+
+
+def connection_use_denied(
+    *, tenant_id: int | str, connection_id: str, service_account_id: str | None, tool_id: str, reason: str
+) -> None:
+    """Audit a refused use (the invocation row records the call; this records the connection's side)."""
+    ConnectionEvent.objects.create(
+        tenant_id=tenant_id,
+        connection_id=connection_id,
+        kind=ConnectionEvent.Kind.USE_DENIED,
+        service_account_id=service_account_id,
+        tool_id=tool_id,
+        detail=reason[:200],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RewrapOutcome:
+    rewrapped: bool
+    reason: str = ""  # why not, when not: "gone", "changed concurrently", or the CredentialError's message
+
+
+def connection_rewrap(*, connection: Connection, ring: KeyRing) -> RewrapOutcome:
+    """Re-encrypt one row under the ring's primary key, compare-and-swap on the old envelope.
+
+    The UPDATE matches the key id and blob that were read, so a write that
+    happened in between (a token refresh, another rewrap) is never overwritten:
+    the row is simply skipped and picked up by the next run if still needed.
+    """
+    old_blob = bytes(connection.encrypted_credentials)
+    old_key_id = connection.encryption_key_id
+    try:
+        secret = open_json(old_blob, binding=connection.binding(), ring=ring)
+    except CredentialError as exc:
+        return RewrapOutcome(False, str(exc))
+    sealed = seal_json(secret, binding=connection.binding(), ring=ring)
+    with transaction.atomic():
+        updated = Connection.objects.filter(
+            pk=connection.pk, encryption_key_id=old_key_id, encrypted_credentials=old_blob
+        ).update(encrypted_credentials=sealed.blob, encryption_key_id=sealed.key_id)
+        if not updated:
+            return RewrapOutcome(False, "changed concurrently")
+        _event(connection, ConnectionEvent.Kind.REWRAPPED, detail=f"{old_key_id} -> {sealed.key_id}")
+    return RewrapOutcome(True)
+
+
+def _event(
+    connection: Connection,
+    kind: str,
+    *,
+    actor: AbstractBaseUser | None = None,
+    detail: str = "",
+) -> ConnectionEvent:
+    return ConnectionEvent.objects.create(
+        tenant_id=connection.tenant_id, connection_id=connection.pk, kind=kind, actor=actor, detail=detail
+    )
