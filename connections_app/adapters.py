@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import NoReturn
 
 from django.utils import timezone
 
@@ -36,21 +37,13 @@ class DatabaseConnectionBroker:
     """
 
     def resolve(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthCapability:
-        connection_id = ctx.connection_id or ""
-        connection = connection_for_use(connection_id=connection_id)
+        connection = connection_for_use(connection_id=ctx.connection_id or "")
         now = timezone.now()
+        if connection is None:
+            _deny(ctx, spec, ErrorCode.CONNECTION_UNAVAILABLE, NOT_AVAILABLE)
         refusal = _refusal(connection, ctx, spec, now)
         if refusal is not None:
-            code, reason = refusal
-            connection_use_denied(
-                tenant_id=ctx.tenant_id,
-                connection_id=connection_id,
-                service_account_id=ctx.actor_id,
-                tool_id=spec.name,
-                reason=reason,
-            )
-            raise BrokerError(code, reason)
-        assert connection is not None  # _refusal answers None only for a usable row
+            _deny(ctx, spec, *refusal)
         try:
             credentials = connection_credentials_open(connection)
         except CredentialError as exc:
@@ -60,10 +53,21 @@ class DatabaseConnectionBroker:
         return capability_for(connection.credential_type, credentials)
 
 
+def _deny(ctx: ToolInvocationContext, spec: ToolSpec, code: ErrorCode, reason: str) -> NoReturn:
+    connection_use_denied(
+        tenant_id=ctx.tenant_id,
+        connection_id=ctx.connection_id or "",
+        service_account_id=ctx.actor_id,
+        tool_id=spec.name,
+        reason=reason,
+    )
+    raise BrokerError(code, reason)
+
+
 def _refusal(
-    connection: Connection | None, ctx: ToolInvocationContext, spec: ToolSpec, now: datetime
+    connection: Connection, ctx: ToolInvocationContext, spec: ToolSpec, now: datetime
 ) -> tuple[ErrorCode, str] | None:
-    if connection is None or str(connection.tenant_id) != ctx.tenant_id:
+    if str(connection.tenant_id) != ctx.tenant_id:
         return ErrorCode.CONNECTION_UNAVAILABLE, NOT_AVAILABLE
     if connection.revoked_at is not None:
         return ErrorCode.CONNECTION_UNAVAILABLE, "connection has been revoked"

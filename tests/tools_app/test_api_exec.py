@@ -15,12 +15,12 @@ from django.utils import timezone
 from rest_framework.test import APIRequestFactory
 
 from config.api import ERROR_STATUS
+from connections_app.services import connection_revoke
 from policies_app.governance import governance_cache
 from policies_app.models import ApprovalRequest, ServiceAccount
 from runner.defaults import SystemClock
 from runner.pipeline import ToolRunner
 from runner.types import ErrorCode, FieldError
-from connections_app.services import connection_revoke
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
 from tools_app.api.views import ToolExecView
