@@ -68,9 +68,9 @@ class KeyRing:
         if not keys:
             raise ValueError("a key ring needs at least one key")
         for key_id, key in keys.items():
-            if not key_id.isascii() or not 0 < len(key_id) <= MAX_KEY_ID_BYTES:
+            if not isinstance(key_id, str) or not key_id.isascii() or not 0 < len(key_id) <= MAX_KEY_ID_BYTES:
                 raise ValueError("key ids are 1..64 ASCII characters")
-            if len(key) != 32:
+            if not isinstance(key, bytes) or len(key) != 32:
                 raise ValueError(f"key {key_id!r} is not 32 bytes")
         self._keys = dict(keys)
         self.primary_key_id = next(iter(self._keys))
@@ -99,9 +99,13 @@ def _cipher(key: bytes) -> AESGCM:
 
 
 def canonical_binding(binding: Mapping[str, str]) -> bytes:
-    """Sorted-key, whitespace-free JSON of the binding (values must be strings)."""
-    if not all(isinstance(value, str) for value in binding.values()):
-        raise TypeError("binding values must be strings")
+    """Sorted-key, whitespace-free JSON of the binding (keys and values must be strings).
+
+    Keys are checked too: json.dumps would turn a key 1 into "1", and two
+    different bindings would share their associated data.
+    """
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in binding.items()):
+        raise TypeError("binding keys and values must be strings")
     return json.dumps(dict(binding), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
@@ -121,6 +125,7 @@ def seal(plaintext: bytes, *, binding: Mapping[str, str], ring: KeyRing) -> Seal
 
 def envelope_key_id(blob: bytes) -> str:
     """The key id an envelope names (for rotation and operator messages)."""
+    blob = bytes(blob)  # PostgreSQL hands back memoryview, which has no decode()
     if len(blob) < 2 or blob[0] != ENVELOPE_VERSION:
         raise CredentialUndecryptable("credential envelope has an unknown format")
     length = blob[1]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
-from connections_app.models import Connection, ConnectionEvent
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from policies_app.models import Tenant
 
 
@@ -55,3 +55,42 @@ def connection_events(*, tenant: Tenant, connection_id: object | None = None) ->
     if connection_id is not None:
         rows = rows.filter(connection_id=_uuid_or_none(connection_id))
     return rows
+
+
+def connections_to_rewrap(*, primary_key_id: str, after: uuid.UUID | None, limit: int) -> list[Connection]:
+    """The next batch of rows not under the primary key, in pk order after `after` (keyset pagination).
+
+    Keyset rather than OFFSET: rewrapped rows leave the set while the walk goes
+    on, and rows that fail stay behind the cursor instead of being read again.
+    Only the columns a rewrap needs are loaded.
+    """
+    rows = Connection.objects.exclude(encryption_key_id=primary_key_id)
+    if after is not None:
+        rows = rows.filter(pk__gt=after)
+    return list(
+        rows.order_by("pk").only("id", "tenant", "provider", "encrypted_credentials", "encryption_key_id")[:limit]
+    )
+
+
+def _key_usage(rows: QuerySet) -> dict[str, int]:
+    return dict(rows.order_by("encryption_key_id").values_list("encryption_key_id").annotate(n=Count("pk")))
+
+
+def connection_key_usage() -> dict[str, int]:
+    """How many connections each key id encrypts (for rotation reports)."""
+    return _key_usage(Connection.objects.all())
+
+
+def oauth_providers_to_rewrap(*, primary_key_id: str) -> list[OAuthProvider]:
+    """Providers whose client secret is not under the primary key (a handful of rows: no batching)."""
+    return list(OAuthProvider.objects.exclude(encryption_key_id=primary_key_id).order_by("name"))
+
+
+def oauth_provider_key_usage() -> dict[str, int]:
+    """How many OAuth provider client secrets each key id encrypts."""
+    return _key_usage(OAuthProvider.objects.all())
+
+
+def oauth_provider_list() -> list[OAuthProvider]:
+    """Providers a tenant may connect with OAuth, by name."""
+    return list(OAuthProvider.objects.order_by("name"))

@@ -18,8 +18,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from connections_app.credentials import MANUAL_TYPES, CredentialsInvalid, credentials_validate
-from connections_app.crypto import CredentialError, KeyRing, open_json, seal_json
-from connections_app.models import Connection, ConnectionEvent
+from connections_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from policies_app.models import Tenant
 from tools_app.selectors import tool_providers
 
@@ -72,10 +72,10 @@ def connection_create(
         expires_at=expires_at,
         created_by=created_by,
     )
-    _seal_into(connection, secret, KeyRing.from_settings())
+    seal_credentials_into(connection, secret)
     connection.full_clean()
     connection.save()
-    _event(connection, ConnectionEvent.Kind.CREATED, actor=created_by)
+    connection_event_record(connection, ConnectionEvent.Kind.CREATED, actor=created_by)
     return connection
 
 
@@ -86,8 +86,9 @@ def _scopes_clean(scopes: Iterable[str], errors: list[tuple[str, str]]) -> list[
     return cleaned
 
 
-def _seal_into(connection: Connection, secret: Mapping[str, Any], ring: KeyRing) -> None:
-    sealed = seal_json(secret, binding=connection.binding(), ring=ring)
+def seal_credentials_into(connection: Connection, credentials: Mapping[str, Any]) -> None:
+    """Encrypt credentials into the row under the primary key (the caller saves it)."""
+    sealed = seal_json(credentials, binding=connection.binding(), ring=KeyRing.from_settings())
     connection.encrypted_credentials = sealed.blob
     connection.encryption_key_id = sealed.key_id
 
@@ -107,7 +108,7 @@ def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | 
         revoked_at=now, revoked_by=revoked_by, status=Connection.Status.REVOKED, next_refresh_at=None, updated_at=now
     )
     if updated:
-        _event(connection, ConnectionEvent.Kind.REVOKED, actor=revoked_by)
+        connection_event_record(connection, ConnectionEvent.Kind.REVOKED, actor=revoked_by)
     connection.refresh_from_db()
     return bool(updated)
 
@@ -137,8 +138,12 @@ def connection_use_denied(
 
 @dataclass(frozen=True, slots=True)
 class RewrapOutcome:
+    """What connection_rewrap did. `error` is set when the envelope did not open (missing key, tampering):
+    a failure the operator must act on, unlike a row skipped because it changed concurrently."""
+
     rewrapped: bool
-    reason: str = ""  # why not, when not: "gone", "changed concurrently", or the CredentialError's message
+    reason: str = ""  # why not, when not: "changed concurrently", or the CredentialError's message
+    error: CredentialError | None = None
 
 
 def connection_rewrap(*, connection: Connection, ring: KeyRing) -> RewrapOutcome:
@@ -153,7 +158,7 @@ def connection_rewrap(*, connection: Connection, ring: KeyRing) -> RewrapOutcome
     try:
         secret = open_json(old_blob, binding=connection.binding(), ring=ring)
     except CredentialError as exc:
-        return RewrapOutcome(False, str(exc))
+        return RewrapOutcome(False, str(exc), error=exc)
     sealed = seal_json(secret, binding=connection.binding(), ring=ring)
     with transaction.atomic():
         updated = Connection.objects.filter(
@@ -161,17 +166,44 @@ def connection_rewrap(*, connection: Connection, ring: KeyRing) -> RewrapOutcome
         ).update(encrypted_credentials=sealed.blob, encryption_key_id=sealed.key_id)
         if not updated:
             return RewrapOutcome(False, "changed concurrently")
-        _event(connection, ConnectionEvent.Kind.REWRAPPED, detail=f"{old_key_id} -> {sealed.key_id}")
+        connection_event_record(connection, ConnectionEvent.Kind.REWRAPPED, detail=f"{old_key_id} -> {sealed.key_id}")
     return RewrapOutcome(True)
 
 
-def _event(
+def oauth_provider_rewrap(*, provider: OAuthProvider, ring: KeyRing) -> RewrapOutcome:
+    """Re-encrypt an OAuth provider's client secret under the primary key, with the same compare-and-swap.
+
+    The client secret is sealed with the same key ring as connections: a key
+    cannot be retired while a provider's secret still depends on it.
+    """
+    old_blob = bytes(provider.encrypted_client_secret)
+    old_key_id = provider.encryption_key_id
+    try:
+        secret = open_sealed(old_blob, binding=provider.binding(), ring=ring)
+    except CredentialError as exc:
+        return RewrapOutcome(False, str(exc), error=exc)
+    sealed = seal(secret, binding=provider.binding(), ring=ring)
+    updated = OAuthProvider.objects.filter(
+        pk=provider.pk, encryption_key_id=old_key_id, encrypted_client_secret=old_blob
+    ).update(encrypted_client_secret=sealed.blob, encryption_key_id=sealed.key_id, updated_at=timezone.now())
+    if not updated:
+        return RewrapOutcome(False, "changed concurrently")
+    return RewrapOutcome(True)
+
+
+def connection_event_record(
     connection: Connection,
     kind: str,
     *,
     actor: AbstractBaseUser | None = None,
     detail: str = "",
 ) -> ConnectionEvent:
+    """Append to the connection's audit trail (call it inside the write's transaction)."""
     return ConnectionEvent.objects.create(
-        tenant_id=connection.tenant_id, connection_id=connection.pk, kind=kind, actor=actor, detail=detail
+        tenant_id=connection.tenant_id,
+        connection_id=connection.pk,
+        provider=connection.provider,
+        kind=kind,
+        actor=actor,
+        detail=detail,
     )

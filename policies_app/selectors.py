@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 
 from policies_app.governance import governance_cache
 from policies_app.keys import key_matches, key_prefix
-from policies_app.models import ExecutionGrant, ServiceAccount, ToolPolicy
+from policies_app.models import ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
 from runner.types import Budgets
 
 
@@ -182,3 +182,34 @@ def policy_active_in_scope(
     if exclude_pk is not None:
         rows = rows.exclude(pk=exclude_pk)
     return rows.first()
+
+
+def tenant_of_caller(*, caller: Caller) -> Tenant | None:
+    """The tenant row behind an authenticated caller, which carries only its id (None once the tenant is gone)."""
+    return Tenant.objects.filter(pk=caller.tenant_id).first()
+
+
+def service_account_list(*, tenant_id: int, include_revoked: bool = True) -> QuerySet[ServiceAccount]:
+    """A tenant's service accounts by name (the tenant UI lists revoked ones too, greyed out)."""
+    rows = ServiceAccount.objects.filter(tenant_id=tenant_id).select_related("created_by")
+    if not include_revoked:
+        rows = rows.filter(revoked_at__isnull=True)
+    return rows.order_by("name")
+
+
+def service_account_get(*, tenant_id: int, account_id: object) -> ServiceAccount | None:
+    """The tenant's account with this id, revoked or not; None for malformed ids and other tenants' alike."""
+    try:
+        pk = uuid.UUID(str(account_id))
+    except ValueError:
+        return None
+    return service_account_list(tenant_id=tenant_id).filter(pk=pk).first()
+
+
+def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> QuerySet[ExecutionGrant]:
+    """The tenant's grants that name this connection (what revoking it would take away)."""
+    try:
+        pk = uuid.UUID(str(connection_id))
+    except ValueError:
+        return ExecutionGrant.objects.none()
+    return grant_list(tenant_id=tenant_id).filter(connections=pk)

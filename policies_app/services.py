@@ -84,7 +84,6 @@ def service_account_touch(*, service_account_id: str, last_used_at: datetime | N
 
 
 @transaction.atomic
-@transaction.atomic
 def grant_create(
     *,
     tenant: Tenant,

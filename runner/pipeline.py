@@ -56,6 +56,7 @@ from runner.ports import (
     Replay,
     ToolSource,
 )
+from runner.redaction import carries_credential, credential_fragments
 from runner.schema import canonical_json
 from runner.types import (
     Budgets,
@@ -74,6 +75,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 # How long the caller waits past the budget for a tool that ignores cancellation.
 HARD_STOP_GRACE_S = 0.05
+CREDENTIAL_IN_OUTPUT = "tool output contains the connection's credential; it was withheld"
 
 
 @dataclass(slots=True)
@@ -328,16 +330,28 @@ class ResultSizeStage:
 
 
 class RedactStage:
-    """(10) Only allowlisted fields leave; no allowlist, no output."""
+    """(10) Only allowlisted fields leave; no allowlist, no output.
+
+    An allowlisted field can still carry the call's own credential (an upstream
+    that echoes the Authorization header into `name`): such an output is
+    withheld whole, because a scrubbed copy would still be an upstream answer
+    nobody can vouch for.
+    """
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         result = proceed(call)
         if not result.ok:
             return result
         try:
-            return replace(result, value=call.bound.redact(result.value))
+            value = call.bound.redact(result.value)
         except RedactionError as exc:
             return call.fail(ErrorCode.REDACTION_FAILED, str(exc))
+        if call.auth is not None and carries_credential(
+            value, credential_fragments(call.auth.headers(), call.auth.access_token())
+        ):
+            logger.warning("tool call %s: output carries the connection's credential; withheld", call.ctx.tool_call_id)
+            return call.fail(ErrorCode.REDACTION_FAILED, CREDENTIAL_IN_OUTPUT)
+        return replace(result, value=value)
 
 
 class ValidateOutputStage:

@@ -66,3 +66,34 @@ def _redact(value: Any, node: Trie, path: str) -> Any:
     if value is None:
         return None
     raise RedactionError(f"output at {path or '<root>'} does not have the shape the allowlist expects")
+
+
+# Shorter fragments would match ordinary text and withhold honest outputs; real tokens are far longer.
+MIN_CREDENTIAL_FRAGMENT = 8
+
+
+def credential_fragments(headers: Mapping[str, str], access_token: str) -> frozenset[str]:
+    """The strings that would give a call's credential away if they appeared in its output.
+
+    The token itself, each auth header value, and each value's credential part
+    without its scheme (`Basic` sends base64 of `user:password`, which does not
+    contain the password as such).
+    """
+    fragments = {access_token}
+    for value in headers.values():
+        fragments.add(value)
+        fragments.add(value.partition(" ")[2])
+    return frozenset(fragment for fragment in fragments if len(fragment) >= MIN_CREDENTIAL_FRAGMENT)
+
+
+def carries_credential(value: Any, fragments: frozenset[str]) -> bool:
+    """Whether any string in `value` (keys included) contains one of `fragments`."""
+    if isinstance(value, str):
+        return any(fragment in value for fragment in fragments)
+    if isinstance(value, Mapping):
+        return any(
+            carries_credential(key, fragments) or carries_credential(item, fragments) for key, item in value.items()
+        )
+    if isinstance(value, list | tuple):
+        return any(carries_credential(item, fragments) for item in value)
+    return False

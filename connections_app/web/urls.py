@@ -1,3 +1,32 @@
 """Routes of the tenant web UI, mounted at the site root by config/urls.py."""
 
-urlpatterns: list = []
+from django.contrib.auth.views import LogoutView
+from django.urls import path
+
+from connections_app.web import oauth, views
+
+app_name = "web"
+
+urlpatterns = [
+    path("accounts/login/", views.TenantLoginView.as_view(), name="login"),
+    path("accounts/logout/", LogoutView.as_view(), name="logout"),  # POST only (Django 5)
+    path("", views.home, name="home"),
+    path("tenant/switch/", views.switch_tenant, name="tenant-switch"),
+    path("connections/", views.connections, name="connection-list"),
+    path("connections/new/", views.connection_new, name="connection-new"),
+    path("connections/<uuid:connection_id>/", views.connection_detail, name="connection-detail"),
+    path("connections/<uuid:connection_id>/revoke/", views.connection_revoke_confirm, name="connection-revoke"),
+    path("connections/oauth/<slug:provider>/start", oauth.oauth_start, name="oauth-start"),
+    path("connections/oauth/callback", oauth.oauth_callback, name="oauth-callback"),
+    path("grants/", views.grants, name="grant-list"),
+    path("grants/new/", views.grant_new, name="grant-new"),
+    path("grants/<uuid:grant_id>/revoke/", views.grant_revoke_confirm, name="grant-revoke"),
+    path("service-accounts/", views.service_accounts, name="service-account-list"),
+    path("service-accounts/new/", views.service_account_new, name="service-account-new"),
+    path(
+        "service-accounts/<uuid:account_id>/revoke/",
+        views.service_account_revoke_confirm,
+        name="service-account-revoke",
+    ),
+    path("activity/", views.activity, name="activity"),
+]

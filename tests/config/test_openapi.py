@@ -40,6 +40,12 @@ def test_schema_generates_and_validates_without_warnings(tmp_path):
 
     schema = yaml.safe_load(target.read_text())
     assert sorted(schema["paths"]) == [
+        "/api/v1/connections",
+        "/api/v1/connections/{connection_id}",
+        "/api/v1/connections/{connection_id}/revoke",
+        "/api/v1/grants",
+        "/api/v1/grants/{grant_id}",
+        "/api/v1/grants/{grant_id}/revoke",
         "/api/v1/invocations",
         "/api/v1/invocations/{tool_call_id}",
         "/api/v1/tools",
@@ -92,7 +98,7 @@ def bearer(db) -> str:
     governance_bump()
     tenant = TenantFactory(slug="schemathesis")
     ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time"])
-    _account, key = service_account_with_key(tenant, name="agent")
+    _account, key = service_account_with_key(tenant, name="agent", scopes=("tools:exec", "connections:manage"))
     return key
 
 

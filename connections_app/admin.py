@@ -1,0 +1,179 @@
+"""The operators' view of connections: metadata and audit trail, never credentials.
+
+Connections are created by tenants (UI, REST, OAuth) and changed only by
+services, so the admin neither adds, edits nor deletes them. Its one write is
+revocation, through `connection_revoke`. The encrypted envelope is not a field
+here in any form; the key id it was sealed under is shown, for key rotation.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from connections_app.forms import OAuthProviderAdminForm
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider
+from connections_app.services import connection_revoke
+from policies_app.models import ServiceAccount
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+@admin.register(Connection)
+class ConnectionAdmin(admin.ModelAdmin):
+    """A read-only page per connection; the model-level change permission exists only for the revoke action."""
+
+    list_display = (
+        "short_id",
+        "tenant",
+        "provider",
+        "label",
+        "credential_type",
+        "status",
+        "scopes_display",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
+    list_display_links = ("short_id",)
+    list_filter = ("tenant", "provider", "credential_type", "status")
+    search_fields = ("label", "tenant__slug", "provider")
+    list_select_related = ("tenant", "created_by")
+    actions = ("revoke_selected",)
+    fields = (
+        "id",
+        "tenant",
+        "provider",
+        "credential_type",
+        "label",
+        "status",
+        "scopes_display",
+        "expires_at",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "revoked_at",
+        "revoked_by",
+        "encryption_key_id",
+        "next_refresh_at",
+        "refreshed_at",
+        "refresh_failures",
+        "last_refresh_error",
+        "events",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tenants create connections; an operator never holds their credentials
+
+    def has_delete_permission(self, request: HttpRequest, obj: Connection | None = None) -> bool:
+        return False  # revoked, never deleted: grants and audit rows keep pointing at them
+
+    def has_change_permission(self, request: HttpRequest, obj: Connection | None = None) -> bool:
+        """No object is edited here (the page is a view, a POST to it is refused); the model-level
+        permission stays, because the revoke action requires it."""
+        return obj is None and super().has_change_permission(request)
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, connection: Connection) -> str:
+        return connection.short_id
+
+    @admin.display(description="scopes")
+    def scopes_display(self, connection: Connection) -> str:
+        return ", ".join(connection.scopes) or "—"
+
+    @admin.display(description="audit trail")
+    def events(self, connection: Connection) -> SafeString:
+        url = reverse("admin:connections_app_connectionevent_changelist")
+        return format_html('<a href="{}?connection_id={}">Events of this connection</a>', url, connection.pk)
+
+    @admin.action(description="Revoke selected connections", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Connection]) -> None:
+        revoked = already = 0
+        for connection in queryset:
+            if connection_revoke(connection=connection, revoked_by=request.user):
+                self.log_change(request, connection, "Revoked.")
+                revoked += 1
+            else:
+                already += 1
+        message = f"Revoked {_count(revoked, 'connection')}."
+        if already:
+            message += f" {already} already revoked."
+        self.message_user(request, message)
+
+
+@admin.register(ConnectionEvent)
+class ConnectionEventAdmin(admin.ModelAdmin):
+    """The connections' audit trail: written only by services, read here."""
+
+    list_display = (
+        "tenant",
+        "connection_short_id",
+        "kind",
+        "actor",
+        "service_account",
+        "tool_id",
+        "detail",
+        "created_at",
+    )
+    list_filter = ("tenant", "kind")
+    search_fields = ("tool_id", "detail")
+    list_select_related = ("tenant", "actor")
+    show_full_result_count = False  # the trail grows large; counting it all on every page is costly
+    fields = (
+        "created_at",
+        "tenant",
+        "connection_id",
+        "kind",
+        "actor",
+        "service_account",
+        "tool_id",
+        "detail",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: ConnectionEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ConnectionEvent | None = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ConnectionEvent]:
+        """`service_account_id` is a plain UUID (no foreign key): its name comes in the same query."""
+        names = ServiceAccount.objects.filter(pk=OuterRef("service_account_id")).values("name")[:1]
+        return super().get_queryset(request).annotate(service_account_name=Subquery(names))
+
+    @admin.display(description="connection")
+    def connection_short_id(self, event: ConnectionEvent) -> str:
+        return str(event.connection_id)[-4:]
+
+    @admin.display(description="service account")
+    def service_account(self, event: ConnectionEvent) -> str:
+        if event.service_account_id is None:
+            return "—"
+        return event.service_account_name or str(event.service_account_id)  # type: ignore[attr-defined]
+
+
+@admin.register(OAuthProvider)
+class OAuthProviderAdmin(admin.ModelAdmin):
+    """Providers tenants connect to. The client secret can be replaced, never read; the name is
+    fixed once created, because the secret's envelope is bound to it."""
+
+    form = OAuthProviderAdminForm
+    list_display = ("name", "display_name", "client_id", "use_pkce", "encryption_key_id", "updated_at")
+    search_fields = ("name", "display_name", "client_id")
+    readonly_fields = ("encryption_key_id", "created_at", "updated_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: OAuthProvider | None = None) -> tuple[str, ...]:
+        return (*self.readonly_fields, "name") if obj is not None else self.readonly_fields

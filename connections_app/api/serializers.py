@@ -1,0 +1,134 @@
+"""Input and output shapes of the connections and grants API (CONTRACT.md §4).
+
+Input serializers bound types and sizes; what may be stored or granted is the
+services' to decide. `credentials` is write-only: no output serializer has it,
+and no error message carries a value, only the rule that failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+
+from connections_app.credentials import MANUAL_TYPES
+from connections_app.models import Connection
+from connections_app.services import MAX_SCOPE_LENGTH, MAX_SCOPES
+from tools_app.api.serializers import StrictInputSerializer
+
+MAX_PROVIDER_LENGTH = 64
+MAX_LABEL_LENGTH = 100
+MAX_GRANT_CONNECTIONS = 100
+MAX_SERVICE_ACCOUNT_REFERENCE_LENGTH = 100
+
+
+def _datetime_field(help_text: str) -> serializers.DateTimeField:
+    return serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        error_messages={"invalid": "must be an ISO 8601 date-time"},
+        help_text=help_text,
+    )
+
+
+class UUIDReferenceField(serializers.UUIDField):
+    """A UUID written as a string; DRF's UUIDField would also take an integer."""
+
+    default_error_messages = {"invalid": "must be a UUID"}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_serializer(component_name="ConnectionCreate")
+class ConnectionCreateInputSerializer(StrictInputSerializer):
+    """`POST /api/v1/connections`: a hand-entered credential; OAuth connections come from the web UI."""
+
+    provider = serializers.CharField(
+        max_length=MAX_PROVIDER_LENGTH, trim_whitespace=False, help_text="A provider the tools talk to, e.g. `github`."
+    )
+    credential_type = serializers.ChoiceField(
+        choices=list(MANUAL_TYPES),
+        error_messages={"invalid_choice": f"must be one of: {', '.join(MANUAL_TYPES)}"},
+    )
+    credentials = serializers.DictField(
+        write_only=True,
+        help_text=(
+            'Write-only. `api_key`: `{"api_key"}`; `app_password`: `{"username", "password"}`. '
+            "Stored encrypted, never returned."
+        ),
+    )
+    scopes = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_SCOPE_LENGTH, trim_whitespace=False),
+        max_length=MAX_SCOPES,
+        required=False,
+        default=list,
+        help_text="What the credential is allowed to do at the provider, for the tenant's records.",
+    )
+    expires_at = _datetime_field("When the credential stops working at the provider; null if never.")
+    label = serializers.CharField(
+        max_length=MAX_LABEL_LENGTH,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="A name the tenant recognises the connection by.",
+    )
+
+
+@extend_schema_serializer(component_name="Connection")
+class ConnectionOutputSerializer(serializers.Serializer):
+    """A connection as the tenant sees it: references and bookkeeping, never the credentials."""
+
+    id = serializers.UUIDField()
+    provider = serializers.CharField()
+    credential_type = serializers.ChoiceField(choices=Connection.CredentialType.choices)
+    label = serializers.CharField()
+    scopes = serializers.ListField(child=serializers.CharField())
+    status = serializers.ChoiceField(choices=Connection.Status.choices)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+@extend_schema_serializer(component_name="GrantCreate")
+class GrantCreateInputSerializer(StrictInputSerializer):
+    """`POST /api/v1/grants`: let one of the tenant's service accounts use some of its connections."""
+
+    service_account = serializers.CharField(
+        max_length=MAX_SERVICE_ACCOUNT_REFERENCE_LENGTH,
+        trim_whitespace=False,
+        help_text="The service account's name or id, in the caller's tenant.",
+    )
+    connection_ids = serializers.ListField(
+        child=UUIDReferenceField(),
+        min_length=1,
+        max_length=MAX_GRANT_CONNECTIONS,
+        help_text="Ids of the tenant's active connections the account may use.",
+    )
+    expires_at = _datetime_field("When the grant stops authorising; null if never.")
+
+
+@extend_schema_serializer(component_name="GrantServiceAccount")
+class GrantServiceAccountOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+
+
+@extend_schema_serializer(component_name="Grant")
+class GrantOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    service_account = GrantServiceAccountOutputSerializer()
+    connection_ids = serializers.SerializerMethodField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
+    def get_connection_ids(self, grant: Any) -> list[str]:
+        """Sorted, so the same grant always reads the same (reads the prefetched rows when there are some)."""
+        return sorted(str(connection.pk) for connection in grant.connections.all())

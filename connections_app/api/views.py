@@ -1,0 +1,352 @@
+"""The connections and grants API: a tenant's connections and who may use them (scope `connections:manage`).
+
+Each view validates its input, makes one service or selector call and shapes
+the output; errors leave as DRF exceptions, which the API's exception handler
+(config/api.py) turns into the contract's envelope. Rows of other tenants are
+answered exactly like rows that do not exist, so ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError, ValidationError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from connections_app.api.serializers import (
+    ConnectionCreateInputSerializer,
+    ConnectionOutputSerializer,
+    GrantCreateInputSerializer,
+    GrantOutputSerializer,
+)
+from connections_app.credentials import SHAPES
+from connections_app.models import Connection
+from connections_app.selectors import connection_get, connection_list, connections_of_tenant
+from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
+from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, request_caller
+from policies_app.models import ExecutionGrant, ServiceAccount, Tenant
+from policies_app.selectors import grant_get, grant_list, service_account_for_tenant, tenant_of_caller
+from policies_app.services import PolicyServiceError, grant_create, grant_revoke
+from runner.types import ErrorCode
+from tools_app.api.serializers import ErrorOutputSerializer
+
+NO_SUCH_CONNECTION = "no such connection in this tenant"
+NO_SUCH_SERVICE_ACCOUNT = "no such active service account in this tenant"
+CONNECTION_REVOKED = "the connection is revoked"
+# A path segment of a service error that is not a field of any credential shape is a key the
+# caller sent: it is reported as this, since a caller may put anything in a key, even a secret.
+UNKNOWN_FIELD = "(unknown field)"
+_CREDENTIAL_FIELDS = frozenset(name for shape in SHAPES.values() for name in shape.model_fields)
+
+
+# --- schema pieces shared by the operations ---------------------------------------------
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorOutputSerializer, description=description)
+
+
+COMMON_ERRORS = {
+    401: _error("`unauthenticated`: missing, unknown or revoked API key."),
+    403: _error("`forbidden`: the API key lacks the connections:manage scope."),
+    406: _error("`not_acceptable`: this API answers application/json only."),
+    429: _error("`rate_limited`: too many requests from this service account."),
+    500: _error("`internal`: an unexpected error; nothing about it is disclosed."),
+}
+BODY_ERRORS = {
+    400: _error(
+        "`invalid_json`: the body is not a JSON object (or is empty, malformed, too deep, has duplicate keys)."
+    ),
+    413: _error("`validation`: the body exceeds 64 KiB."),
+    415: _error("`unsupported_media_type`: send application/json."),
+}
+RESPONSE_HEADERS = [
+    OpenApiParameter(
+        "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401], description="`Bearer`"
+    ),
+    OpenApiParameter(
+        "Retry-After",
+        OpenApiTypes.INT,
+        OpenApiParameter.HEADER,
+        response=[429],
+        description="Seconds to wait before retrying.",
+    ),
+]
+CONNECTION_ID = OpenApiParameter(
+    "connection_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The connection's id."
+)
+GRANT_ID = OpenApiParameter("grant_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The grant's id.")
+CONNECTION_NOT_FOUND = {404: _error("`not_found`: no such connection in this tenant (other tenants' ids alike).")}
+GRANT_NOT_FOUND = {404: _error("`not_found`: no such grant in this tenant (other tenants' ids alike).")}
+CONNECTION_EXAMPLE = OpenApiExample(
+    "GitHub token",
+    value={
+        "provider": "github",
+        "credential_type": "api_key",
+        "credentials": {"api_key": "ghp_..."},
+        "scopes": ["repo"],
+        "expires_at": None,
+        "label": "ci bot",
+    },
+    request_only=True,
+)
+GRANT_EXAMPLE = OpenApiExample(
+    "one connection",
+    value={"service_account": "agent", "connection_ids": ["4f6c2a9e-8d1b-4c3e-9a57-0b2d6e8f1a34"], "expires_at": None},
+    request_only=True,
+)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+class ConnectionsPagination(LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 200
+
+
+class ConnectionsApiView(APIView):
+    """Base of the connections and grants views: the connections:manage scope."""
+
+    permission_classes = [ConnectionsManageScope]
+
+
+def _caller_tenant(request: Request) -> Tenant:
+    """The caller's tenant; a key whose tenant is gone is answered like any invalid key."""
+    tenant = tenant_of_caller(caller=request_caller(request))
+    if tenant is None:
+        raise AuthenticationFailed(INVALID_KEY_MESSAGE)
+    return tenant
+
+
+def _json_object(request: Request) -> Any:
+    data = request.data
+    if request.stream is None:  # DRF does not call the parser for an empty body
+        raise ParseError("request body is empty", code=ErrorCode.INVALID_JSON.value)
+    return data
+
+
+def _invalid(errors: Iterable[tuple[str, str]]) -> ValidationError:
+    """(path, message) pairs as the envelope's `errors`, in order."""
+    detail: dict[str, list[str]] = {}
+    for path, message in errors:
+        detail.setdefault(path, []).append(message)
+    return ValidationError(detail)
+
+
+def _safe_path(path: str) -> str:
+    """A service error's path with segments the caller chose (keys of `credentials`) masked."""
+    head, _, rest = path.partition(".")
+    if head != "credentials" or not rest:
+        return path
+    return ".".join([head, *(part if part in _CREDENTIAL_FIELDS else UNKNOWN_FIELD for part in rest.split("."))])
+
+
+def _grant_references(
+    *, tenant: Tenant, service_account: str, connection_ids: Sequence[uuid.UUID]
+) -> tuple[ServiceAccount, list[Connection]]:
+    """The rows a grant request names, or a ValidationError naming each reference that fails.
+
+    Missing and other tenants' references get the same message. The service
+    checks the same rules again; this only says which field broke them.
+    """
+    errors: list[tuple[str, str]] = []
+    account = service_account_for_tenant(tenant_id=tenant.pk, name_or_id=service_account)
+    if account is None:
+        errors.append(("service_account", NO_SUCH_SERVICE_ACCOUNT))
+    found, _missing = connections_of_tenant(tenant=tenant, connection_ids=connection_ids)
+    by_id = {connection.pk: connection for connection in found}
+    for index, pk in enumerate(connection_ids):
+        connection = by_id.get(pk)
+        if connection is None:
+            errors.append((f"connection_ids.{index}", NO_SUCH_CONNECTION))
+        elif connection.is_revoked:
+            errors.append((f"connection_ids.{index}", CONNECTION_REVOKED))
+    if errors or account is None:
+        raise _invalid(errors)
+    return account, found
+
+
+# --- connections ---------------------------------------------------------------------------
+
+
+class ConnectionListView(ConnectionsApiView):
+    """The tenant's connections, and adding one by hand (an API key or an app password)."""
+
+    pagination_class = ConnectionsPagination
+
+    @extend_schema(
+        operation_id="connections_list",
+        summary="This tenant's connections, newest first",
+        parameters=RESPONSE_HEADERS,
+        responses={200: ConnectionOutputSerializer(many=True), **COMMON_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        rows = connection_list(tenant=_caller_tenant(request))
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(ConnectionOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="connections_create",
+        summary="Store a credential as a new connection",
+        request=ConnectionCreateInputSerializer,
+        parameters=RESPONSE_HEADERS,
+        responses={
+            201: ConnectionOutputSerializer,
+            **COMMON_ERRORS,
+            **BODY_ERRORS,
+            422: _error("`validation`: the request or the credentials are invalid; `errors` says where, never what."),
+        },
+        examples=[CONNECTION_EXAMPLE],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = ConnectionCreateInputSerializer(data=_json_object(request))
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            connection = connection_create(
+                tenant=_caller_tenant(request),
+                provider=data["provider"],
+                credential_type=data["credential_type"],
+                credentials=data["credentials"],
+                scopes=data["scopes"],
+                expires_at=data["expires_at"],
+                label=data["label"],
+            )
+        except ConnectionServiceError as exc:
+            raise _invalid((_safe_path(path), message) for path, message in exc.errors) from None
+        return Response(ConnectionOutputSerializer(connection).data, status=status.HTTP_201_CREATED)
+
+
+class ConnectionDetailView(ConnectionsApiView):
+    """One connection of the tenant."""
+
+    @extend_schema(
+        operation_id="connections_retrieve",
+        summary="One connection of this tenant",
+        parameters=[CONNECTION_ID, *RESPONSE_HEADERS],
+        responses={200: ConnectionOutputSerializer, **COMMON_ERRORS, **CONNECTION_NOT_FOUND},
+    )
+    def get(self, request: Request, connection_id: str) -> Response:
+        return Response(ConnectionOutputSerializer(_connection_or_404(request, connection_id)).data)
+
+
+class ConnectionRevokeView(ConnectionsApiView):
+    """Revoke a connection: the broker refuses it from the next call on. Revoking again changes nothing."""
+
+    @extend_schema(
+        operation_id="connections_revoke",
+        summary="Revoke a connection of this tenant",
+        request=None,
+        parameters=[CONNECTION_ID, *RESPONSE_HEADERS],
+        responses={200: ConnectionOutputSerializer, **COMMON_ERRORS, **CONNECTION_NOT_FOUND},
+    )
+    def post(self, request: Request, connection_id: str) -> Response:
+        connection = _connection_or_404(request, connection_id)
+        connection_revoke(connection=connection)
+        return Response(ConnectionOutputSerializer(connection).data)
+
+
+def _connection_or_404(request: Request, connection_id: str) -> Connection:
+    connection = connection_get(tenant=_caller_tenant(request), connection_id=connection_id)
+    if connection is None:
+        raise NotFound(NO_SUCH_CONNECTION)
+    return connection
+
+
+# --- grants ----------------------------------------------------------------------------------
+
+
+class GrantListView(ConnectionsApiView):
+    """The tenant's grants, and granting a service account the use of connections."""
+
+    pagination_class = ConnectionsPagination
+
+    @extend_schema(
+        operation_id="grants_list",
+        summary="This tenant's grants, newest first",
+        parameters=RESPONSE_HEADERS,
+        responses={200: GrantOutputSerializer(many=True), **COMMON_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        rows = grant_list(tenant_id=request_caller(request).tenant_id)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(GrantOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="grants_create",
+        summary="Let a service account use some of this tenant's connections",
+        request=GrantCreateInputSerializer,
+        parameters=RESPONSE_HEADERS,
+        responses={
+            201: GrantOutputSerializer,
+            **COMMON_ERRORS,
+            **BODY_ERRORS,
+            422: _error(
+                "`validation`: the request is invalid, or names a service account or connection this tenant "
+                "does not have (or a revoked one); `errors` says which field."
+            ),
+        },
+        examples=[GRANT_EXAMPLE],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = GrantCreateInputSerializer(data=_json_object(request))
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        tenant = _caller_tenant(request)
+        account, connections = _grant_references(
+            tenant=tenant, service_account=data["service_account"], connection_ids=data["connection_ids"]
+        )
+        try:
+            grant = grant_create(
+                tenant=tenant, service_account=account, connections=connections, expires_at=data["expires_at"]
+            )
+        except PolicyServiceError as exc:
+            raise _invalid([("", str(exc))]) from None
+        return Response(GrantOutputSerializer(grant).data, status=status.HTTP_201_CREATED)
+
+
+class GrantDetailView(ConnectionsApiView):
+    """One grant of the tenant."""
+
+    @extend_schema(
+        operation_id="grants_retrieve",
+        summary="One grant of this tenant",
+        parameters=[GRANT_ID, *RESPONSE_HEADERS],
+        responses={200: GrantOutputSerializer, **COMMON_ERRORS, **GRANT_NOT_FOUND},
+    )
+    def get(self, request: Request, grant_id: str) -> Response:
+        return Response(GrantOutputSerializer(_grant_or_404(request, grant_id)).data)
+
+
+class GrantRevokeView(ConnectionsApiView):
+    """Revoke a grant: its connections are refused to the account from the next call on. Idempotent."""
+
+    @extend_schema(
+        operation_id="grants_revoke",
+        summary="Revoke a grant of this tenant",
+        request=None,
+        parameters=[GRANT_ID, *RESPONSE_HEADERS],
+        responses={200: GrantOutputSerializer, **COMMON_ERRORS, **GRANT_NOT_FOUND},
+    )
+    def post(self, request: Request, grant_id: str) -> Response:
+        grant = _grant_or_404(request, grant_id)
+        grant_revoke(grant=grant)
+        return Response(GrantOutputSerializer(grant).data)
+
+
+def _grant_or_404(request: Request, grant_id: str) -> ExecutionGrant:
+    grant = grant_get(tenant_id=request_caller(request).tenant_id, grant_id=grant_id)
+    if grant is None:
+        raise NotFound("no such grant in this tenant")
+    return grant

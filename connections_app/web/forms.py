@@ -1,0 +1,193 @@
+"""Forms of the tenant UI: they parse what a person typed; the services decide what is allowed.
+
+Secret inputs use `PasswordInput(render_value=False)`, so a form shown again
+after an error never carries the secret back to the browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.db.models import QuerySet
+
+from connections_app.models import Connection
+from policies_app.models import ServiceAccount
+
+EXPIRY_HELP = "Optional, in UTC. Leave empty for no expiry."
+
+
+class ExpiryInput(forms.DateTimeInput):
+    """The browser's native date-time picker; Django parses its ISO value."""
+
+    input_type = "datetime-local"
+
+    def __init__(self) -> None:
+        super().__init__(format="%Y-%m-%dT%H:%M")
+
+
+class UIForm(forms.Form):
+    """Labels without Django's trailing colon: the stylesheet sets labels apart."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+
+def _secret_input(autocomplete: str) -> forms.PasswordInput:
+    return forms.PasswordInput(render_value=False, attrs={"autocomplete": autocomplete, "spellcheck": "false"})
+
+
+class ConnectionForm(UIForm):
+    """What every hand-entered connection has; subclasses add their secret fields in `SECRET_FIELDS`."""
+
+    SECRET_FIELDS: tuple[str, ...] = ()
+
+    provider = forms.ChoiceField(help_text="The service whose tools will use this credential.")
+    label = forms.CharField(
+        max_length=100, required=False, help_text="A name your team recognises it by, e.g. “release bot”."
+    )
+    scopes = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="Comma separated, as the provider names them (e.g. repo, read:user). Optional.",
+    )
+    expires_at = forms.DateTimeField(label="Expires at", required=False, widget=ExpiryInput(), help_text=EXPIRY_HELP)
+
+    def __init__(self, *args: Any, providers: Iterable[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["provider"].choices = [(provider, provider) for provider in providers]
+
+    def clean_scopes(self) -> list[str]:
+        return [scope.strip() for scope in self.cleaned_data["scopes"].split(",") if scope.strip()]
+
+    def credentials(self) -> dict[str, str]:
+        return {name: self.cleaned_data[name] for name in self.SECRET_FIELDS}
+
+    def add_service_errors(self, errors: Iterable[tuple[str, str]]) -> None:
+        """Attach a service's (path, message) errors to the fields they name, the rest to the form."""
+        for path, message in errors:
+            field = path.removeprefix("credentials.")
+            self.add_error(field if field in self.fields else None, message)
+
+
+class ApiKeyConnectionForm(ConnectionForm):
+    SECRET_FIELDS = ("api_key",)
+
+    api_key = forms.CharField(
+        label="API key",
+        max_length=4096,
+        widget=_secret_input("off"),
+        help_text="Stored encrypted. It is never shown again, not even to you.",
+    )
+
+    field_order = ["provider", "label", "api_key", "scopes", "expires_at"]
+
+
+class AppPasswordConnectionForm(ConnectionForm):
+    SECRET_FIELDS = ("username", "password")
+
+    username = forms.CharField(max_length=256, widget=forms.TextInput(attrs={"autocomplete": "off"}))
+    password = forms.CharField(
+        label="App password",
+        max_length=4096,
+        strip=False,
+        widget=_secret_input("new-password"),
+        help_text="Stored encrypted. It is never shown again, not even to you.",
+    )
+
+    field_order = ["provider", "label", "username", "password", "scopes", "expires_at"]
+
+
+# ?type= on the "add connection" page -> its form and its heading.
+CONNECTION_FORMS: dict[str, tuple[type[ConnectionForm], str]] = {
+    Connection.CredentialType.API_KEY: (ApiKeyConnectionForm, "Add an API key"),
+    Connection.CredentialType.APP_PASSWORD: (AppPasswordConnectionForm, "Add an app password"),
+}
+
+
+class ConnectionChoiceField(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, obj: Connection) -> str:
+        return f"{obj.label or obj.get_credential_type_display()} — {obj.provider}, …{obj.short_id}"
+
+
+class ServiceAccountChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: ServiceAccount) -> str:
+        return obj.name  # the tenant is implied; str() would repeat it
+
+
+class GrantForm(UIForm):
+    service_account = ServiceAccountChoiceField(
+        queryset=ServiceAccount.objects.none(),
+        empty_label="Choose a service account",
+        help_text="The caller that may use the connections below.",
+    )
+    connections = ConnectionChoiceField(
+        queryset=Connection.objects.none(),
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Active connections of this tenant.",
+    )
+    expires_at = forms.DateTimeField(label="Expires at", required=False, widget=ExpiryInput(), help_text=EXPIRY_HELP)
+
+    def __init__(
+        self,
+        *args: Any,
+        service_accounts: QuerySet[ServiceAccount],
+        connections: QuerySet[Connection],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["service_account"].queryset = service_accounts
+        self.fields["connections"].queryset = connections
+
+
+class ServiceAccountForm(UIForm):
+    name = forms.SlugField(
+        max_length=100,
+        help_text="Letters, digits, hyphens and underscores; unique in this tenant, e.g. support-agent.",
+    )
+    scopes = forms.MultipleChoiceField(
+        choices=[
+            (ServiceAccount.Scope.TOOLS_EXEC, "tools:exec — list and run tools, read this tenant's activity"),
+            (ServiceAccount.Scope.CONNECTIONS_MANAGE, "connections:manage — manage connections and grants over REST"),
+        ],
+        initial=[ServiceAccount.Scope.TOOLS_EXEC],
+        widget=forms.CheckboxSelectMultiple,
+    )
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        """Attach the model's validation errors; its only two-field constraint (tenant, name) is about the name."""
+        for field, errors in error.update_error_dict({}).items():
+            for one in errors:
+                if field == NON_FIELD_ERRORS and one.code == "unique_together":
+                    self.add_error("name", "A service account with this name already exists in this tenant.")
+                else:
+                    self.add_error(field if field in self.fields else None, one.messages)
+
+
+class ActivityFilterForm(UIForm):
+    """The activity page's GET filters; a bad value is reported and ignored, never a 500."""
+
+    OUTCOMES = {"ok": True, "failed": False}
+
+    tool = forms.ChoiceField(required=False)
+    outcome = forms.ChoiceField(
+        required=False, choices=[("", "Any outcome"), ("ok", "Succeeded"), ("failed", "Failed or refused")]
+    )
+    run = forms.CharField(label="Run id", required=False, max_length=128)
+
+    def __init__(self, *args: Any, tool_ids: Iterable[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tool"].choices = [("", "All tools"), *((tool_id, tool_id) for tool_id in tool_ids)]
+
+    def filters(self) -> dict[str, Any]:
+        """Keyword arguments for `invocation_list`, from the fields that are valid."""
+        self.is_valid()
+        data = self.cleaned_data
+        return {
+            "tool_id": data.get("tool") or "",
+            "ok": self.OUTCOMES.get(data.get("outcome") or ""),
+            "run_id": data.get("run") or "",
+        }

@@ -1,0 +1,349 @@
+"""Views of the tenant web UI (CONTRACT.md §6).
+
+Thin by design: each view parses a form, calls one service or selector scoped
+to `request.tenant`, and renders. Every object is fetched through a selector
+that takes the tenant, so another tenant's id is simply not found (404).
+Revocations are two steps: GET shows what will happen, POST does it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.views import LoginView
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from connections_app.models import Connection
+from connections_app.selectors import connection_events, connection_get, connection_list, oauth_provider_list
+from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
+from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
+from connections_app.web.forms import CONNECTION_FORMS, ActivityFilterForm, GrantForm, ServiceAccountForm
+from connections_app.web.tenancy import tenant_member_required, tenant_switch
+from policies_app.models import ExecutionGrant, ServiceAccount
+from policies_app.selectors import (
+    grant_get,
+    grant_list,
+    grant_list_for_connection,
+    service_account_get,
+    service_account_list,
+)
+from policies_app.services import (
+    PolicyServiceError,
+    grant_create,
+    grant_revoke,
+    service_account_create,
+    service_account_revoke,
+)
+from tools_app.selectors import invocation_list, tool_ids_known, tool_providers
+
+ACTIVITY_PAGE_SIZE = 50
+NO_FILTERS = {"tool_id": "", "ok": None, "run_id": ""}
+
+
+class TenantLoginView(LoginView):
+    template_name = "accounts/login.html"
+    redirect_authenticated_user = True
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "label_suffix": ""}
+
+
+@tenant_member_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return redirect("web:connection-list")
+
+
+@tenant_member_required
+@require_POST
+def switch_tenant(request: HttpRequest) -> HttpResponse:
+    """Remember another of the user's tenants; a tenant they are not a member of is not found."""
+    if not tenant_switch(request, request.POST.get("tenant")):
+        raise Http404("not a tenant of this user")
+    return redirect("web:connection-list")
+
+
+# --- connections ------------------------------------------------------------------------
+
+
+@tenant_member_required
+@require_GET
+def connections(request: HttpRequest) -> HttpResponse:
+    rows = connection_list(tenant=request.tenant)
+    return render(
+        request,
+        "tenant/connection_list.html",
+        {
+            "section": "connections",
+            "connections": rows,
+            "now": timezone.now(),
+            "oauth_providers": oauth_provider_list(),
+        },
+    )
+
+
+@tenant_member_required
+@never_cache
+@require_http_methods(["GET", "POST"])
+def connection_new(request: HttpRequest) -> HttpResponse:
+    credential_type = request.GET.get("type", Connection.CredentialType.API_KEY)
+    if credential_type not in CONNECTION_FORMS:
+        raise Http404("no such credential type")
+    form_class, heading = CONNECTION_FORMS[credential_type]
+    form = form_class(request.POST or None, providers=tool_providers())
+    if request.method == "POST" and form.is_valid():
+        try:
+            connection = connection_create(
+                tenant=request.tenant,
+                provider=form.cleaned_data["provider"],
+                credential_type=credential_type,
+                credentials=form.credentials(),
+                scopes=form.cleaned_data["scopes"],
+                expires_at=form.cleaned_data["expires_at"],
+                label=form.cleaned_data["label"],
+                created_by=request.user,
+            )
+        except ConnectionServiceError as error:
+            form.add_service_errors(error.errors)
+        else:
+            messages.success(request, f"Connection “{connection.label or connection.provider}” added.")
+            return redirect("web:connection-list")
+    return render(
+        request,
+        "tenant/connection_form.html",
+        {"section": "connections", "form": form, "heading": heading, "credential_type": credential_type},
+    )
+
+
+def _connection_or_404(request: HttpRequest, connection_id: object) -> Connection:
+    connection = connection_get(tenant=request.tenant, connection_id=connection_id)
+    if connection is None:
+        raise Http404("no such connection")
+    return connection
+
+
+@tenant_member_required
+@require_GET
+def connection_detail(request: HttpRequest, connection_id: UUID) -> HttpResponse:
+    connection = _connection_or_404(request, connection_id)
+    return render(
+        request,
+        "tenant/connection_detail.html",
+        {
+            "section": "connections",
+            "connection": connection,
+            "events": connection_events(tenant=request.tenant, connection_id=connection.pk)[:100],
+            "grants": grant_list_for_connection(tenant_id=request.tenant.pk, connection_id=connection.pk),
+            "now": timezone.now(),
+        },
+    )
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def connection_revoke_confirm(request: HttpRequest, connection_id: UUID) -> HttpResponse:
+    connection = _connection_or_404(request, connection_id)
+    if request.method == "POST":
+        if connection_revoke(connection=connection, revoked_by=request.user):
+            messages.success(request, f"Connection “{connection.label or connection.provider}” revoked.")
+        else:
+            messages.info(request, "That connection was already revoked.")
+        return redirect("web:connection-list")
+    grants = grant_list_for_connection(tenant_id=request.tenant.pk, connection_id=connection.pk)
+    return render(
+        request,
+        "tenant/confirm_revoke.html",
+        {
+            "section": "connections",
+            "kind": "connection",
+            "name": connection.label or connection.provider,
+            "already_revoked": connection.is_revoked,
+            "details": [
+                ("Provider", connection.provider),
+                ("Type", connection.get_credential_type_display()),
+                ("Used by grants", str(sum(1 for grant in grants if grant.revoked_at is None))),
+            ],
+            "consequence": "Tools stop using it on their next call. Revocation cannot be undone.",
+            "cancel_url": reverse("web:connection-detail", args=[connection.pk]),
+        },
+    )
+
+
+# --- grants ---------------------------------------------------------------------------------
+
+
+@tenant_member_required
+@require_GET
+def grants(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "tenant/grant_list.html",
+        {"section": "grants", "grants": grant_list(tenant_id=request.tenant.pk), "now": timezone.now()},
+    )
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def grant_new(request: HttpRequest) -> HttpResponse:
+    form = GrantForm(
+        request.POST or None,
+        service_accounts=service_account_list(tenant_id=request.tenant.pk, include_revoked=False),
+        connections=connection_list(tenant=request.tenant, include_revoked=False),
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            grant_create(
+                tenant=request.tenant,
+                service_account=form.cleaned_data["service_account"],
+                connections=form.cleaned_data["connections"],
+                expires_at=form.cleaned_data["expires_at"],
+                created_by=request.user,
+            )
+        except PolicyServiceError as error:
+            form.add_error(None, str(error))
+        else:
+            messages.success(request, f"Grant for “{form.cleaned_data['service_account'].name}” created.")
+            return redirect("web:grant-list")
+    return render(request, "tenant/grant_form.html", {"section": "grants", "form": form})
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpResponse:
+    grant = grant_get(tenant_id=request.tenant.pk, grant_id=grant_id)
+    if grant is None:
+        raise Http404("no such grant")
+    if request.method == "POST":
+        if grant_revoke(grant=grant, revoked_by=request.user):
+            messages.success(request, f"Grant for “{grant.service_account.name}” revoked.")
+        else:
+            messages.info(request, "That grant was already revoked.")
+        return redirect("web:grant-list")
+    return render(
+        request,
+        "tenant/confirm_revoke.html",
+        {
+            "section": "grants",
+            "kind": "grant",
+            "name": f"for {grant.service_account.name}",
+            "already_revoked": grant.revoked_at is not None,
+            "details": _grant_details(grant),
+            "consequence": "The service account can no longer use these connections. This cannot be undone.",
+            "cancel_url": reverse("web:grant-list"),
+        },
+    )
+
+
+def _grant_details(grant: ExecutionGrant) -> list[tuple[str, str]]:
+    names = ", ".join(connection.label or connection.provider for connection in grant.connections.all())
+    return [("Service account", grant.service_account.name), ("Connections", names)]
+
+
+# --- service accounts --------------------------------------------------------------------
+
+
+@tenant_member_required
+@require_GET
+def service_accounts(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "tenant/service_account_list.html",
+        {"section": "service-accounts", "accounts": service_account_list(tenant_id=request.tenant.pk)},
+    )
+
+
+@tenant_member_required
+@never_cache
+@require_http_methods(["GET", "POST"])
+def service_account_new(request: HttpRequest) -> HttpResponse:
+    """Create an account; its key goes straight into this response and nowhere else (no session, no message)."""
+    form = ServiceAccountForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            account, key = service_account_create(
+                tenant=request.tenant,
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                created_by=request.user,
+            )
+        except PolicyServiceError as error:
+            form.add_error(None, str(error))
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            return render(
+                request,
+                "tenant/service_account_created.html",
+                {"section": "service-accounts", "account": account, "key": key},
+                status=201,
+            )
+    return render(request, "tenant/service_account_form.html", {"section": "service-accounts", "form": form})
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def service_account_revoke_confirm(request: HttpRequest, account_id: UUID) -> HttpResponse:
+    account = service_account_get(tenant_id=request.tenant.pk, account_id=account_id)
+    if account is None:
+        raise Http404("no such service account")
+    if request.method == "POST":
+        if service_account_revoke(account=account, revoked_by=request.user):
+            messages.success(request, f"Service account “{account.name}” revoked.")
+        else:
+            messages.info(request, "That service account was already revoked.")
+        return redirect("web:service-account-list")
+    return render(
+        request,
+        "tenant/confirm_revoke.html",
+        {
+            "section": "service-accounts",
+            "kind": "service account",
+            "name": account.name,
+            "already_revoked": account.revoked_at is not None,
+            "details": _account_details(account),
+            "consequence": "Its API key stops working on the next call. This cannot be undone.",
+            "cancel_url": reverse("web:service-account-list"),
+        },
+    )
+
+
+def _account_details(account: ServiceAccount) -> list[tuple[str, str]]:
+    last_used = timezone.localtime(account.last_used_at).strftime("%Y-%m-%d %H:%M") if account.last_used_at else "never"
+    return [("Scopes", ", ".join(account.scopes) or "none"), ("Last used", last_used)]
+
+
+# --- activity --------------------------------------------------------------------------------
+
+
+@tenant_member_required
+@require_GET
+def activity(request: HttpRequest) -> HttpResponse:
+    """The tenant's finished calls, filtered and paginated, over a chart of the last 14 days."""
+    form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known())
+    filters = form.filters() if request.GET else NO_FILTERS
+    page = Paginator(invocation_list(tenant_id=request.tenant.pk, **filters), ACTIVITY_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    days = chart_days(today=timezone.localdate())
+    counts = activity_per_day(tenant_id=request.tenant.pk, since=days[0], **filters)
+    return render(
+        request,
+        "tenant/activity.html",
+        {
+            "section": "activity",
+            "form": form,
+            "page": page,
+            "chart": activity_chart(counts=counts, days=days),
+            "chart_days": CHART_DAYS,
+            "filtered": filters != NO_FILTERS,
+        },
+    )

@@ -1,0 +1,315 @@
+"""The credential broker behind the grant gate, driven through POST /api/v1/tools/exec.
+
+Every refusal is checked on four sides: the contract's code and status, the
+loopback GitHub never called, the audit row's error code, and the connection's
+own trail (the broker records `use_denied` for its refusals; the gate, which runs
+first, records nothing on the connection and never reaches the broker).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.db import connection as db_connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from config.runtime import runtime
+from connections_app.adapters import NOT_AVAILABLE, UNREADABLE, DatabaseConnectionBroker
+from connections_app.crypto import KeyRing, seal_json
+from connections_app.models import Connection, ConnectionEvent
+from connections_app.selectors import connection_events
+from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
+from policies_app.governance import governance_cache
+from policies_app.services import PolicyServiceError, grant_create, grant_revoke
+from runner.errors import BrokerError
+from runner.types import ErrorCode, ToolInvocationContext
+from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
+from tools_app.models import ToolInvocation
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = "ghp_brokerToken0123456789abcdefABCDEF"
+USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
+TOOL = "github__get_user"
+
+
+@pytest.fixture
+def connection(caller):
+    account, _key = caller
+    return ConnectionFactory(tenant=account.tenant, credentials={"api_key": TOKEN})
+
+
+@pytest.fixture
+def grant(caller, connection):
+    account, _key = caller
+    return GrantFactory(service_account=account, connections=[connection])
+
+
+def assert_refused(response, github, *, status: int, code: str, message: str) -> None:
+    """The contract's refusal, GitHub untouched, and the audit row saying the same."""
+    assert response.status_code == status
+    body = response.json()
+    assert body == {
+        "tool_call_id": body["tool_call_id"],
+        "tool_id": TOOL,
+        "ok": False,
+        "error_code": code,
+        "safe_message": message,
+    }
+    assert github.requests == []
+    row = ToolInvocation.objects.get(tool_call_id=body["tool_call_id"])
+    assert (row.ok, row.executed, row.error_code, row.safe_message, row.result) == (False, False, code, message, None)
+
+
+def denials(connection_id) -> list[tuple]:
+    """The broker's refusals recorded against this connection id: (tenant, caller, tool, reason)."""
+    return list(
+        ConnectionEvent.objects.filter(connection_id=connection_id, kind=ConnectionEvent.Kind.USE_DENIED).values_list(
+            "tenant_id", "service_account_id", "tool_id", "detail"
+        )
+    )
+
+
+def kinds(connection) -> list[str]:
+    return list(ConnectionEvent.objects.filter(connection_id=connection.pk).values_list("kind", flat=True))
+
+
+def last_used(connection) -> datetime | None:
+    return Connection.objects.values_list("last_used_at", flat=True).get(pk=connection.pk)
+
+
+def connection_row(tenant, *, provider: str, credentials: dict) -> Connection:
+    """A connection written at the row level, sealed like the service seals (for states the service refuses)."""
+    row = Connection(tenant=tenant, provider=provider, credential_type=Connection.CredentialType.API_KEY, label="x")
+    sealed = seal_json(credentials, binding=row.binding(), ring=KeyRing.from_settings())
+    row.encrypted_credentials = sealed.blob
+    row.encryption_key_id = sealed.key_id
+    row.save()
+    return row
+
+
+# --- the broker's own refusals: 409, and a use_denied event ----------------------------
+
+
+def test_another_tenants_connection_in_the_grant_is_refused_like_one_that_does_not_exist(
+    github, caller, call_tool, grant
+):
+    # given another tenant's connection slipped into our grant at the row level (grant_create refuses it)
+    account, _key = caller
+    globex = TenantFactory(slug="globex")
+    theirs = ConnectionFactory(tenant=globex, credentials={"api_key": "ghp_globexSecret0123456789"})
+    with pytest.raises(PolicyServiceError):
+        grant_create(tenant=account.tenant, service_account=account, connections=[theirs])
+    grant.connections.add(theirs)
+
+    # when
+    response = call_tool(theirs, grant)
+
+    # then: the broker's answer for an id that exists nowhere is the same, word for word
+    nonexistent = str(uuid.uuid4())
+    ctx = ToolInvocationContext(
+        run_id="",
+        tool_call_id="probe",
+        tenant_id=str(account.tenant_id),
+        actor_id=str(account.pk),
+        connection_id=nonexistent,
+    )
+    with pytest.raises(BrokerError) as missing:
+        DatabaseConnectionBroker().resolve(ctx, runtime().source.get(TOOL).spec)
+    assert (missing.value.code, missing.value.safe_message) == (ErrorCode.CONNECTION_UNAVAILABLE, NOT_AVAILABLE)
+    assert_refused(response, github, status=409, code="connection_unavailable", message=NOT_AVAILABLE)
+    # the refusal is on the asking tenant's trail, not on globex's
+    assert denials(theirs.pk) == [(account.tenant_id, account.pk, TOOL, NOT_AVAILABLE)]
+    assert list(connection_events(tenant=globex).values_list("kind", flat=True)) == ["created"]
+    assert last_used(theirs) is None
+
+
+def test_revoked_connection_answers_409_connection_unavailable(github, caller, call_tool, connection, grant):
+    account, _key = caller
+    connection_revoke(connection=connection)
+
+    response = call_tool(connection, grant)
+
+    assert_refused(response, github, status=409, code="connection_unavailable", message="connection has been revoked")
+    assert denials(connection.pk) == [(account.tenant_id, account.pk, TOOL, "connection has been revoked")]
+    assert last_used(connection) is None
+
+
+def test_connection_of_another_provider_answers_409_connection_unavailable(github, caller, call_tool):
+    # given a gitlab connection: connection_create knows no such provider, so the row is written directly
+    account, _key = caller
+    with pytest.raises(ConnectionServiceError):
+        connection_create(
+            tenant=account.tenant, provider="gitlab", credential_type="api_key", credentials={"api_key": TOKEN}
+        )
+    gitlab = connection_row(account.tenant, provider="gitlab", credentials={"api_key": TOKEN})
+    grant = GrantFactory(service_account=account, connections=[gitlab])
+
+    response = call_tool(gitlab, grant)
+
+    message = "connection is for gitlab, the tool needs github"
+    assert_refused(response, github, status=409, code="connection_unavailable", message=message)
+    assert denials(gitlab.pk) == [(account.tenant_id, account.pk, TOOL, message)]
+    assert last_used(gitlab) is None
+
+
+def test_connection_awaiting_reauthorisation_answers_409(github, caller, call_tool, connection, grant):
+    account, _key = caller
+    Connection.objects.filter(pk=connection.pk).update(status=Connection.Status.NEEDS_REAUTH)
+
+    response = call_tool(connection, grant)
+
+    message = "connection needs re-authorisation by the tenant"
+    assert_refused(response, github, status=409, code="connection_unavailable", message=message)
+    assert denials(connection.pk) == [(account.tenant_id, account.pk, TOOL, message)]
+    assert last_used(connection) is None
+
+
+def test_expired_api_key_connection_answers_409(github, caller, call_tool, connection, grant):
+    account, _key = caller
+    Connection.objects.filter(pk=connection.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    response = call_tool(connection, grant)
+
+    assert_refused(response, github, status=409, code="connection_unavailable", message="connection has expired")
+    assert denials(connection.pk) == [(account.tenant_id, account.pk, TOOL, "connection has expired")]
+    assert last_used(connection) is None
+
+
+def test_credentials_under_a_key_gone_from_the_ring_answer_409_without_the_secret(
+    github, call_tool, grant, settings, caplog
+):
+    connection = grant.connections.get()
+    settings.TOOLGATE_KEY_RING = {"replacement": bytes(range(32))}
+
+    response = call_tool(connection, grant)
+
+    assert_refused(response, github, status=409, code="connection_unavailable", message=UNREADABLE)
+    assert [record.levelname for record in caplog.records if record.name == "connections_app.adapters"] == ["ERROR"]
+    assert "is not in TOOLGATE_ENCRYPTION_KEYS" in caplog.text
+    assert TOKEN not in caplog.text
+    assert last_used(connection) is None
+
+
+# --- the gate's refusals: 403, before the broker, nothing on the connection ----------------
+
+
+def test_another_callers_grant_answers_403_and_never_reaches_the_broker(github, tenant, call_tool, connection):
+    other, _other_key = service_account_with_key(tenant, name="other")
+    theirs = GrantFactory(service_account=other, connections=[connection])
+
+    response = call_tool(connection, theirs)
+
+    message = "grant does not authorise this connection"
+    assert_refused(response, github, status=403, code="policy_denied", message=message)
+    assert kinds(connection) == ["created"]
+    assert last_used(connection) is None
+
+
+def test_revoked_grant_answers_403(github, call_tool, connection, grant):
+    grant_revoke(grant=grant)
+
+    response = call_tool(connection, grant)
+
+    assert_refused(response, github, status=403, code="policy_denied", message="grant has been revoked")
+    assert kinds(connection) == ["created"]
+    assert last_used(connection) is None
+
+
+def test_expired_grant_answers_403(github, caller, call_tool, connection):
+    account, _key = caller
+    grant = GrantFactory(
+        service_account=account, connections=[connection], expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    response = call_tool(connection, grant)
+
+    assert_refused(response, github, status=403, code="policy_denied", message="grant has expired")
+    assert kinds(connection) == ["created"]
+    assert last_used(connection) is None
+
+
+def test_granted_connection_the_request_does_not_declare_answers_403(github, caller, call_tool, connection):
+    account, _key = caller
+    declared = ConnectionFactory(tenant=account.tenant)
+    grant = GrantFactory(service_account=account, connections=[connection, declared])
+
+    response = call_tool(connection, grant, connection_ids=[str(declared.pk)])
+
+    message = "connection is not in grant ∩ declared connections"
+    assert_refused(response, github, status=403, code="policy_denied", message=message)
+    assert kinds(connection) == ["created"]
+    assert last_used(connection) is None
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_connection_outside_the_grant_is_refused_by_the_gate_before_the_broker(
+    github, caller, call_tool, grant, revoked
+):
+    # given a connection of the caller's tenant that the grant does not name; when revoked, a broker
+    # asked first would answer 409 "connection has been revoked" and record use_denied
+    account, _key = caller
+    outside = ConnectionFactory(tenant=account.tenant, credentials={"api_key": "ghp_outside0123456789"})
+    if revoked:
+        connection_revoke(connection=outside)
+
+    response = call_tool(outside, grant)
+
+    message = "connection is not in grant ∩ declared connections"
+    assert_refused(response, github, status=403, code="policy_denied", message=message)
+    assert kinds(outside) == (["revoked", "created"] if revoked else ["created"])
+    assert ConnectionEvent.objects.filter(kind=ConnectionEvent.Kind.USE_DENIED).count() == 0
+    assert last_used(outside) is None
+
+
+# --- recording use ----------------------------------------------------------------------------
+
+
+def _connection_updates(queries) -> list[str]:
+    return [query["sql"] for query in queries if query["sql"].startswith('UPDATE "connections_app_connection"')]
+
+
+def test_last_used_at_is_written_at_most_once_a_minute(github, call_tool, connection, grant):
+    github.route("GET", "/user", json=USER)
+    start = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
+
+    with time_machine.travel(start, tick=False), CaptureQueriesContext(db_connection) as first:
+        assert call_tool(connection, grant).status_code == 200
+    with time_machine.travel(start + timedelta(seconds=59), tick=False), CaptureQueriesContext(db_connection) as second:
+        assert call_tool(connection, grant).status_code == 200
+    after_second = last_used(connection)
+    with time_machine.travel(start + timedelta(seconds=61), tick=False), CaptureQueriesContext(db_connection) as third:
+        assert call_tool(connection, grant).status_code == 200
+
+    assert (len(_connection_updates(first)), len(_connection_updates(second)), len(_connection_updates(third))) == (
+        1,
+        0,
+        1,
+    )
+    assert after_second == start
+    assert last_used(connection) == start + timedelta(seconds=61)
+    assert len(github.requests) == 3
+
+
+# --- the hot path's query budget ---------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_warm_exec_with_a_connection_takes_at_most_seven_queries(
+    github, call_tool, connection, grant, django_assert_max_num_queries
+):
+    # given caches warm and last_used_at written by a first call
+    github.route("GET", "/user", json=USER)
+    governance_cache.clear()
+    assert call_tool(connection, grant, tool_call_id="w0").status_code == 200
+
+    # when / then: generation read, idempotency claim (BEGIN, INSERT, COMMIT), grant for the gate,
+    # connection for the broker, audit update; no write of last_used_at within the minute
+    with django_assert_max_num_queries(7):
+        response = call_tool(connection, grant, tool_call_id="w1")
+    assert response.status_code == 200
+    assert response.json()["value"] == USER

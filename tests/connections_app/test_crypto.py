@@ -1,0 +1,366 @@
+"""Credential envelopes: what opens, what never opens, and what an operator sees when a key is missing.
+
+The envelope must fail closed in every way it can be damaged (each byte, each
+truncation), moved (tenant, connection, provider) or relabelled (key id), and
+always with a CredentialError: never another exception, never plaintext. Key
+rotation is walked with real rows through the key ring setting.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+from itertools import product
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from connections_app.adapters import UNREADABLE
+from connections_app.crypto import (
+    CredentialError,
+    CredentialUndecryptable,
+    EncryptionKeyMissing,
+    KeyRing,
+    canonical_binding,
+    envelope_key_id,
+    open_json,
+    open_sealed,
+    seal,
+    seal_json,
+)
+from connections_app.models import Connection
+from connections_app.services import connection_credentials_open
+from tests.factories import ConnectionFactory, GrantFactory, TenantFactory
+from tools_app.models import ToolInvocation
+
+OLD_KEY = hashlib.sha256(b"toolgate test key: old").digest()
+NEW_KEY = hashlib.sha256(b"toolgate test key: new").digest()
+SECRET = "ghp_s3cr3t-value-that-must-never-leak"
+BINDING = {"tenant": "7", "connection": "0b7c9a52-4d4e-4f43-9c41-3c1b3f1f4a10", "provider": "github"}
+MISSING_OLD = (
+    "encryption key 'old' is not in TOOLGATE_ENCRYPTION_KEYS; "
+    "add it back to the key ring (and run rotate_encryption_keys to retire it safely)"
+)
+
+
+def key_material_forms(*keys: bytes) -> list[str]:
+    """Every way a key could be spelled in a message or a log line."""
+    forms = []
+    for key in keys:
+        forms += [
+            key.decode("latin-1"),
+            key.hex(),
+            base64.b64encode(key).decode(),
+            base64.urlsafe_b64encode(key).decode(),
+        ]
+    return forms
+
+
+def sealed_secret(ring: KeyRing | None = None) -> bytes:
+    return seal_json({"api_key": SECRET}, binding=BINDING, ring=ring or KeyRing({"k1": OLD_KEY})).blob
+
+
+def with_key_id(blob: bytes, key_id: str) -> bytes:
+    """The same envelope with another key id written into its header."""
+    old_length = blob[1]
+    encoded = key_id.encode("ascii")
+    return bytes([blob[0], len(encoded)]) + encoded + blob[2 + old_length :]
+
+
+# --- the envelope ------------------------------------------------------------------------
+
+
+def test_round_trip_and_layout():
+    ring = KeyRing({"k1": OLD_KEY})
+
+    sealed = seal_json({"api_key": SECRET, "n": [1, 2]}, binding=BINDING, ring=ring)
+
+    assert sealed.key_id == "k1"
+    assert sealed.blob[:4] == b"\x01\x02k1"  # version, key id length, key id
+    assert envelope_key_id(sealed.blob) == envelope_key_id(memoryview(sealed.blob)) == "k1"
+    assert SECRET.encode() not in sealed.blob
+    assert len(sealed.blob) == 4 + 12 + len(b'{"api_key":"' + SECRET.encode() + b'","n":[1,2]}') + 16
+    assert open_json(sealed.blob, binding=BINDING, ring=ring) == {"api_key": SECRET, "n": [1, 2]}
+    assert open_json(memoryview(sealed.blob), binding=BINDING, ring=ring) == {"api_key": SECRET, "n": [1, 2]}
+
+
+def test_every_single_byte_flip_fails_with_a_credential_error():
+    # "k0" is in the ring too: a key id flipped from "k1" to "k0" names a real key and must still fail.
+    ring = KeyRing({"k1": OLD_KEY, "k0": NEW_KEY})
+    blob = sealed_secret(ring)
+    kinds = set()
+
+    for index, mask in product(range(len(blob)), (0x01, 0x80, 0xFF)):
+        damaged = bytearray(blob)
+        damaged[index] ^= mask
+        with pytest.raises(CredentialError) as caught:
+            open_json(bytes(damaged), binding=BINDING, ring=ring)
+        assert SECRET not in str(caught.value)
+        kinds.add(type(caught.value))
+
+    assert kinds == {CredentialUndecryptable, EncryptionKeyMissing}
+
+
+def test_every_truncation_and_any_extension_fails_with_a_credential_error():
+    ring = KeyRing({"k1": OLD_KEY})
+    blob = sealed_secret(ring)
+
+    for length in range(len(blob)):
+        with pytest.raises(CredentialUndecryptable) as caught:
+            open_json(blob[:length], binding=BINDING, ring=ring)
+        assert SECRET not in str(caught.value)
+    for suffix in (b"\x00", b"x" * 16):
+        with pytest.raises(CredentialUndecryptable):
+            open_json(blob + suffix, binding=BINDING, ring=ring)
+
+
+@pytest.mark.parametrize(
+    "moved",
+    [
+        {**BINDING, "tenant": "8"},
+        {**BINDING, "connection": "0b7c9a52-4d4e-4f43-9c41-3c1b3f1f4a11"},
+        {**BINDING, "provider": "gitlab"},
+        {"tenant": BINDING["tenant"], "connection": BINDING["connection"]},
+        {**BINDING, "extra": ""},
+    ],
+    ids=["other tenant", "other connection", "other provider", "provider dropped", "field added"],
+)
+def test_a_blob_opens_only_for_its_own_binding(moved):
+    ring = KeyRing({"k1": OLD_KEY})
+
+    with pytest.raises(
+        CredentialUndecryptable, match=r"^credential does not decrypt for this row \(tampered or moved\)$"
+    ):
+        open_json(sealed_secret(ring), binding=moved, ring=ring)
+
+
+def test_an_edited_key_id_fails_even_when_it_names_the_same_key():
+    # "k1-copy" holds the very same key: only the header in the associated data tells them apart.
+    ring = KeyRing({"k1": OLD_KEY, "k2": NEW_KEY, "k1-copy": OLD_KEY})
+    blob = sealed_secret(ring)
+    assert open_json(blob, binding=BINDING, ring=ring) == {"api_key": SECRET}
+
+    for key_id in ("k2", "k1-copy"):
+        with pytest.raises(CredentialUndecryptable):
+            open_json(with_key_id(blob, key_id), binding=BINDING, ring=ring)
+    with pytest.raises(EncryptionKeyMissing) as missing:
+        open_json(with_key_id(blob, "k9"), binding=BINDING, ring=ring)
+    assert missing.value.key_id == "k9"
+
+
+def test_nonces_are_random():
+    ring = KeyRing({"k1": OLD_KEY})
+
+    first = seal(b"same plaintext", binding=BINDING, ring=ring).blob
+    second = seal(b"same plaintext", binding=BINDING, ring=ring).blob
+
+    assert first != second
+    assert first[4:16] != second[4:16]  # the nonces themselves
+    assert open_sealed(first, binding=BINDING, ring=ring) == open_sealed(second, binding=BINDING, ring=ring)
+
+
+# --- associated data -----------------------------------------------------------------------
+
+
+def test_pipe_joined_bindings_that_would_collide_do_not():
+    # "acme|x" + "|" + "c1" == "acme" + "|" + "x|c1": a joined string cannot tell these apart.
+    first = {"tenant": "acme|x", "connection": "c1", "provider": "github"}
+    second = {"tenant": "acme", "connection": "x|c1", "provider": "github"}
+    ring = KeyRing({"k1": OLD_KEY})
+    blob = seal(b"secret", binding=first, ring=ring).blob
+
+    assert canonical_binding(first) != canonical_binding(second)
+    with pytest.raises(CredentialUndecryptable):
+        open_sealed(blob, binding=second, ring=ring)
+
+
+bindings = st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=4)
+
+
+@given(first=bindings, second=bindings)
+def test_canonical_binding_is_injective(first, second):
+    if first != second:
+        assert canonical_binding(first) != canonical_binding(second)
+    else:
+        assert canonical_binding(first) == canonical_binding(second)
+
+
+@given(binding=bindings)
+def test_canonical_binding_decodes_back_to_the_binding(binding):
+    """A left inverse exists, which is what makes the encoding injective."""
+    assert canonical_binding(binding).isascii()
+    assert json.loads(canonical_binding(binding)) == binding
+
+
+@pytest.mark.parametrize("binding", [{"tenant": 7}, {7: "x"}, {"tenant": None}])
+def test_bindings_hold_strings_only(binding):
+    # A key 7 would be written as "7" by json.dumps and share its associated data with {"7": ...}.
+    with pytest.raises(TypeError, match=r"^binding keys and values must be strings$"):
+        canonical_binding(binding)
+
+
+# --- the key ring ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({}, "a key ring needs at least one key"),
+        ({"k1": OLD_KEY[:31]}, "key 'k1' is not 32 bytes"),
+        ({"k1": OLD_KEY.hex()[:32]}, "key 'k1' is not 32 bytes"),
+        ({"": OLD_KEY}, "key ids are 1..64 ASCII characters"),
+        ({"k" * 65: OLD_KEY}, "key ids are 1..64 ASCII characters"),
+        ({"clé": OLD_KEY}, "key ids are 1..64 ASCII characters"),
+    ],
+)
+def test_key_ring_refuses_malformed_keys(keys, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        KeyRing(keys)
+
+
+def test_key_ring_encrypts_with_its_first_key_and_never_shows_keys():
+    ring = KeyRing({"k2": NEW_KEY, "k1": OLD_KEY})
+
+    assert ring.primary_key_id == "k2"
+    assert seal(b"x", binding=BINDING, ring=ring).key_id == "k2"
+    assert ("k1" in ring, "k3" in ring) == (True, False)
+    assert repr(ring) == "KeyRing(key_ids=['k2', 'k1'])"
+
+
+# --- rows and rotation ------------------------------------------------------------------------
+
+
+def outcome(row: Connection) -> str:
+    """What a row yields now, read afresh from the database: its api key, or the error's class."""
+    row = Connection.objects.get(pk=row.pk)
+    try:
+        return connection_credentials_open(row)["api_key"]
+    except CredentialError as exc:
+        return type(exc).__name__
+
+
+@pytest.mark.django_db
+def test_a_stored_row_opens_and_holds_no_plaintext(settings):
+    settings.TOOLGATE_KEY_RING = {"old": OLD_KEY}
+    row = ConnectionFactory(credentials={"api_key": SECRET})
+
+    stored = Connection.objects.get(pk=row.pk)
+
+    assert SECRET.encode() not in bytes(stored.encrypted_credentials)
+    assert (stored.encryption_key_id, envelope_key_id(stored.encrypted_credentials)) == ("old", "old")
+    assert connection_credentials_open(stored) == {"api_key": SECRET}
+
+
+@pytest.mark.django_db
+def test_a_blob_copied_to_another_row_does_not_open(settings):
+    settings.TOOLGATE_KEY_RING = {"old": OLD_KEY}
+    acme, globex = TenantFactory(slug="acme"), TenantFactory(slug="globex")
+    source = ConnectionFactory(tenant=acme, credentials={"api_key": SECRET})
+    same_tenant = ConnectionFactory(tenant=acme, credentials={"api_key": "ghp_other"})
+    other_tenant = ConnectionFactory(tenant=globex, credentials={"api_key": "ghp_other"})
+    stolen = Connection.objects.get(pk=source.pk).encrypted_credentials
+
+    Connection.objects.filter(pk__in=[same_tenant.pk, other_tenant.pk]).update(encrypted_credentials=stolen)
+    moved_provider = ConnectionFactory(tenant=acme, credentials={"api_key": "ghp_third"})
+    Connection.objects.filter(pk=moved_provider.pk).update(provider="gitlab")
+
+    assert outcome(source) == SECRET
+    assert outcome(same_tenant) == "CredentialUndecryptable"
+    assert outcome(other_tenant) == "CredentialUndecryptable"
+    assert outcome(moved_provider) == "CredentialUndecryptable"
+
+
+@pytest.mark.django_db
+def test_rotation_matrix(settings):
+    tenant = TenantFactory(slug="acme")
+
+    # 1. the old key alone
+    settings.TOOLGATE_KEY_RING = {"old": OLD_KEY}
+    old_row = ConnectionFactory(tenant=tenant, credentials={"api_key": "ghp_old"})
+    assert old_row.encryption_key_id == "old"
+    assert outcome(old_row) == "ghp_old"
+
+    # 2. the new key added second: everything still encrypts under the old one
+    settings.TOOLGATE_KEY_RING = {"old": OLD_KEY, "new": NEW_KEY}
+    second_row = ConnectionFactory(tenant=tenant, credentials={"api_key": "ghp_second"})
+    assert second_row.encryption_key_id == "old"
+    assert (outcome(old_row), outcome(second_row)) == ("ghp_old", "ghp_second")
+
+    # 3. the new key promoted: new rows use it, old rows still open
+    settings.TOOLGATE_KEY_RING = {"new": NEW_KEY, "old": OLD_KEY}
+    new_row = ConnectionFactory(tenant=tenant, credentials={"api_key": "ghp_new"})
+    assert new_row.encryption_key_id == "new"
+    assert (outcome(old_row), outcome(second_row), outcome(new_row)) == ("ghp_old", "ghp_second", "ghp_new")
+
+    # 4. the old key retired (without rotating first): its rows refuse, loudly, naming the fix
+    settings.TOOLGATE_KEY_RING = {"new": NEW_KEY}
+    assert (outcome(old_row), outcome(second_row), outcome(new_row)) == (
+        "EncryptionKeyMissing",
+        "EncryptionKeyMissing",
+        "ghp_new",
+    )
+    with pytest.raises(EncryptionKeyMissing) as missing:
+        connection_credentials_open(Connection.objects.get(pk=old_row.pk))
+    assert str(missing.value) == MISSING_OLD
+    assert missing.value.key_id == "old"
+    assert not any(form in str(missing.value) for form in key_material_forms(OLD_KEY, NEW_KEY))
+    assert "ghp_old" not in str(missing.value)
+
+    # 5. the old key added back: every row opens again, nothing was lost
+    settings.TOOLGATE_KEY_RING = {"new": NEW_KEY, "old": OLD_KEY}
+    assert (outcome(old_row), outcome(second_row), outcome(new_row)) == ("ghp_old", "ghp_second", "ghp_new")
+    assert set(Connection.objects.values_list("encryption_key_id", flat=True)) == {"old", "new"}
+
+
+# --- the broker, when a key is missing ----------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_broker_with_a_missing_key_answers_connection_unavailable_and_leaves_the_row(
+    settings, caplog, github, caller, call_tool
+):
+    # given a connection sealed under a key the ring then loses
+    account, _key = caller
+    settings.TOOLGATE_KEY_RING = {"old": OLD_KEY}
+    connection = ConnectionFactory(tenant=account.tenant, credentials={"api_key": SECRET})
+    grant = GrantFactory(service_account=account, connections=[connection])
+    stored = Connection.objects.get(pk=connection.pk)
+    settings.TOOLGATE_KEY_RING = {"new": NEW_KEY}
+    caplog.set_level(logging.DEBUG)
+
+    # when
+    response = call_tool(connection, grant, tool_call_id="c1")
+
+    # then the caller gets the contract's error, GitHub is never called, the row is as it was
+    assert response.status_code == 409
+    assert (response.json()["error_code"], response.json()["safe_message"]) == ("connection_unavailable", UNREADABLE)
+    assert github.requests == []
+    assert ToolInvocation.objects.get(tool_call_id="c1").error_code == "connection_unavailable"
+    after = Connection.objects.get(pk=connection.pk)
+    assert (after.status, after.revoked_at, after.last_used_at, after.encryption_key_id) == (
+        Connection.Status.ACTIVE,
+        None,
+        None,
+        "old",
+    )
+    assert bytes(after.encrypted_credentials) == bytes(stored.encrypted_credentials)
+
+    # and the operator is told, without plaintext or key material
+    errors = [r for r in caplog.records if r.name == "connections_app.adapters" and r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == [
+        f"connection {connection.pk}: credentials cannot be decrypted: {MISSING_OLD}"
+    ]
+    for text in (caplog.text, response.content.decode()):
+        assert SECRET not in text
+        assert not any(form in text for form in key_material_forms(OLD_KEY, NEW_KEY))
+
+    # and once the key is back, the same row works again
+    settings.TOOLGATE_KEY_RING = {"new": NEW_KEY, "old": OLD_KEY}
+    github.route("GET", "/user", json={"login": "octocat", "id": 1, "name": "Octo", "html_url": "https://x/octocat"})
+    again = call_tool(connection, grant, tool_call_id="c2")
+    assert again.status_code == 200
+    assert [r.headers["authorization"] for r in github.requests] == [f"Bearer {SECRET}"]

@@ -1,0 +1,189 @@
+"""The activity page: the tenant's calls, filtered and paginated, and the per-day chart."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+import time_machine
+from django.urls import reverse
+
+from connections_app.web.activity import activity_chart, activity_per_day, chart_days
+from tests.factories import TenantFactory
+from tests.support.web import invocation, member_client
+
+pytestmark = pytest.mark.django_db
+
+ACTIVITY = reverse("web:activity")
+NOW = datetime(2026, 11, 20, 15, 0, tzinfo=UTC)
+TODAY = NOW.date()
+
+
+@pytest.fixture
+def acme():
+    return TenantFactory(slug="acme", name="Acme Corp")
+
+
+@pytest.fixture
+def member(acme):
+    return member_client(acme)
+
+
+@pytest.fixture
+def calls(acme):
+    """Acme: 3 clock calls today (one failed, two in run r1), 1 clock and 2 waits 3 days ago, 1 clock 20 days ago.
+    Globex: 1 clock call today, which acme must never see."""
+    rows = [
+        invocation(acme, "core__get_current_time", NOW - timedelta(hours=1), run_id="r1", tool_call_id="t1"),
+        invocation(acme, "core__get_current_time", NOW - timedelta(hours=2), run_id="r1", tool_call_id="t2"),
+        invocation(acme, "core__get_current_time", NOW - timedelta(hours=3), ok=False, tool_call_id="t3"),
+        invocation(acme, "core__get_current_time", NOW - timedelta(days=3), tool_call_id="d3-clock"),
+        invocation(acme, "core__wait", NOW - timedelta(days=3, hours=1), tool_call_id="d3-wait-1"),
+        invocation(acme, "core__wait", NOW - timedelta(days=3, hours=2), tool_call_id="d3-wait-2"),
+        invocation(acme, "core__get_current_time", NOW - timedelta(days=20), tool_call_id="old"),
+    ]
+    invocation(TenantFactory(slug="globex"), "core__get_current_time", NOW, tool_call_id="globex-call")
+    return rows
+
+
+def _listed(response) -> list[str]:
+    return [row.tool_call_id for row in response.context["page"].object_list]
+
+
+@time_machine.travel(NOW, tick=False)
+def test_activity_lists_the_tenants_calls_newest_first(member, calls):
+    client, _user = member
+
+    response = client.get(ACTIVITY)
+
+    assert response.status_code == 200
+    assert _listed(response) == ["t1", "t2", "t3", "d3-clock", "d3-wait-1", "d3-wait-2", "old"]
+    assert "globex-call" not in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"tool": "core__wait"}, ["d3-wait-1", "d3-wait-2"]),
+        ({"outcome": "failed"}, ["t3"]),
+        ({"outcome": "ok", "tool": "core__get_current_time"}, ["t1", "t2", "d3-clock", "old"]),
+        ({"run": "r1"}, ["t1", "t2"]),
+        ({"run": "no-such-run"}, []),
+    ],
+)
+@time_machine.travel(NOW, tick=False)
+def test_activity_filters(member, calls, query, expected):
+    client, _user = member
+
+    response = client.get(ACTIVITY, query)
+
+    assert _listed(response) == expected
+
+
+@time_machine.travel(NOW, tick=False)
+def test_an_invalid_filter_is_reported_and_ignored(member, calls):
+    client, _user = member
+
+    response = client.get(ACTIVITY, {"outcome": "maybe", "run": "r1"})
+
+    assert response.status_code == 200
+    assert list(response.context["form"].errors) == ["outcome"]
+    assert _listed(response) == ["t1", "t2"]
+
+
+@time_machine.travel(NOW, tick=False)
+def test_activity_paginates_fifty_per_page_keeping_the_filters(acme, member):
+    client, _user = member
+    for number in range(51):
+        invocation(acme, "core__wait", NOW - timedelta(minutes=number), tool_call_id=f"w{number:02d}")
+
+    first = client.get(ACTIVITY, {"tool": "core__wait"})
+    second = client.get(ACTIVITY, {"tool": "core__wait", "page": 2})
+
+    assert len(_listed(first)) == 50
+    assert _listed(second) == ["w50"]
+    assert 'href="?tool=core__wait&amp;page=2"' in first.content.decode()
+
+
+@time_machine.travel(NOW, tick=False)
+def test_chart_counts_calls_per_day_per_tool_over_fourteen_days(acme, calls):
+    days = chart_days(today=TODAY)
+
+    counts = activity_per_day(tenant_id=acme.pk, since=days[0])
+
+    assert (days[0], days[-1], len(days)) == (date(2026, 11, 7), TODAY, 14)
+    assert counts == {
+        (TODAY, "core__get_current_time"): 3,
+        (date(2026, 11, 17), "core__get_current_time"): 1,
+        (date(2026, 11, 17), "core__wait"): 2,
+    }
+    assert activity_per_day(tenant_id=acme.pk, since=days[0], ok=False) == {(TODAY, "core__get_current_time"): 1}
+
+
+def test_aggregate_is_one_query(acme, calls, django_assert_num_queries):
+    with django_assert_num_queries(1):
+        activity_per_day(tenant_id=acme.pk, since=date(2026, 11, 7))
+
+
+def test_chart_geometry_stacks_tools_per_day_on_a_round_scale():
+    days = chart_days(today=TODAY, days=2)
+    counts = {(days[0], "b_tool"): 1, (days[1], "a_tool"): 2, (days[1], "b_tool"): 1}
+
+    chart = activity_chart(counts=counts, days=days)
+
+    assert [(s.tool_id, s.css_class, s.total) for s in chart.series] == [
+        ("a_tool", "series-0", 2),
+        ("b_tool", "series-1", 2),
+    ]
+    assert chart.total == 4
+    assert [tick.text for tick in chart.value_ticks] == ["0", "2", "4"]  # busiest day 3 -> scale 4
+    assert [bar.title for bar in chart.bars] == [
+        "b_tool: 1 call on 2026-11-19",
+        "a_tool: 2 calls on 2026-11-20",
+        "b_tool: 1 call on 2026-11-20",
+    ]
+    heights = [bar.height for bar in chart.bars]
+    assert heights[1] == 2 * heights[0] == 2 * heights[2]
+    second_day_a, second_day_b = chart.bars[1], chart.bars[2]
+    assert second_day_b.y + second_day_b.height == second_day_a.y  # stacked on top, no gap
+
+
+@time_machine.travel(NOW, tick=False)
+def test_activity_page_draws_the_chart_and_legend_as_inline_svg(member, calls):
+    client, _user = member
+
+    response = client.get(ACTIVITY)
+
+    chart = response.context["chart"]
+    assert [(s.tool_id, s.total) for s in chart.series] == [("core__get_current_time", 4), ("core__wait", 2)]
+    assert chart.total == 6  # the call 20 days ago is outside the window
+    html = response.content.decode()
+    assert "<svg" in html
+    assert html.count('<rect class="bar series-') == 3
+    assert "<title>core__get_current_time: 3 calls on 2026-11-20</title>" in html
+    assert "<title>core__wait: 2 calls on 2026-11-17</title>" in html
+    assert 'class="swatch series-1"' in html
+    assert "style=" not in html
+    assert "<script" not in html
+
+
+@time_machine.travel(NOW, tick=False)
+def test_chart_follows_the_filters(member, calls):
+    client, _user = member
+
+    response = client.get(ACTIVITY, {"run": "r1"})
+
+    chart = response.context["chart"]
+    assert chart.counts == {(TODAY, "core__get_current_time"): 2}
+    assert "2 calls matching the filters" in response.content.decode()
+
+
+@time_machine.travel(NOW, tick=False)
+def test_empty_activity_says_so(member):
+    client, _user = member
+
+    html = client.get(ACTIVITY).content.decode()
+
+    assert "No calls yet" in html
+    assert "No calls in the last 14 days" in html
+    assert "<svg" not in html
