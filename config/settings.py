@@ -75,6 +75,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI served from our static files: no CDN
     "axes",
+    "django_celery_beat",
+    "django_prometheus",
     "tools_app",
     "policies_app",
     "connections_app",
@@ -82,6 +84,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from gunicorn too: no separate web server needed
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -127,6 +130,11 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 REDIS_URL = env.str("REDIS_URL", default="")
+if not DEBUG and not REDIS_URL:
+    raise ImproperlyConfigured(
+        "DEBUG=False without REDIS_URL: production needs Redis as the Celery broker and shared cache "
+        "(the embedded broker is for one development machine)"
+    )
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
@@ -146,7 +154,17 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Production serves hashed, compressed files collected at build time (collectstatic).
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 # --- Tenant web UI (CONTRACT.md §6) -------------------------------------------------
 LOGIN_URL = "/accounts/login/"
@@ -193,7 +211,12 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "authlib": {"level": "WARNING"},
+    },
 }
 
 # --- Toolgate ------------------------------------------------------------------
@@ -204,10 +227,49 @@ TOOLGATE_REFRESH_SWEEP_SECONDS = env.int("TOOLGATE_REFRESH_SWEEP_SECONDS", defau
 TOOLGATE_GITHUB_API_URL = env.str("TOOLGATE_GITHUB_API_URL", default="https://api.github.com")
 TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 1024)
 
+# --- Celery (config/celery.py) -------------------------------------------------------
+# Redis when configured; otherwise kombu's filesystem transport under var/, shared by the
+# web process, the worker and beat of `make run` on one machine.
+CELERY_BROKER_VISIBILITY_TIMEOUT = env.int("CELERY_BROKER_VISIBILITY_TIMEOUT", default=3600)
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT}
+else:
+    CELERY_BROKER_URL = "filesystem://"
+    _queue_dir, _control_dir = VAR_DIR / "celery" / "queue", VAR_DIR / "celery" / "control"
+    _queue_dir.mkdir(parents=True, exist_ok=True)
+    _control_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "control_folder": str(_control_dir),  # kombu's default is ./control
+    }
+CELERY_TASK_ACKS_LATE = True  # tasks are idempotent; a worker lost mid-task gets it redelivered
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+if TOOLGATE_REFRESH_JITTER_SECONDS >= CELERY_BROKER_VISIBILITY_TIMEOUT:
+    # A task held back longer than the visibility timeout would be delivered twice by Redis.
+    raise ImproperlyConfigured("TOOLGATE_REFRESH_JITTER_SECONDS must stay below CELERY_BROKER_VISIBILITY_TIMEOUT")
+CELERY_BEAT_SCHEDULE = {
+    "refresh-sweep": {
+        "task": "connections_app.tasks.refresh_sweep",
+        "schedule": float(TOOLGATE_REFRESH_SWEEP_SECONDS),
+        "options": {"expires": float(TOOLGATE_REFRESH_SWEEP_SECONDS)},  # a late sweep is replaced by the next
+    }
+}
+
 # --- REST API (CONTRACT.md §4) -----------------------------------------------------
 # The API's JSON parser enforces the 64 KiB body limit itself (config/api.py); this
 # bounds every other body Django reads (admin and UI forms) the same way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6's default, opted into now
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["policies_app.authentication.ServiceAccountAuthentication"],

@@ -7,6 +7,7 @@ answer the contract's error envelope for /api/ paths.
 
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from config import api, health
@@ -22,6 +23,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", ExportToDjangoView, name="metrics"),  # Prometheus; keep it off the public edge
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its init script as a file: the CSP forbids inline scripts.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),

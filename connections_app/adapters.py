@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+import time
+from datetime import datetime, timedelta
 from typing import NoReturn
 
+from django.conf import settings
 from django.utils import timezone
 
 from connections_app.credentials import capability_for
 from connections_app.crypto import CredentialError
 from connections_app.models import Connection
+from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.selectors import connection_for_use
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
 from runner.capabilities import AuthCapability
@@ -22,6 +25,9 @@ logger = logging.getLogger(__name__)
 # "No such connection" and "another tenant's" answer alike: ids must not be probeable.
 NOT_AVAILABLE = "connection is not available"
 UNREADABLE = "the connection's credentials cannot be read; an operator has been alerted"
+REFRESH_FAILED = "the connection's token has expired and could not be refreshed in time"
+# A token this close to expiry could die on its way to the provider: refresh it first.
+SYNC_REFRESH_SKEW = timedelta(seconds=30)
 
 
 class DatabaseConnectionBroker:
@@ -30,6 +36,9 @@ class DatabaseConnectionBroker:
     Runs after the grant gate (pipeline stage 6), so a refusal here is defence
     in depth: the connection must still be the caller's tenant's, for the
     tool's provider, not revoked, not awaiting re-authorisation, not expired.
+    An OAuth token that has expired is refreshed here, synchronously and within
+    TOOLGATE_SYNC_REFRESH_TIMEOUT_MS, through the same function as the
+    background refresher (so 20 calls at once still refresh once).
     Refusals are audited as ConnectionEvents. An envelope that does not open
     (missing key, tampering) is an operator problem: it is logged without any
     secret, the caller gets `connection_unavailable`, and the row is left as it
@@ -44,11 +53,13 @@ class DatabaseConnectionBroker:
         refusal = _refusal(connection, ctx, spec, now)
         if refusal is not None:
             _deny(ctx, spec, *refusal)
+        if _needs_sync_refresh(connection, now):
+            connection = _refresh_now(ctx, spec, connection)
         try:
             credentials = connection_credentials_open(connection)
         except CredentialError as exc:
             logger.error("connection %s: credentials cannot be decrypted: %s", connection.pk, exc)
-            raise BrokerError(ErrorCode.CONNECTION_UNAVAILABLE, UNREADABLE) from None
+            _deny(ctx, spec, ErrorCode.CONNECTION_UNAVAILABLE, UNREADABLE)
         connection_touch(connection=connection, now=now)
         return capability_for(connection.credential_type, credentials)
 
@@ -78,8 +89,41 @@ def _refusal(
         )
     if connection.status == Connection.Status.NEEDS_REAUTH:
         return ErrorCode.CONNECTION_UNAVAILABLE, "connection needs re-authorisation by the tenant"
-    if connection.expires_at is not None and connection.expires_at <= now:
-        if connection.credential_type == Connection.CredentialType.OAUTH2:
-            return ErrorCode.AUTH_REFRESH_FAILED, "the connection's token has expired and could not be refreshed"
+    if (
+        connection.credential_type != Connection.CredentialType.OAUTH2
+        and connection.expires_at is not None
+        and connection.expires_at <= now
+    ):
         return ErrorCode.CONNECTION_UNAVAILABLE, "connection has expired"
     return None
+
+
+def _needs_sync_refresh(connection: Connection, now: datetime) -> bool:
+    """Only a token that is expired (or about to be, within the skew) is refreshed during a call;
+    everything earlier is the background refresher's job."""
+    return (
+        connection.credential_type == Connection.CredentialType.OAUTH2
+        and connection.expires_at is not None
+        and connection.expires_at <= now + SYNC_REFRESH_SKEW
+    )
+
+
+def _refresh_now(ctx: ToolInvocationContext, spec: ToolSpec, connection: Connection) -> Connection:
+    """Refresh through the one refresh function, bounded by TOOLGATE_SYNC_REFRESH_TIMEOUT_MS in all."""
+    bound_ms = settings.TOOLGATE_SYNC_REFRESH_TIMEOUT_MS
+    result = connection_refresh(
+        connection_id=str(connection.pk),
+        fresh_for=SYNC_REFRESH_SKEW,
+        refresh_window=timedelta(seconds=settings.TOOLGATE_REFRESH_WINDOW_SECONDS),
+        http_timeout_s=bound_ms / 1000,
+        lock_wait_ms=bound_ms,
+        deadline=time.monotonic() + bound_ms / 1000,
+    )
+    if result.outcome in (RefreshOutcome.REFRESHED, RefreshOutcome.ALREADY_FRESH) and result.connection:
+        return result.connection
+    current = result.connection or connection
+    if current.revoked_at is not None:
+        _deny(ctx, spec, ErrorCode.CONNECTION_UNAVAILABLE, "connection has been revoked")
+    if current.status == Connection.Status.NEEDS_REAUTH:
+        _deny(ctx, spec, ErrorCode.CONNECTION_UNAVAILABLE, "connection needs re-authorisation by the tenant")
+    _deny(ctx, spec, ErrorCode.AUTH_REFRESH_FAILED, REFRESH_FAILED)

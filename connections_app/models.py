@@ -102,6 +102,38 @@ class Connection(models.Model):
         return {"tenant": str(self.tenant_id), "connection": str(self.id), "provider": self.provider}
 
 
+class OAuthProvider(models.Model):
+    """An OAuth 2 authorization server tenants can connect to, registered by an operator.
+
+    `name` is the provider a connection and the tools name (e.g. `github`).
+    The client secret is stored like a credential: an AES-GCM envelope bound to
+    this provider's name, so it cannot be moved to another provider's row.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    display_name = models.CharField(max_length=100, blank=True)
+    authorize_url = models.URLField(max_length=500)
+    token_url = models.URLField(max_length=500)
+    client_id = models.CharField(max_length=200)
+    encrypted_client_secret = models.BinaryField(editable=False)
+    encryption_key_id = models.CharField(max_length=64, editable=False)
+    default_scopes = models.JSONField(default=list, blank=True)
+    use_pkce = models.BooleanField(default=True, help_text="Send a PKCE S256 challenge (recommended).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "OAuth provider"
+
+    def __str__(self) -> str:
+        return self.display_name or self.name
+
+    def binding(self) -> dict[str, str]:
+        """What the client-secret envelope is bound to."""
+        return {"oauth_provider": self.name}
+
+
 class ConnectionEvent(models.Model):
     """An audit trail of a connection: created, revoked, use refused, refreshed.
 
@@ -121,6 +153,7 @@ class ConnectionEvent(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="connection_events")
     connection_id = models.UUIDField(db_index=True)
+    provider = models.SlugField(max_length=64, blank=True)
     kind = models.CharField(max_length=24, choices=Kind.choices)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -132,6 +165,7 @@ class ConnectionEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["kind", "provider"], name="connection_event_kind")]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.connection_id}"

@@ -18,7 +18,9 @@ REAL_KEY = base64.b64encode(b"k" * 32).decode()
 
 
 def _check(**env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "TOOLGATE_ENCRYPTION_KEYS", "DEBUG"}}
+    clean = {
+        k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "TOOLGATE_ENCRYPTION_KEYS", "DEBUG", "REDIS_URL"}
+    }
     return subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=ROOT,
@@ -43,14 +45,30 @@ def test_debug_false_with_a_dev_key_ring_refuses_to_start():
     assert "TOOLGATE_ENCRYPTION_KEYS" in result.stderr
 
 
-def test_debug_false_with_real_secrets_starts():
-    result = _check(
-        DEBUG="False",
-        SECRET_KEY="a-real-production-secret-key-" + "x" * 40,
-        TOOLGATE_ENCRYPTION_KEYS=f"k1:{REAL_KEY}",
-    )
+PRODUCTION_SECRETS = {
+    "SECRET_KEY": "a-real-production-secret-key-" + "x" * 40,
+    "TOOLGATE_ENCRYPTION_KEYS": f"k1:{REAL_KEY}",
+}
+
+
+def test_debug_false_with_real_secrets_and_redis_starts():
+    result = _check(DEBUG="False", REDIS_URL="redis://127.0.0.1:6379/0", **PRODUCTION_SECRETS)
 
     assert result.returncode == 0, result.stderr
+
+
+def test_debug_false_without_redis_refuses_to_start_instead_of_running_tasks_eagerly():
+    result = _check(DEBUG="False", **PRODUCTION_SECRETS)
+
+    assert result.returncode != 0
+    assert "DEBUG=False without REDIS_URL" in result.stderr
+
+
+def test_a_jitter_beyond_the_broker_visibility_timeout_refuses_to_start():
+    result = _check(TOOLGATE_REFRESH_JITTER_SECONDS="600", CELERY_BROKER_VISIBILITY_TIMEOUT="300")
+
+    assert result.returncode != 0
+    assert "TOOLGATE_REFRESH_JITTER_SECONDS must stay below CELERY_BROKER_VISIBILITY_TIMEOUT" in result.stderr
 
 
 def test_dev_secrets_are_generated_under_var_and_not_tracked():

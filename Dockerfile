@@ -1,0 +1,14 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY requirements.txt .
+RUN pip install --no-cache-dir -r requirements.txt
+COPY . .
+# Settings refuse production mode without real secrets; these placeholders exist only for this build step.
+RUN DEBUG=False SECRET_KEY=collectstatic-only REDIS_URL=redis://unused:6379/0 \
+    TOOLGATE_ENCRYPTION_KEYS=build:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= \
+    python manage.py collectstatic --noinput
+RUN useradd --create-home toolgate && mkdir -p var && chown toolgate var
+USER toolgate
+EXPOSE 8000
+CMD ["gunicorn", "config.wsgi", "--workers", "4", "--bind", "0.0.0.0:8000"]

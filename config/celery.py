@@ -1,0 +1,19 @@
+"""The Celery app: configured from Django settings (CELERY_*), tasks found in the apps.
+
+The broker is Redis when REDIS_URL is set, otherwise an embedded kombu
+transport on the local filesystem under var/ (same code path: a real broker,
+a real worker process, real acks). Production without REDIS_URL refuses to
+start (settings), so tasks never silently run eagerly.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("toolgate")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

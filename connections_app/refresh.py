@@ -1,0 +1,183 @@
+"""The one OAuth refresh function, used by the Celery task and by the broker.
+
+Exactly once: the refresh runs inside a transaction holding the connection's
+row lock (`SELECT ... FOR UPDATE`; on SQLite the IMMEDIATE transaction takes
+the database's write lock), re-reads the row under the lock and returns at
+once when another process already refreshed it. The token endpoint is called
+with the refresh token read under that lock, and the rotated tokens are written
+before the lock is released, so no refresh token is ever presented twice.
+
+Outcomes are recorded as ConnectionEvents (the audit trail, and the source of
+the `/metrics` refresh counters):
+- `invalid_grant`: re-read first (a sibling holding a newer token means we lost
+  a race we should not have had), otherwise `needs_reauth`;
+- timeouts, network errors and 5xx are transient: the row stays `active`
+  (its token may still be valid), failures are counted for the caller's retry;
+- a revoked row is never refreshed, and no write here can un-revoke it: every
+  UPDATE is filtered on `revoked_at IS NULL`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError, OperationalError, transaction
+from django.db import connection as db_connection
+from django.db.models import F
+from django.utils import timezone
+
+from connections_app.crypto import CredentialError
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider
+from connections_app.oauth import TokenRequestFailed, oauth_client, token_credentials, token_expiry, token_request
+from connections_app.services import connection_credentials_open, connection_event_record, seal_credentials_into
+
+logger = logging.getLogger(__name__)
+MIN_HTTP_TIMEOUT_S = 0.05  # below this, a token request cannot succeed: do not start one
+
+
+class RefreshOutcome(enum.StrEnum):
+    REFRESHED = "refreshed"
+    ALREADY_FRESH = "already_fresh"  # another process refreshed it first
+    BUSY = "busy"  # another process holds the row now (skip) or the bounded wait ran out
+    NOT_REFRESHABLE = "not_refreshable"  # revoked, not OAuth, no refresh token, needs re-authorisation
+    NEEDS_REAUTH = "needs_reauth"  # the provider refused the refresh token
+    TRANSIENT_FAILURE = "transient_failure"  # timeout, network, 5xx: may be retried
+    FAILED = "failed"  # the provider refused otherwise (invalid_client, ...) or the secret won't open
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshResult:
+    outcome: RefreshOutcome
+    connection: Connection | None = None
+    error: str = ""  # a safe code: invalid_grant, timeout, server_error, ...
+
+
+def connection_refresh(
+    *,
+    connection_id: str,
+    fresh_for: timedelta,
+    refresh_window: timedelta,
+    http_timeout_s: float,
+    lock_wait_ms: int | None = None,
+    deadline: float | None = None,
+) -> RefreshResult:
+    """Refresh the connection's tokens unless they stay valid for `fresh_for` already.
+
+    `lock_wait_ms=None` skips a row another process holds (background refresh:
+    that process is doing the work); a number waits at most that long (the
+    broker: it needs the token and will use the sibling's fresh one).
+    `deadline` (time.monotonic()) bounds lock wait and token request together.
+    """
+    try:
+        with transaction.atomic():
+            row = _lock(connection_id, lock_wait_ms)
+            if row is None:
+                return RefreshResult(RefreshOutcome.BUSY)
+            if deadline is not None:
+                http_timeout_s = min(http_timeout_s, deadline - time.monotonic())
+                if http_timeout_s < MIN_HTTP_TIMEOUT_S:
+                    return RefreshResult(RefreshOutcome.BUSY, row, "timeout")
+            return _refresh_locked(row, fresh_for=fresh_for, refresh_window=refresh_window, timeout_s=http_timeout_s)
+    except OperationalError:  # lock_timeout ran out, or SQLite stayed busy
+        return RefreshResult(RefreshOutcome.BUSY, error="lock_timeout")
+
+
+def _lock(connection_id: str, lock_wait_ms: int | None) -> Connection | None:
+    rows = Connection.objects.filter(pk=connection_id)
+    if lock_wait_ms is None:
+        return rows.select_for_update(skip_locked=True).first()
+    if db_connection.vendor == "postgresql":
+        with db_connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(1, lock_wait_ms)}ms"])
+    return rows.select_for_update().first()
+
+
+def _refresh_locked(
+    row: Connection, *, fresh_for: timedelta, refresh_window: timedelta, timeout_s: float
+) -> RefreshResult:
+    now = timezone.now()
+    if row.revoked_at is not None or row.credential_type != Connection.CredentialType.OAUTH2:
+        return RefreshResult(RefreshOutcome.NOT_REFRESHABLE, row)
+    if row.status == Connection.Status.NEEDS_REAUTH:
+        return RefreshResult(RefreshOutcome.NOT_REFRESHABLE, row, "needs_reauth")
+    if row.expires_at is None or row.expires_at > now + fresh_for:
+        return RefreshResult(RefreshOutcome.ALREADY_FRESH, row)
+    provider = OAuthProvider.objects.filter(name=row.provider).first()
+    try:
+        credentials = connection_credentials_open(row)
+    except CredentialError as exc:
+        logger.error("connection %s: credentials cannot be decrypted: %s", row.pk, exc)
+        return RefreshResult(RefreshOutcome.FAILED, row, "undecryptable")
+    refresh_token = credentials.get("refresh_token")
+    if provider is None or not refresh_token:
+        return _fail(row, "no_refresh_token" if provider else "no_provider", now=now, terminal=True)
+    try:
+        with oauth_client(provider, timeout_s=timeout_s) as client:
+            token = token_request(lambda: client.refresh_token(provider.token_url, refresh_token=refresh_token))
+    except CredentialError as exc:
+        logger.error("OAuth provider %s: client secret cannot be decrypted: %s", provider.name, exc)
+        return RefreshResult(RefreshOutcome.FAILED, row, "client_secret_undecryptable")
+    except TokenRequestFailed as exc:
+        if exc.transient:
+            return _fail(row, exc.error, now=now, terminal=False)
+        if exc.error == "invalid_grant" and _sibling_won(row):
+            return RefreshResult(RefreshOutcome.ALREADY_FRESH, _reload(row))
+        return _fail(row, exc.error, now=now, terminal=exc.error == "invalid_grant")
+    return _store(row, token, previous_refresh_token=refresh_token, now=now, refresh_window=refresh_window)
+
+
+def _store(
+    row: Connection, token: dict, *, previous_refresh_token: str, now: datetime, refresh_window: timedelta
+) -> RefreshResult:
+    expires_at = token_expiry(token, now=now)
+    seal_credentials_into(row, token_credentials(token, previous_refresh_token=previous_refresh_token))
+    updated = Connection.objects.filter(pk=row.pk, revoked_at__isnull=True).update(
+        encrypted_credentials=row.encrypted_credentials,
+        encryption_key_id=row.encryption_key_id,
+        expires_at=expires_at,
+        next_refresh_at=(expires_at - refresh_window) if expires_at else None,
+        refreshed_at=now,
+        refresh_failures=0,
+        last_refresh_error="",
+        status=Connection.Status.ACTIVE,
+        updated_at=now,
+    )
+    if not updated:  # revoked meanwhile (impossible under the lock; kept as the no-un-revoke guarantee)
+        return RefreshResult(RefreshOutcome.NOT_REFRESHABLE, _reload(row))
+    connection_event_record(row, ConnectionEvent.Kind.REFRESHED)
+    return RefreshResult(RefreshOutcome.REFRESHED, _reload(row))
+
+
+def _fail(row: Connection, error: str, *, now: datetime, terminal: bool) -> RefreshResult:
+    changes: dict[str, object] = {
+        "refresh_failures": F("refresh_failures") + 1,
+        "last_refresh_error": error[:200],
+        "updated_at": now,
+    }
+    if terminal:
+        changes |= {"status": Connection.Status.NEEDS_REAUTH, "next_refresh_at": None}
+    Connection.objects.filter(pk=row.pk, revoked_at__isnull=True).update(**changes)
+    kind = ConnectionEvent.Kind.NEEDS_REAUTH if terminal else ConnectionEvent.Kind.REFRESH_FAILED
+    connection_event_record(row, kind, detail=error)
+    outcome = RefreshOutcome.NEEDS_REAUTH if terminal else RefreshOutcome.TRANSIENT_FAILURE
+    if not terminal and error not in ("timeout", "network", "server_error"):
+        outcome = RefreshOutcome.FAILED
+    return RefreshResult(outcome, _reload(row), error)
+
+
+def _sibling_won(row: Connection) -> bool:
+    """Did another writer store new credentials since we read the row?"""
+    try:
+        current = Connection.objects.values_list("encrypted_credentials", flat=True).get(pk=row.pk)
+    except (Connection.DoesNotExist, DatabaseError):
+        return False
+    return bytes(current) != bytes(row.encrypted_credentials)
+
+
+def _reload(row: Connection) -> Connection:
+    row.refresh_from_db()
+    return row

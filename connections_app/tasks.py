@@ -1,0 +1,57 @@
+"""Celery tasks: the refresh sweep (beat) and one refresh per connection.
+
+Tasks take ids, re-read, and call one service. `refresh_connection` is
+idempotent (a fresh or locked row returns at once), so it is acked late and a
+worker lost mid-task simply gets it redelivered.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+
+from connections_app.refresh import RefreshOutcome, connection_refresh
+from connections_app.scheduling import refresh_sweep_once
+
+REFRESH_HTTP_TIMEOUT_S = 10.0
+REFRESH_MAX_RETRIES = 5
+
+
+class TransientRefreshError(Exception):
+    """The provider could not be reached; the task retries with backoff and jitter."""
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    soft_time_limit=45,
+    time_limit=60,
+    autoretry_for=(TransientRefreshError,),
+    max_retries=REFRESH_MAX_RETRIES,
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+)
+def refresh_connection(self, connection_id: str) -> str:
+    """Refresh one connection if it is still due; the outcome's name is the task's result."""
+    result = connection_refresh(
+        connection_id=connection_id,
+        fresh_for=timedelta(seconds=settings.TOOLGATE_REFRESH_WINDOW_SECONDS),
+        refresh_window=timedelta(seconds=settings.TOOLGATE_REFRESH_WINDOW_SECONDS),
+        http_timeout_s=REFRESH_HTTP_TIMEOUT_S,
+    )
+    if result.outcome is RefreshOutcome.TRANSIENT_FAILURE:
+        raise TransientRefreshError(result.error)
+    return result.outcome.value
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
+def refresh_sweep() -> int:
+    """Queue refreshes for what is due; returns how many were queued."""
+    return refresh_sweep_once(
+        enqueue=lambda connection_id, countdown: refresh_connection.apply_async(
+            args=[connection_id], countdown=countdown
+        )
+    )

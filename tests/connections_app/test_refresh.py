@@ -1,0 +1,244 @@
+"""The one refresh function against a fake OAuth provider on a real loopback socket."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.db import connection as db_connection
+from django.utils import timezone
+
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider
+from connections_app.oauth import oauth_connection_store, oauth_provider_upsert
+from connections_app.refresh import RefreshOutcome, connection_refresh
+from connections_app.services import connection_credentials_open, connection_revoke
+from tests.factories import TenantFactory
+from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
+
+WINDOW = timedelta(minutes=10)
+
+
+@pytest.fixture
+def provider():
+    with FakeOAuthProvider() as fake:
+        yield fake
+
+
+@pytest.fixture
+def oauth_row(provider):
+    oauth_provider_upsert(
+        name="github",
+        authorize_url=provider.authorize_url,
+        token_url=provider.token_url,
+        client_id=CLIENT_ID,
+        client_secret=CLIENT_SECRET,
+        scopes=["repo"],
+    )
+
+
+def _connection(provider, *, expires_in_s: int = 60) -> Connection:
+    access, refresh = provider.issue_tokens()
+    return oauth_connection_store(
+        tenant=TenantFactory(slug="acme"),
+        provider=OAuthProvider.objects.get(name="github"),
+        token={"access_token": access, "refresh_token": refresh, "expires_in": expires_in_s, "token_type": "Bearer"},
+        now=timezone.now(),
+        refresh_window=WINDOW,
+        created_by=None,
+    )
+
+
+def _refresh(connection: Connection, **overrides):
+    arguments = {"fresh_for": WINDOW, "refresh_window": WINDOW, "http_timeout_s": 5.0, **overrides}
+    return connection_refresh(connection_id=str(connection.pk), **arguments)
+
+
+def _events(connection: Connection) -> list[tuple[str, str]]:
+    return list(
+        ConnectionEvent.objects.filter(connection_id=connection.pk).order_by("id").values_list("kind", "detail")
+    )
+
+
+@pytest.mark.django_db
+def test_refresh_stores_the_rotated_tokens_and_reschedules(provider, oauth_row):
+    # given a connection expiring within the window
+    connection = _connection(provider)
+    old = connection_credentials_open(connection)
+
+    # when
+    result = _refresh(connection)
+
+    # then one token call with the stored refresh token, and the new pair stored encrypted
+    assert result.outcome is RefreshOutcome.REFRESHED
+    assert provider.refresh_calls == [old["refresh_token"]]
+    new = connection_credentials_open(result.connection)
+    assert new["access_token"] != old["access_token"]
+    assert new["refresh_token"] != old["refresh_token"]
+    assert provider.is_live_access_token(new["access_token"])
+    assert result.connection.expires_at > timezone.now() + timedelta(minutes=59)
+    assert result.connection.next_refresh_at == result.connection.expires_at - WINDOW
+    assert result.connection.refreshed_at is not None
+    assert _events(connection) == [("created", "connected via OAuth"), ("refreshed", "")]
+
+
+@pytest.mark.django_db
+def test_a_fresh_connection_is_not_refreshed_again(provider, oauth_row):
+    connection = _connection(provider)
+    _refresh(connection)
+
+    again = _refresh(connection)
+
+    assert again.outcome is RefreshOutcome.ALREADY_FRESH
+    assert len(provider.refresh_calls) == 1
+
+
+@pytest.mark.django_db
+def test_the_old_refresh_token_is_kept_when_the_provider_returns_none(provider, oauth_row):
+    provider.rotate_refresh_tokens = False
+    connection = _connection(provider)
+    old = connection_credentials_open(connection)
+
+    result = _refresh(connection)
+
+    assert result.outcome is RefreshOutcome.REFRESHED
+    assert connection_credentials_open(result.connection)["refresh_token"] == old["refresh_token"]
+
+
+@pytest.mark.django_db
+def test_invalid_grant_marks_the_connection_for_reauthorisation(provider, oauth_row):
+    provider.refuse_refresh = True
+    connection = _connection(provider)
+
+    result = _refresh(connection)
+
+    assert result.outcome is RefreshOutcome.NEEDS_REAUTH
+    assert result.error == "invalid_grant"
+    connection.refresh_from_db()
+    assert connection.status == Connection.Status.NEEDS_REAUTH
+    assert connection.next_refresh_at is None
+    assert connection.last_refresh_error == "invalid_grant"
+    assert _events(connection)[-1] == ("needs_reauth", "invalid_grant")
+    # and it is not tried again
+    assert _refresh(connection).outcome is RefreshOutcome.NOT_REFRESHABLE
+    assert len(provider.refresh_calls) == 1
+
+
+@pytest.mark.django_db
+def test_a_provider_500_is_transient_and_keeps_the_connection_active(provider, oauth_row):
+    provider.fail_status = 500
+    connection = _connection(provider)
+    before = bytes(connection.encrypted_credentials)
+
+    result = _refresh(connection)
+
+    assert result.outcome is RefreshOutcome.TRANSIENT_FAILURE
+    assert result.error == "server_error"
+    connection.refresh_from_db()
+    assert connection.status == Connection.Status.ACTIVE
+    assert connection.refresh_failures == 1
+    assert bytes(connection.encrypted_credentials) == before
+    assert _events(connection)[-1] == ("refresh_failed", "server_error")
+
+
+@pytest.mark.django_db
+def test_a_slow_provider_is_bounded_by_the_http_timeout(provider, oauth_row):
+    provider.delay_s = 2.0
+    connection = _connection(provider)
+
+    started = time.monotonic()
+    result = _refresh(connection, http_timeout_s=0.3)
+    elapsed = time.monotonic() - started
+
+    assert result.outcome is RefreshOutcome.TRANSIENT_FAILURE
+    assert result.error == "timeout"
+    assert elapsed < 1.5
+    connection.refresh_from_db()
+    assert connection.status == Connection.Status.ACTIVE
+
+
+@pytest.mark.django_db
+def test_a_revoked_connection_is_never_refreshed(provider, oauth_row):
+    connection = _connection(provider)
+    connection_revoke(connection=connection)
+
+    result = _refresh(connection)
+
+    assert result.outcome is RefreshOutcome.NOT_REFRESHABLE
+    assert provider.refresh_calls == []
+    connection.refresh_from_db()
+    assert connection.status == Connection.Status.REVOKED
+
+
+@pytest.mark.django_db
+def test_reuse_of_a_spent_refresh_token_revokes_the_family_at_the_fake_provider(provider, oauth_row):
+    """The fake provider behaves like a strict one: a replayed refresh token is theft."""
+    connection = _connection(provider)
+    spent = connection_credentials_open(connection)["refresh_token"]
+    _refresh(connection)
+
+    with httpx.Client() as client:
+        replay = client.post(
+            provider.token_url,
+            data={"grant_type": "refresh_token", "refresh_token": spent},
+            auth=(CLIENT_ID, CLIENT_SECRET),
+        )
+
+    assert replay.status_code == 400
+    assert replay.json()["error"] == "invalid_grant"
+    assert provider.revoked_families == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_refreshers_call_the_token_endpoint_once(provider, oauth_row, postgres_required):
+    """Row lock + re-read: whoever comes second finds the work done; no refresh token is used twice."""
+    provider.delay_s = 0.3  # keep the first refresher inside its lock while the others arrive
+    connection = _connection(provider)
+    outcomes: list[RefreshOutcome] = []
+    lock = threading.Lock()
+
+    def refresher() -> None:
+        try:
+            outcome = _refresh(connection, lock_wait_ms=5_000).outcome
+        finally:
+            db_connection.close()
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=refresher) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(outcomes) == sorted([RefreshOutcome.REFRESHED] + [RefreshOutcome.ALREADY_FRESH] * 7)
+    assert len(provider.refresh_calls) == 1
+    assert provider.revoked_families == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_revoke_during_a_refresh_wins_and_stays(provider, oauth_row, postgres_required):
+    """The revoke waits for the refresher's row lock, then applies: a refresh never un-revokes."""
+    provider.delay_s = 0.5
+    connection = _connection(provider)
+    results = []
+
+    def refresher() -> None:
+        try:
+            results.append(_refresh(connection))
+        finally:
+            db_connection.close()
+
+    thread = threading.Thread(target=refresher)
+    thread.start()
+    time.sleep(0.2)  # the refresher holds the lock and waits on the provider
+    connection_revoke(connection=connection)
+    thread.join(timeout=30)
+
+    connection.refresh_from_db()
+    assert results[0].outcome is RefreshOutcome.REFRESHED
+    assert connection.status == Connection.Status.REVOKED
+    assert connection.revoked_at is not None
+    assert connection.next_refresh_at is None
