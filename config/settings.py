@@ -269,7 +269,6 @@ CELERY_BEAT_SCHEDULE = {
 # The API's JSON parser enforces the 64 KiB body limit itself (config/api.py); this
 # bounds every other body Django reads (admin and UI forms) the same way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
-FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6's default, opted into now
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["policies_app.authentication.ServiceAccountAuthentication"],

@@ -20,6 +20,9 @@ class OAuthProviderAdminForm(forms.ModelForm):
         help_text="Stored encrypted and never shown again. Leave blank to keep the current secret.",
     )
     scopes = forms.CharField(required=False, help_text="Default scopes, comma separated.")
+    # Declared to choose Django 6's https default for scheme-less input now.
+    authorize_url = forms.URLField(max_length=500, assume_scheme="https")
+    token_url = forms.URLField(max_length=500, assume_scheme="https")
 
     class Meta:
         model = OAuthProvider
