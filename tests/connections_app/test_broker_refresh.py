@@ -13,10 +13,10 @@ import pytest
 from django.utils import timezone
 
 from connections_app.models import Connection, OAuthProvider
-from connections_app.oauth import oauth_connection_store, oauth_provider_upsert
+from connections_app.oauth import oauth_connection_store
 from connections_app.services import connection_credentials_open
 from tests.factories import GrantFactory
-from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
+from tests.support.fake_oauth import FakeOAuthProvider
 from tests.support.loopback import json_answer
 
 pytestmark = pytest.mark.django_db
@@ -27,13 +27,7 @@ USER = {"login": "octocat", "id": 1, "name": "Octo", "html_url": "https://github
 @pytest.fixture
 def provider():
     with FakeOAuthProvider() as fake:
-        oauth_provider_upsert(
-            name="github",
-            authorize_url=fake.authorize_url,
-            token_url=fake.token_url,
-            client_id=CLIENT_ID,
-            client_secret=CLIENT_SECRET,
-        )
+        fake.register()
         yield fake
 
 

@@ -14,7 +14,6 @@ import pytest
 from django.test import Client
 
 from connections_app.models import Connection, ConnectionEvent
-from connections_app.oauth import oauth_provider_upsert
 from connections_app.services import connection_credentials_open
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
@@ -29,14 +28,7 @@ REDIRECT_URI = "http://testserver/connections/oauth/callback"
 @pytest.fixture
 def provider():
     with FakeOAuthProvider() as fake:
-        oauth_provider_upsert(
-            name="github",
-            authorize_url=fake.authorize_url,
-            token_url=fake.token_url,
-            client_id=CLIENT_ID,
-            client_secret=CLIENT_SECRET,
-            scopes=["repo", "read:user"],
-        )
+        fake.register(scopes=("repo", "read:user"))
         yield fake
 
 

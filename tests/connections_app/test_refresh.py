@@ -12,7 +12,7 @@ from django.db import connection as db_connection
 from django.utils import timezone
 
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
-from connections_app.oauth import oauth_connection_store, oauth_provider_upsert
+from connections_app.oauth import oauth_connection_store
 from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.services import connection_credentials_open, connection_revoke
 from tests.factories import TenantFactory
@@ -29,14 +29,7 @@ def provider():
 
 @pytest.fixture
 def oauth_row(provider):
-    oauth_provider_upsert(
-        name="github",
-        authorize_url=provider.authorize_url,
-        token_url=provider.token_url,
-        client_id=CLIENT_ID,
-        client_secret=CLIENT_SECRET,
-        scopes=["repo"],
-    )
+    provider.register(scopes=("repo",))
 
 
 def _connection(provider, *, expires_in_s: int = 60) -> Connection:

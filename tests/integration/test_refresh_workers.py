@@ -36,14 +36,14 @@ from django.utils import timezone
 from config.celery import app as celery_app
 from config.runtime import runtime
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
-from connections_app.oauth import oauth_connection_store, oauth_provider_upsert, token_credentials
+from connections_app.oauth import oauth_connection_store, token_credentials
 from connections_app.services import connection_credentials_open, seal_credentials_into
 from connections_app.tasks import refresh_connection
 from policies_app.models import Tenant
 from tests.factories import GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import enable_tools
 from tests.support.celery_workers import NODE_HOST, CeleryProcesses, TaskEvents, database_url, wait_until
-from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
+from tests.support.fake_oauth import CLIENT_SECRET, FakeOAuthProvider
 from tests.support.loopback import LoopbackServer, json_answer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
@@ -80,13 +80,7 @@ def queue() -> str:
 @pytest.fixture
 def provider(transactional_db):
     with FakeOAuthProvider() as fake:
-        oauth_provider_upsert(
-            name="github",
-            authorize_url=fake.authorize_url,
-            token_url=fake.token_url,
-            client_id=CLIENT_ID,
-            client_secret=CLIENT_SECRET,
-        )
+        fake.register()
         yield fake
 
 

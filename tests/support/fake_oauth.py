@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode
 
+from connections_app.models import OAuthProvider
+from connections_app.oauth import oauth_provider_upsert
 from tests.support.loopback import Answer, LoopbackServer, RecordedRequest, json_answer, redirect_answer
 
 CLIENT_ID = "toolgate-test-client"
@@ -78,6 +80,18 @@ class FakeOAuthProvider:
     @property
     def token_url(self) -> str:
         return f"{self.server.url}/token"
+
+    def register(self, name: str = "github", *, scopes: tuple[str, ...] = ()) -> OAuthProvider:
+        """Register this fake as the OAuth provider `name` (an OAuthProvider row with its client)."""
+        provider, _created = oauth_provider_upsert(
+            name=name,
+            authorize_url=self.authorize_url,
+            token_url=self.token_url,
+            client_id=CLIENT_ID,
+            client_secret=CLIENT_SECRET,
+            scopes=scopes,
+        )
+        return provider
 
     def issue_tokens(self, scope: str = "repo") -> tuple[str, str]:
         """A fresh family as if the user had consented earlier: (access token, refresh token)."""
