@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
@@ -36,7 +36,7 @@ from policies_app.models import ExecutionGrant, ServiceAccount, Tenant
 from policies_app.selectors import grant_get, grant_list, service_account_for_tenant, tenant_of_caller
 from policies_app.services import PolicyServiceError, grant_create, grant_revoke
 from runner.types import ErrorCode
-from tools_app.api.serializers import ErrorOutputSerializer
+from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 
 NO_SUCH_CONNECTION = "no such connection in this tenant"
 NO_SUCH_SERVICE_ACCOUNT = "no such active service account in this tenant"
@@ -50,42 +50,22 @@ _CREDENTIAL_FIELDS = frozenset(name for shape in SHAPES.values() for name in sha
 # --- schema pieces shared by the operations ---------------------------------------------
 
 
-def _error(description: str) -> OpenApiResponse:
-    return OpenApiResponse(ErrorOutputSerializer, description=description)
-
-
-COMMON_ERRORS = {
-    401: _error("`unauthenticated`: missing, unknown or revoked API key."),
-    403: _error("`forbidden`: the API key lacks the connections:manage scope."),
-    406: _error("`not_acceptable`: this API answers application/json only."),
-    429: _error("`rate_limited`: too many requests from this service account."),
-    500: _error("`internal`: an unexpected error; nothing about it is disclosed."),
-}
+COMMON_ERRORS = common_errors("connections:manage")
 BODY_ERRORS = {
-    400: _error(
+    400: error_response(
         "`invalid_json`: the body is not a JSON object (or is empty, malformed, too deep, has duplicate keys)."
     ),
-    413: _error("`validation`: the body exceeds 64 KiB."),
-    415: _error("`unsupported_media_type`: send application/json."),
+    413: error_response("`validation`: the body exceeds 64 KiB."),
+    415: error_response("`unsupported_media_type`: send application/json."),
 }
-RESPONSE_HEADERS = [
-    OpenApiParameter(
-        "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401], description="`Bearer`"
-    ),
-    OpenApiParameter(
-        "Retry-After",
-        OpenApiTypes.INT,
-        OpenApiParameter.HEADER,
-        response=[429],
-        description="Seconds to wait before retrying.",
-    ),
-]
 CONNECTION_ID = OpenApiParameter(
     "connection_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The connection's id."
 )
 GRANT_ID = OpenApiParameter("grant_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The grant's id.")
-CONNECTION_NOT_FOUND = {404: _error("`not_found`: no such connection in this tenant (other tenants' ids alike).")}
-GRANT_NOT_FOUND = {404: _error("`not_found`: no such grant in this tenant (other tenants' ids alike).")}
+CONNECTION_NOT_FOUND = {
+    404: error_response("`not_found`: no such connection in this tenant (other tenants' ids alike).")
+}
+GRANT_NOT_FOUND = {404: error_response("`not_found`: no such grant in this tenant (other tenants' ids alike).")}
 CONNECTION_EXAMPLE = OpenApiExample(
     "GitHub token",
     value={
@@ -204,7 +184,9 @@ class ConnectionListView(ConnectionsApiView):
             201: ConnectionOutputSerializer,
             **COMMON_ERRORS,
             **BODY_ERRORS,
-            422: _error("`validation`: the request or the credentials are invalid; `errors` says where, never what."),
+            422: error_response(
+                "`validation`: the request or the credentials are invalid; `errors` says where, never what."
+            ),
         },
         examples=[CONNECTION_EXAMPLE],
     )
@@ -292,7 +274,7 @@ class GrantListView(ConnectionsApiView):
             201: GrantOutputSerializer,
             **COMMON_ERRORS,
             **BODY_ERRORS,
-            422: _error(
+            422: error_response(
                 "`validation`: the request is invalid, or names a service account or connection this tenant "
                 "does not have (or a revoked one); `errors` says which field."
             ),

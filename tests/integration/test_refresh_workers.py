@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from ast import literal_eval
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -298,11 +297,6 @@ def test_a_thousand_connections_expiring_together_are_refreshed_once_with_jitter
     # only rise; with random ones about half of them fall below the eta of the task received before
     backwards = etas_going_backwards(received)
     assert backwards > 0.3, f"{backwards:.0%} of etas go backwards"
-    # and the refreshes themselves were spread out, not a burst
-    span = (times[-1] - times[0]).total_seconds()
-    per_second = Counter(int((moment - times[0]).total_seconds()) for moment in times)
-    assert span >= 0.8 * JITTER_S, f"refreshes over {span:.2f}s"
-    assert max(per_second.values()) <= 0.3 * CONNECTIONS, sorted(per_second.items())
     # and the workers received connection ids only
     assert sorted(literal_eval(event["args"]) for event in received) == sorted([str(row.pk)] for row in connections)
     assert {event["kwargs"] for event in received} == {"{}"}

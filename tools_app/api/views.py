@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
@@ -28,8 +27,8 @@ from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode
 from runner.wire.openai import encode_tools
 from tools_app.api import ToolCallFailed
+from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from tools_app.api.serializers import (
-    ErrorOutputSerializer,
     ExecFailureOutputSerializer,
     ExecInputSerializer,
     ExecSuccessOutputSerializer,
@@ -59,49 +58,29 @@ class ToolRuntime(Protocol):
 # --- schema pieces shared by the operations ---------------------------------------------
 
 
-def _error(description: str) -> OpenApiResponse:
-    return OpenApiResponse(ErrorOutputSerializer, description=description)
-
-
 def _refused(description: str) -> OpenApiResponse:
     return OpenApiResponse(ExecFailureOutputSerializer, description=description)
 
 
-COMMON_ERRORS = {
-    401: _error("`unauthenticated`: missing, unknown or revoked API key."),
-    403: _error("`forbidden`: the API key lacks the tools:exec scope."),
-    406: _error("`not_acceptable`: this API answers application/json only."),
-    429: _error("`rate_limited`: too many requests from this service account."),
-    500: _error("`internal`: an unexpected error; nothing about it is disclosed."),
-}
-QUERY_ERRORS = {422: _error("`validation`: a query parameter is invalid; `errors` says which.")}
-RESPONSE_HEADERS = [
-    OpenApiParameter(
-        "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401], description="`Bearer`"
-    ),
-    OpenApiParameter(
-        "Retry-After",
-        OpenApiTypes.INT,
-        OpenApiParameter.HEADER,
-        response=[429],
-        description="Seconds to wait before retrying.",
-    ),
-]
+COMMON_ERRORS = common_errors("tools:exec")
+QUERY_ERRORS = {422: error_response("`validation`: a query parameter is invalid; `errors` says which.")}
 EXEC_RESPONSES = {
     200: ExecSuccessOutputSerializer,
     **COMMON_ERRORS,
     202: _refused("`approval_required`: an operator must approve; repeat with the same tool_call_id."),
-    400: _error("`invalid_json`: the body is not a JSON object (or is malformed, too deep, has duplicate keys)."),
-    403: _error(
+    400: error_response(
+        "`invalid_json`: the body is not a JSON object (or is malformed, too deep, has duplicate keys)."
+    ),
+    403: error_response(
         "`forbidden` (scope) or `policy_denied`; a refused call also carries tool_call_id, tool_id and ok=false."
     ),
     404: _refused("`unavailable`: no such tool."),
     409: _refused("`idempotency_conflict` or `connection_unavailable`."),
-    413: _error("`validation`: the body exceeds 64 KiB."),
-    415: _error("`unsupported_media_type`: send application/json."),
-    422: _error("`validation`: the request or the args are invalid; a refused call also carries tool_call_id."),
-    429: _error("`rate_limited`: the policy's or the API's budget is spent; see Retry-After."),
-    500: _error("`internal`, `output_invalid` or `redaction_failed`."),
+    413: error_response("`validation`: the body exceeds 64 KiB."),
+    415: error_response("`unsupported_media_type`: send application/json."),
+    422: error_response("`validation`: the request or the args are invalid; a refused call also carries tool_call_id."),
+    429: error_response("`rate_limited`: the policy's or the API's budget is spent; see Retry-After."),
+    500: error_response("`internal`, `output_invalid` or `redaction_failed`."),
     502: _refused("`execution`, `auth_refresh_failed` or `result_too_large`."),
     504: _refused("`timeout`: the tool ran past its runtime budget."),
 }
@@ -202,7 +181,7 @@ class ToolDetailView(ToolsApiView):
         responses={
             200: ToolSpecOutputSerializer,
             **COMMON_ERRORS,
-            404: _error("`unavailable`: no such tool in this caller's catalog."),
+            404: error_response("`unavailable`: no such tool in this caller's catalog."),
         },
     )
     def get(self, request: Request, tool_id: str) -> Response:
@@ -255,7 +234,7 @@ class InvocationDetailView(ToolsApiView):
         responses={
             200: InvocationOutputSerializer,
             **COMMON_ERRORS,
-            404: _error("`not_found`: no such tool_call_id in this tenant."),
+            404: error_response("`not_found`: no such tool_call_id in this tenant."),
         },
     )
     def get(self, request: Request, tool_call_id: str) -> Response:
