@@ -7,6 +7,9 @@ callback and the refresher speak the same three outcomes: tokens, a terminal
 refusal (`invalid_grant` and other OAuth errors) or a transient failure
 (timeout, network error, 5xx) that may be retried.
 
+Authlib 1.9 speaks httpx2 (the fork the MCP SDK depends on, pinned in requirements.txt), so
+the exceptions caught here are httpx2's; the runner's own HTTP capability stays on httpx.
+
 Authlib's clients log request bodies (PKCE verifier, codes, tokens) at DEBUG:
 settings keep the `authlib` logger at WARNING.
 """
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
+import httpx2
 from authlib.common.security import generate_token
 from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import OAuth2Client
@@ -102,7 +105,7 @@ def oauth_client(provider: OAuthProvider, *, redirect_uri: str | None = None, ti
         scope=" ".join(provider.default_scopes) or None,
         redirect_uri=redirect_uri,
         code_challenge_method="S256" if provider.use_pkce else None,
-        timeout=httpx.Timeout(timeout_s),
+        timeout=httpx2.Timeout(timeout_s),
         follow_redirects=False,
         verify=_tls_context(),
     )
@@ -113,15 +116,15 @@ def oauth_client(provider: OAuthProvider, *, redirect_uri: str | None = None, ti
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """httpx's default certificate verification, built once per process and shared by every client.
+    """httpx2's default certificate verification, built once per process and shared by every client.
 
     Each token call gets a fresh client, and building its TLS context (loading the CA bundle) costs
     ~60 ms of CPU, ten times the rest of a refresh: 1,000 refreshes due together took a minute of CPU.
     """
-    return httpx.create_ssl_context()
+    return httpx2.create_ssl_context()
 
 
-def _refuse_server_errors(response: httpx.Response) -> httpx.Response:
+def _refuse_server_errors(response: httpx2.Response) -> httpx2.Response:
     if response.status_code >= 500:
         raise TokenRequestFailed("server_error", transient=True)
     return response
@@ -135,9 +138,9 @@ def token_request(call: Any) -> dict[str, Any]:
         raise
     except OAuthError as exc:
         raise TokenRequestFailed(_oauth_error_code(exc.error), transient=False) from None
-    except httpx.TimeoutException:
+    except httpx2.TimeoutException:
         raise TokenRequestFailed("timeout", transient=True) from None
-    except httpx.HTTPError:
+    except httpx2.HTTPError:
         raise TokenRequestFailed("network", transient=True) from None
     except ValueError:  # a body that is not a token response
         raise TokenRequestFailed("invalid_response", transient=False) from None
