@@ -28,6 +28,8 @@ from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
+from policies_app.outages import OUTAGE_ERRORS
+from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
 from runner.types import ErrorCode
 from tools_app.api import ToolCallFailed
 
@@ -63,6 +65,7 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     ErrorCode.OUTPUT_INVALID: 500,
     ErrorCode.REDACTION_FAILED: 500,
     ErrorCode.RESULT_TOO_LARGE: 502,
+    ErrorCode.UNAVAILABLE_DEPENDENCY: 503,
     UNAUTHENTICATED: 401,
     FORBIDDEN: 403,
     NOT_FOUND: 404,
@@ -274,6 +277,13 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     set_rollback()
     if isinstance(exc, ToolCallFailed):
         return _tool_call_failed(exc)
+    if isinstance(exc, OUTAGE_ERRORS):
+        logger.error("dependency unreachable: %s", type(exc).__name__)
+        return Response(
+            envelope(ErrorCode.UNAVAILABLE_DEPENDENCY, DEPENDENCY_MESSAGE),
+            status=ERROR_STATUS[ErrorCode.UNAVAILABLE_DEPENDENCY],
+            headers={"Retry-After": str(DEPENDENCY_RETRY_AFTER_S)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound("not found")
     elif isinstance(exc, PermissionDenied):

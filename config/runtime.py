@@ -60,7 +60,7 @@ def build_runtime() -> Runtime:
     stages = default_stages(
         source=source,
         policy=policy,
-        limiter=CacheRateLimiter(),
+        limiter=CacheRateLimiter(api_rate_per_second=settings.TOOLGATE_API_RATE_PER_SECOND),
         grants=DatabaseGrantStore(),
         broker=DatabaseConnectionBroker(),
         audit=DatabaseAuditSink(),

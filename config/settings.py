@@ -128,6 +128,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # An unreachable database costs a request about a second, then a 503 `unavailable_dependency`.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 1)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 if not DEBUG and not REDIS_URL:
@@ -136,7 +138,14 @@ if not DEBUG and not REDIS_URL:
         "(the embedded broker is for one development machine)"
     )
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # Bounded, so a frozen Redis answers 503 within a second instead of holding a worker.
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        }
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -226,6 +235,9 @@ TOOLGATE_SYNC_REFRESH_TIMEOUT_MS = env.int("TOOLGATE_SYNC_REFRESH_TIMEOUT_MS", d
 TOOLGATE_REFRESH_SWEEP_SECONDS = env.int("TOOLGATE_REFRESH_SWEEP_SECONDS", default=60)
 TOOLGATE_GITHUB_API_URL = env.str("TOOLGATE_GITHUB_API_URL", default="https://api.github.com")
 TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 1024)
+# Fairness between service accounts, per second, across the API (0 = off); tool calls refused by it
+# are audited as `rate_limited`. The policies' budgets are the real limits.
+TOOLGATE_API_RATE_PER_SECOND = env.int("TOOLGATE_API_RATE_PER_SECOND", default=100)
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the
@@ -277,8 +289,6 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["policies_app.authentication.ServiceAccountRateThrottle"],
-    # Fairness between service accounts; the policies' budgets are the real limits.
-    "DEFAULT_THROTTLE_RATES": {"service_account": "100/second"},
     "EXCEPTION_HANDLER": "config.api.exception_handler",
     "URL_FORMAT_OVERRIDE": None,  # `?format=openai` belongs to the tool catalog
     "STRICT_JSON": True,

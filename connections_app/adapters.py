@@ -16,6 +16,7 @@ from connections_app.models import Connection
 from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.selectors import connection_for_use
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
+from policies_app.outages import outage_guard
 from runner.capabilities import AuthCapability
 from runner.errors import BrokerError
 from runner.types import ErrorCode, ToolInvocationContext, ToolSpec
@@ -45,6 +46,7 @@ class DatabaseConnectionBroker:
     is, because a restored key makes it usable again.
     """
 
+    @outage_guard
     def resolve(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthCapability:
         connection = connection_for_use(connection_id=ctx.connection_id or "")
         now = timezone.now()

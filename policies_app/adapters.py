@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import time
+import uuid
 
-from django.core.cache import cache
-
+from policies_app.counters import counters
+from policies_app.outages import OUTAGE_ERRORS, outage_guard
 from policies_app.selectors import grant_for_gate, policy_effective_for
 from policies_app.services import approval_check
 from runner.ports import GrantView, Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
-CONCURRENCY_SLOT_TTL_S = 600  # a crashed process's slots expire instead of leaking forever
+logger = logging.getLogger(__name__)
 
 
 class DatabasePolicyDecider:
     """Deny by default; the most specific active policy decides; approvals bind exact args."""
 
+    @outage_guard
     def decide(self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None) -> PolicyDecision:
         policy = policy_effective_for(tenant_id=ctx.tenant_id, service_account_id=ctx.actor_id)
         if policy is None:
@@ -49,6 +51,7 @@ class DatabasePolicyDecider:
 
 
 class DatabaseGrantStore:
+    @outage_guard
     def get(self, grant_id: str) -> GrantView | None:
         grant = grant_for_gate(grant_id=grant_id)
         if grant is None:
@@ -64,44 +67,71 @@ class DatabaseGrantStore:
 
 
 class _Slot:
-    __slots__ = ("_key",)
+    """A leased concurrency slot; giving it back early is a courtesy, its lease is the guarantee."""
 
-    def __init__(self, key: str | None) -> None:
+    __slots__ = ("_holder", "_key")
+
+    def __init__(self, key: str | None = None, holder: str = "") -> None:
         self._key = key
+        self._holder = holder
 
     def release(self) -> None:
-        if self._key is not None:
-            with contextlib.suppress(ValueError):  # the slot expired meanwhile; nothing to give back
-                cache.decr(self._key)
+        if self._key is None:
+            return
+        try:
+            counters().slot_give_back(self._key, self._holder)
+        except OUTAGE_ERRORS:  # the lease reclaims it; the call's own answer must not change now
+            logger.warning("concurrency slot not given back (cache unreachable); its lease will reclaim it")
 
 
 class CacheRateLimiter:
-    """Per (service account, tool) budgets in the shared cache (Redis when configured).
+    """Fairness per service account, and each policy's budgets per (service account, tool).
 
-    Rate: a fixed one-minute window counted with atomic INCR. Concurrency: a
-    counter taken before the call and given back after it. The embedded default
-    (local-memory cache) is exact within its single process.
+    Fairness: `api_rate_per_second` calls per second per service account across
+    the API (0 turns it off). Rate: a fixed one-minute window. Concurrency: a
+    slot leased for the call's whole budget. Each is one atomic round trip to
+    the shared counters (Redis when configured, else this process's memory).
     """
 
-    def acquire(self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets) -> Lease | RateLimited:
+    def __init__(self, *, api_rate_per_second: int) -> None:
+        self._api_rate_per_second = api_rate_per_second
+
+    @outage_guard
+    def admit(self, ctx: ToolInvocationContext) -> RateLimited | None:
+        return fairness_check(service_account_id=ctx.actor_id, rate_per_second=self._api_rate_per_second)
+
+    @outage_guard
+    def acquire(
+        self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets, *, lease_s: float
+    ) -> Lease | RateLimited:
         scope = f"{ctx.tenant_id}:{ctx.actor_id}:{tool_id}"
         if budgets.rate_limit_per_minute is not None:
             now = time.time()
             window = int(now // 60)
-            key = f"toolgate:rate:{scope}:{window}"
-            cache.add(key, 0, timeout=120)
-            if cache.incr(key) > budgets.rate_limit_per_minute:
+            if counters().hit(f"toolgate:rate:{scope}:{window}", window_s=120) > budgets.rate_limit_per_minute:
                 return RateLimited(
                     retry_after_s=max(1, 60 - int(now % 60)),
                     safe_message=f"rate limit of {budgets.rate_limit_per_minute} calls per minute reached",
                 )
         if budgets.max_concurrency is None:
-            return _Slot(None)
+            return _Slot()
         key = f"toolgate:inflight:{scope}"
-        cache.add(key, 0, timeout=CONCURRENCY_SLOT_TTL_S)
-        if cache.incr(key) > budgets.max_concurrency:
-            cache.decr(key)
+        holder = ctx.tool_call_id + ":" + uuid.uuid4().hex
+        if not counters().slot_take(key, holder, limit=budgets.max_concurrency, lease_s=lease_s):
             return RateLimited(
                 retry_after_s=1, safe_message=f"at most {budgets.max_concurrency} concurrent calls allowed"
             )
-        return _Slot(key)
+        return _Slot(key, holder)
+
+
+def fairness_check(*, service_account_id: str, rate_per_second: int) -> RateLimited | None:
+    """One service account's share of the API this second (a fixed one-second window)."""
+    if rate_per_second <= 0:
+        return None
+    window = int(time.time())
+    if counters().hit(f"toolgate:fair:{service_account_id}:{window}", window_s=2) <= rate_per_second:
+        return None
+    return RateLimited(
+        retry_after_s=1,
+        safe_message=f"more than {rate_per_second} requests per second from this service account; slow down",
+    )

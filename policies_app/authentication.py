@@ -10,14 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 
+from policies_app.adapters import fairness_check
 from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount
 from policies_app.selectors import Caller, caller_for_key
@@ -124,16 +126,31 @@ class ConnectionsManageScope(ScopePermission):
     required_scope = ServiceAccount.Scope.CONNECTIONS_MANAGE.value
 
 
-class ServiceAccountRateThrottle(SimpleRateThrottle):
-    """Fairness between callers in the shared cache; the policy's budgets are the real limits."""
+class ServiceAccountRateThrottle(BaseThrottle):
+    """Fairness between callers on the API's reads: TOOLGATE_API_RATE_PER_SECOND per service account.
 
-    scope = "service_account"
+    Tool calls spend the same share inside the runner instead (so a refused
+    call is audited like any `rate_limited`); the exec view turns this off.
+    The policies' budgets are the real limits.
+    """
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
+    def __init__(self) -> None:
+        self._retry_after_s: int | None = None
+
+    def allow_request(self, request: Request, view: Any) -> bool:
         caller = getattr(request.user, "caller", None)
         if not isinstance(caller, Caller):
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": caller.service_account_id}
+            return True
+        refusal = fairness_check(
+            service_account_id=caller.service_account_id, rate_per_second=settings.TOOLGATE_API_RATE_PER_SECOND
+        )
+        if refusal is None:
+            return True
+        self._retry_after_s = refusal.retry_after_s
+        return False
+
+    def wait(self) -> float | None:
+        return self._retry_after_s
 
 
 class ServiceAccountAuthenticationScheme(OpenApiAuthenticationExtension):

@@ -136,8 +136,11 @@ def approval_check(
 ) -> tuple[str, ApprovalRequest]:
     """Where this exact call stands: ("allow" | "pending" | "deny:<reason>", the approval).
 
-    Opens a pending approval on first sight; an approved one is consumed here,
-    so it lets exactly one call through.
+    Opens a pending approval on first sight; an approved one is consumed here.
+    An approval authorises one tool_call_id, and the runner's claim on that id
+    lets it execute at most once: a repeat of the approved call (a replay, or a
+    retry after it was refused further down the pipeline) is allowed again and
+    answered from the claim, never run twice.
     """
     now = timezone.now()
     approval = (
@@ -165,15 +168,15 @@ def approval_check(
     if approval.status == ApprovalRequest.Status.DENIED:
         return "deny:an operator denied this call", approval
     if approval.status == ApprovalRequest.Status.CONSUMED:
-        return "deny:this approval was already used", approval
+        return "allow", approval
     if approval.expires_at <= now:
         return "deny:the approval expired", approval
     if approval.status == ApprovalRequest.Status.PENDING:
         return "pending", approval
-    consumed = ApprovalRequest.objects.filter(pk=approval.pk, status=ApprovalRequest.Status.APPROVED).update(
+    ApprovalRequest.objects.filter(pk=approval.pk, status=ApprovalRequest.Status.APPROVED).update(
         status=ApprovalRequest.Status.CONSUMED, consumed_at=now
     )
-    return ("allow" if consumed else "deny:this approval was already used"), approval
+    return "allow", approval
 
 
 def _approval_open(**binding: object) -> ApprovalRequest:

@@ -54,7 +54,12 @@ class Unlimited:
 
     _lease = _NoLease()
 
-    def acquire(self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets) -> Lease | RateLimited:
+    def admit(self, ctx: ToolInvocationContext) -> RateLimited | None:
+        return None
+
+    def acquire(
+        self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets, *, lease_s: float
+    ) -> Lease | RateLimited:
         return self._lease
 
 

@@ -53,3 +53,11 @@ class BrokerError(ToolgateError):
         super().__init__(safe_message)
         self.code = code
         self.safe_message = safe_message
+
+
+class DependencyUnavailable(ToolgateError):
+    """A port could not reach its database or cache: the call fails closed and nothing ran.
+
+    Adapters raise it (not the driver's own error) so the runner can answer
+    `unavailable_dependency` without knowing which driver failed.
+    """

@@ -5,12 +5,18 @@ receives the call and `proceed`, and either ends the call with a typed result
 or hands it on (and may look at what came back). The default chain runs the
 twelve stages of DESIGN.md:
 
-    audit (12) > [idempotency] > lookup (1) > policy (2) > budget (3) > connection gate (4)
+    audit (12) > fairness > lookup (1) > policy (2) > connection gate (4) > [idempotency] > budget (3)
     > validate input (5) > broker (6) > start event (7) > result size (11)
     > redact (10) > validate output (9) > execute (8, the end of the chain)
 
+The fairness stage spends one caller's share of the API before anything is
+looked up, so a flood is refused cheaply and still audited as `rate_limited`.
 The optional idempotency stage (a port of its own) answers a repeated
-tool_call_id with its recorded result before anything is decided afresh.
+tool_call_id with its recorded result. It sits after the kill switch, the
+policy and the grant, so a replay never outlives the permission that let the
+call run (a disabled tool or a revoked grant replays nothing), and before the
+budgets, so a replay spends none. The connection gate runs before the budgets
+for the same reason; it reads grants only, no credential.
 Stages 9-12 act on the way back, which is why they sit outside `execute` in
 reverse order. A deployment inserts its own stages (a cache, a semaphore) with
 `ToolRunner(..., stages=...)` without touching these.
@@ -40,7 +46,15 @@ from pydantic import BaseModel
 
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, ClockCapability
-from runner.errors import BrokerError, CapabilityError, InputInvalid, OutputInvalid, RedactionError, ToolFailure
+from runner.errors import (
+    BrokerError,
+    CapabilityError,
+    DependencyUnavailable,
+    InputInvalid,
+    OutputInvalid,
+    RedactionError,
+    ToolFailure,
+)
 from runner.grants import check_connection
 from runner.ports import (
     AuditSink,
@@ -75,6 +89,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 # How long the caller waits past the budget for a tool that ignores cancellation.
 HARD_STOP_GRACE_S = 0.05
+# A tool_call_id claim outlives the tool's runtime budget by this much: the stages around
+# execution (a bounded token refresh, validation, the audit write) finish within it.
+CLAIM_LEASE_GRACE_S = 10.0
+# What a caller is told to wait when the database or cache is unreachable.
+DEPENDENCY_RETRY_AFTER_S = 5
+DEPENDENCY_MESSAGE = "a database or cache Toolgate needs is unreachable; nothing ran; retry later"
 CREDENTIAL_IN_OUTPUT = "tool output contains the connection's credential; it was withheld"
 
 
@@ -147,6 +167,11 @@ class AuditStage:
         call.args_sha256 = args_digest(call.raw_args)
         try:
             result = proceed(call)
+        except DependencyUnavailable:  # fail closed: whatever stage met the outage, the tool did not run
+            logger.error("tool call %s: a dependency is unreachable", call.ctx.tool_call_id)
+            result = call.fail(
+                ErrorCode.UNAVAILABLE_DEPENDENCY, DEPENDENCY_MESSAGE, retry_after_s=DEPENDENCY_RETRY_AFTER_S
+            )
         except Exception as exc:  # a port failed: the caller gets a safe answer, operators the log
             logger.error("tool call %s failed inside the runner: %s", call.ctx.tool_call_id, type(exc).__name__)
             result = call.fail(ErrorCode.EXECUTION, "the tool call failed")
@@ -183,19 +208,15 @@ class AuditStage:
 
 
 @dataclass(frozen=True, slots=True)
-class IdempotencyStage:
-    """Before anything is decided: a tool_call_id that already ran answers its recorded result."""
+class FairnessStage:
+    """Each caller's share of the API, spent before any lookup."""
 
-    store: IdempotencyStore
+    limiter: RateLimiter
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
-        claim = self.store.claim(call.ctx, call.tool_id, args_sha256=call.args_sha256)
-        if isinstance(claim, Replay):
-            call.decision = Decision.REPLAYED
-            return replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False)
-        if isinstance(claim, Conflict):
-            return call.fail(ErrorCode.IDEMPOTENCY_CONFLICT, claim.safe_message)
-        call.audit_ref = claim.ref
+        refusal = self.limiter.admit(call.ctx)
+        if refusal is not None:
+            return call.fail(ErrorCode.RATE_LIMITED, refusal.safe_message, retry_after_s=refusal.retry_after_s)
         return proceed(call)
 
 
@@ -238,24 +259,8 @@ class PolicyStage:
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetStage:
-    """(3) Rate and concurrency budgets; the slot is released when the call ends."""
-
-    limiter: RateLimiter
-
-    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
-        lease = self.limiter.acquire(call.ctx, call.tool_id, call.budgets)
-        if isinstance(lease, RateLimited):
-            return call.fail(ErrorCode.RATE_LIMITED, lease.safe_message, retry_after_s=lease.retry_after_s)
-        try:
-            return proceed(call)
-        finally:
-            lease.release()
-
-
-@dataclass(frozen=True, slots=True)
 class ConnectionGateStage:
-    """(4) grant ∩ declared, before any credential is touched."""
+    """(4) grant ∩ declared, before any credential is touched (and before a replay is answered)."""
 
     grants: GrantStore
     clock: Clock
@@ -266,6 +271,44 @@ class ConnectionGateStage:
             return proceed(call)
         errors = (FieldError(path=refusal.path, message=refusal.safe_message),) if refusal.path else ()
         return call.fail(refusal.code, refusal.safe_message, errors=errors)
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyStage:
+    """A tool_call_id that already ran answers its recorded result, to its own caller only.
+
+    Generated ids cannot repeat, so they skip the claim (and its database write).
+    """
+
+    store: IdempotencyStore
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        if call.ctx.tool_call_id_generated:
+            return proceed(call)
+        claim = self.store.claim(call.ctx, call.tool_id, args_sha256=call.args_sha256, lease_s=call_lease_s(call))
+        if isinstance(claim, Replay):
+            call.decision = Decision.REPLAYED
+            return replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False)
+        if isinstance(claim, Conflict):
+            return call.fail(ErrorCode.IDEMPOTENCY_CONFLICT, claim.safe_message, retry_after_s=claim.retry_after_s)
+        call.audit_ref = claim.ref
+        return proceed(call)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStage:
+    """(3) Rate and concurrency budgets; the slot is released when the call ends."""
+
+    limiter: RateLimiter
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        lease = self.limiter.acquire(call.ctx, call.tool_id, call.budgets, lease_s=call_lease_s(call))
+        if isinstance(lease, RateLimited):
+            return call.fail(ErrorCode.RATE_LIMITED, lease.safe_message, retry_after_s=lease.retry_after_s)
+        try:
+            return proceed(call)
+        finally:
+            lease.release()
 
 
 class ValidateInputStage:
@@ -376,7 +419,7 @@ class ExecuteStage:
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         tool = call.bound
-        budget_ms = min(filter(None, (tool.contract.default_timeout_ms, call.budgets.max_runtime_ms)))
+        budget_ms = runtime_budget_ms(call)
         caps = tool.capabilities(clock=self._clock, auth=call.auth)
         call.executed = True
         try:
@@ -389,6 +432,16 @@ class ExecuteStage:
             logger.warning("tool %s raised %s", call.tool_id, type(exc).__name__)
             return call.fail(ErrorCode.EXECUTION, "the tool failed")
         return call.succeed(output)
+
+
+def runtime_budget_ms(call: Call) -> int:
+    """The tool's own timeout, narrowed by the policy's runtime budget."""
+    return min(filter(None, (call.bound.contract.default_timeout_ms, call.budgets.max_runtime_ms)))
+
+
+def call_lease_s(call: Call) -> float:
+    """How long anything this call holds (its tool_call_id claim, a concurrency slot) may outlive a crash."""
+    return runtime_budget_ms(call) / 1000 + CLAIM_LEASE_GRACE_S
 
 
 def _end_of_chain(call: Call) -> ToolExecResult:
@@ -436,11 +489,12 @@ def default_stages(
     """The twelve stages of DESIGN.md, wired to the given ports (plus idempotency when given)."""
     return [
         AuditStage(audit, events, clock),
-        *([IdempotencyStage(idempotency)] if idempotency is not None else []),
+        FairnessStage(limiter),
         LookupStage(source),
         PolicyStage(source, policy),
-        BudgetStage(limiter),
         ConnectionGateStage(grants, clock),
+        *([IdempotencyStage(idempotency)] if idempotency is not None else []),
+        BudgetStage(limiter),
         ValidateInputStage(),
         BrokerStage(broker),
         StartEventStage(events),

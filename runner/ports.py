@@ -95,7 +95,15 @@ class RateLimited:
 
 
 class RateLimiter(Protocol):
-    def acquire(self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets) -> Lease | RateLimited: ...
+    def admit(self, ctx: ToolInvocationContext) -> RateLimited | None:
+        """Fairness between callers, before anything else is looked at; None lets the call in."""
+        ...
+
+    def acquire(
+        self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets, *, lease_s: float
+    ) -> Lease | RateLimited:
+        """The policy's budgets; a concurrency slot is held at most `lease_s` (the call's whole budget)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,19 +122,28 @@ class Replay:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """The id already ran with a different tool, args or connection."""
+    """The id belongs to another request (or caller), or its first call is still running.
+
+    The message never says which: a caller learns nothing about another's call.
+    """
 
     safe_message: str
+    retry_after_s: int | None = None
 
 
 class IdempotencyStore(Protocol):
     def claim(
-        self, ctx: ToolInvocationContext, tool_id: str, *, args_sha256: str | None
+        self, ctx: ToolInvocationContext, tool_id: str, *, args_sha256: str | None, lease_s: float
     ) -> Claimed | Replay | Conflict:
         """Reserve ctx.tool_call_id for this call, or say why not.
 
-        A claim whose call ends refused (not executed) is released, so a
-        refused call is decided afresh when repeated.
+        A recorded result is replayed only to the caller that made the call
+        (same service account, subject, grant, connection, tool and args);
+        anyone else gets a Conflict. A claim holds for `lease_s` (the call's
+        whole budget): a claim left behind by a crashed process is taken over
+        after that, and no repeat waits longer than its own lease for the
+        first call to finish. A claim whose call ends refused (not executed)
+        is released, so a refused call is decided afresh when repeated.
         """
         ...
 

@@ -38,6 +38,7 @@ class ErrorCode(enum.StrEnum):
     OUTPUT_INVALID = "output_invalid"
     REDACTION_FAILED = "redaction_failed"
     RESULT_TOO_LARGE = "result_too_large"
+    UNAVAILABLE_DEPENDENCY = "unavailable_dependency"
 
 
 class Decision(enum.StrEnum):
@@ -90,6 +91,8 @@ class ToolInvocationContext:
     connection_id: str | None = None
     grant_id: str | None = None
     declared_connection_ids: tuple[str, ...] = ()
+    # The boundary generated tool_call_id (the caller sent none): it cannot repeat, so no claim is needed.
+    tool_call_id_generated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import os
 import pytest
 from django.core.cache import cache
 
+from policies_app.counters import counters
 from policies_app.governance import governance_cache
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
@@ -56,7 +57,8 @@ def _fresh_governance_cache():
     """Each test's database rolls back, so a later test can reach the same generation
     number with other rows: never let the in-process cache carry entries across tests."""
     governance_cache.clear()
-    cache.clear()  # rate-limit counters and throttles live in the Django cache
+    cache.clear()
+    counters().clear()  # rate windows, fairness and concurrency slots
     yield
     governance_cache.clear()
 

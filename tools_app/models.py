@@ -48,6 +48,11 @@ class ToolInvocation(models.Model):
     as the already-redacted result, and no secret ever reaches a column. The
     partial unique constraint makes a `tool_call_id` that actually ran unique
     per tenant, which is what idempotency rests on; refused attempts may repeat.
+
+    A pending row is a claim with a lease: if its process dies mid-call, a
+    repeat takes the claim over once `lease_expires_at` has passed, bumping
+    `attempt` so the dead process's late write (if it ever comes) cannot
+    overwrite the new attempt's row.
     """
 
     class State(models.TextChoices):
@@ -75,6 +80,8 @@ class ToolInvocation(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["-started_at", "-id"]

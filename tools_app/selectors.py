@@ -20,8 +20,8 @@ def enabled_tool_ids() -> frozenset[str]:
 
 
 def invocation_list(*, tenant_id: int, run_id: str = "", tool_id: str = "", ok: bool | None = None) -> QuerySet:
-    """A tenant's audit rows, newest first (finished calls only)."""
-    rows = ToolInvocation.objects.filter(tenant_id=tenant_id, state=ToolInvocation.State.DONE)
+    """A tenant's audit rows, newest first; calls still running show as `pending`."""
+    rows = ToolInvocation.objects.filter(tenant_id=tenant_id)
     if run_id:
         rows = rows.filter(run_id=run_id)
     if tool_id:
@@ -32,10 +32,10 @@ def invocation_list(*, tenant_id: int, run_id: str = "", tool_id: str = "", ok: 
 
 
 def invocation_get(*, tenant_id: int, tool_call_id: str) -> ToolInvocation | None:
-    """The executed row for this id if any, else the latest attempt."""
-    rows = ToolInvocation.objects.filter(
-        tenant_id=tenant_id, tool_call_id=tool_call_id, state=ToolInvocation.State.DONE
-    ).select_related("service_account")
+    """The executed (or still running) row for this id if any, else the latest attempt."""
+    rows = ToolInvocation.objects.filter(tenant_id=tenant_id, tool_call_id=tool_call_id).select_related(
+        "service_account"
+    )
     return rows.order_by("-executed", "-started_at", "-id").first()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -77,8 +78,15 @@ def _spec_fields(spec: ToolSpec) -> dict:
     }
 
 
+LEASE_LOST_MESSAGE = "this attempt's claim expired and a repeat took the call over; its outcome is not replayed"
+
+
 def invocation_record(record: ToolInvocationRecord) -> None:
-    """Write the audit row of one call, finishing its idempotency claim when it has one."""
+    """Write the audit row of one call, finishing its idempotency claim when it has one.
+
+    A claim taken over by a repeat (this process outlived its lease) is not
+    overwritten: the late outcome gets a row of its own, outside the replayed one.
+    """
     ctx = record.context
     if ctx is None or record.started_at is None or record.ended_at is None:
         raise ValueError("an audit record needs its context and both timestamps")
@@ -96,10 +104,16 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "started_at": record.started_at,
         "ended_at": record.ended_at,
         "duration_ms": record.duration_ms or 0,
+        "lease_expires_at": None,
     }
     if record.audit_ref is not None:
-        ToolInvocation.objects.filter(pk=record.audit_ref).update(**fields)
-        return
+        pk, attempt = parse_claim_ref(record.audit_ref)
+        finished = ToolInvocation.objects.filter(pk=pk, attempt=attempt, state=ToolInvocation.State.PENDING).update(
+            **fields
+        )
+        if finished:
+            return
+        fields.update(executed=False, safe_message=LEASE_LOST_MESSAGE)
     ToolInvocation.objects.create(**_context_fields(ctx), **fields)
 
 
@@ -114,12 +128,25 @@ def _context_fields(ctx: ToolInvocationContext) -> dict:
     }
 
 
-def invocation_claim(*, ctx: ToolInvocationContext, tool_id: str, args_sha256: str | None) -> ToolInvocation | None:
-    """Reserve ctx.tool_call_id in its tenant with a pending row; None if another row holds it.
+def claim_ref(row: ToolInvocation) -> str:
+    """What the audit sink needs to finish exactly this attempt of a claim."""
+    return f"{row.pk}:{row.attempt}"
+
+
+def parse_claim_ref(ref: str) -> tuple[int, int]:
+    pk, _, attempt = ref.partition(":")
+    return int(pk), int(attempt)
+
+
+def invocation_claim(
+    *, ctx: ToolInvocationContext, tool_id: str, args_sha256: str | None, lease_s: float
+) -> ToolInvocation | None:
+    """Reserve ctx.tool_call_id in its tenant with a pending row leased for `lease_s`; None if another row holds it.
 
     The partial unique index on executed rows decides races: of concurrent
     identical calls exactly one inserts, the others wait for its outcome.
     """
+    now = timezone.now()
     try:
         with transaction.atomic():
             return ToolInvocation.objects.create(
@@ -129,10 +156,28 @@ def invocation_claim(*, ctx: ToolInvocationContext, tool_id: str, args_sha256: s
                 executed=True,
                 state=ToolInvocation.State.PENDING,
                 args_sha256=args_sha256 or "",
-                started_at=timezone.now(),
+                started_at=now,
+                lease_expires_at=now + timedelta(seconds=lease_s),
             )
     except IntegrityError:
         return None
+
+
+def invocation_take_over(*, row: ToolInvocation, lease_s: float) -> ToolInvocation | None:
+    """Take over a pending claim whose lease has run out (its process died); None if someone else did.
+
+    Compare-and-swap on `attempt`: of several repeats racing for one expired
+    claim exactly one wins, and the dead attempt can no longer finish the row.
+    """
+    now = timezone.now()
+    lease_expires_at = now + timedelta(seconds=lease_s)
+    taken = ToolInvocation.objects.filter(
+        pk=row.pk, attempt=row.attempt, state=ToolInvocation.State.PENDING, lease_expires_at__lte=now
+    ).update(attempt=row.attempt + 1, started_at=now, lease_expires_at=lease_expires_at)
+    if not taken:
+        return None
+    row.attempt, row.started_at, row.lease_expires_at = row.attempt + 1, now, lease_expires_at
+    return row
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +202,7 @@ def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> To
     ctx = ToolInvocationContext(
         run_id=request.run_id or "",
         tool_call_id=request.tool_call_id or new_tool_call_id(),
+        tool_call_id_generated=request.tool_call_id is None,
         tenant_id=str(caller.tenant_id),
         actor_id=caller.service_account_id,
         connection_id=request.connection_id,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
@@ -22,7 +22,6 @@ from rest_framework.exceptions import ParseError
 from rest_framework.test import APIClient
 
 from config import api
-from policies_app import authentication
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
@@ -348,19 +347,20 @@ def test_last_use_is_written_at_most_once_a_minute(key):
     assert account.last_used_at == start + timedelta(seconds=61)
 
 
-def test_fairness_throttle_answers_429_envelope_with_retry_after(key, monkeypatch):
-    monkeypatch.setattr(authentication.ServiceAccountRateThrottle, "THROTTLE_RATES", {"service_account": "2/minute"})
+def test_fairness_throttle_answers_429_envelope_with_retry_after(key, settings):
+    settings.TOOLGATE_API_RATE_PER_SECOND = 2
     client = APIClient()
 
-    statuses = [client.get("/api/v1/tools", **authorised(key)).status_code for _ in range(2)]
-    response = client.get("/api/v1/tools", **authorised(key))
+    with time_machine.travel(datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC), tick=False):  # one one-second window
+        statuses = [client.get("/api/v1/tools", **authorised(key)).status_code for _ in range(2)]
+        response = client.get("/api/v1/tools", **authorised(key))
 
     assert statuses == [200, 200]
     assert assert_envelope(response, 429, "rate_limited") == {
         "error_code": "rate_limited",
         "safe_message": "too many requests; retry later",
     }
-    assert 1 <= int(response["Retry-After"]) <= 60
+    assert response["Retry-After"] == "1"
 
 
 # --- routes, methods and unexpected failures -----------------------------------------------------

@@ -71,7 +71,7 @@ def test_parallel_identical_calls_run_the_tool_once(postgres_required):
         default_stages(
             source=CatalogToolSource(bind_tools({"test__counter": COUNTER}, {})),
             policy=DatabasePolicyDecider(),
-            limiter=CacheRateLimiter(),
+            limiter=CacheRateLimiter(api_rate_per_second=0),
             grants=DatabaseGrantStore(),
             broker=NoConnections(),
             audit=DatabaseAuditSink(),

@@ -104,9 +104,22 @@ class FakeLimiter:
     in_flight: int = 0
     released: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    admitted: int = 0
+    fair_share: int | None = None  # calls admitted before fairness refuses; None = unlimited
+    leases_s: list[float] = field(default_factory=list)
 
-    def acquire(self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets) -> Lease | RateLimited:
+    def admit(self, ctx: ToolInvocationContext) -> RateLimited | None:
         with self.lock:
+            if self.fair_share is not None and self.admitted >= self.fair_share:
+                return RateLimited(retry_after_s=1, safe_message="slow down")
+            self.admitted += 1
+        return None
+
+    def acquire(
+        self, ctx: ToolInvocationContext, tool_id: str, budgets: Budgets, *, lease_s: float
+    ) -> Lease | RateLimited:
+        with self.lock:
+            self.leases_s.append(lease_s)
             if budgets.rate_limit_per_minute is not None and self.calls >= budgets.rate_limit_per_minute:
                 return RateLimited(retry_after_s=60, safe_message="rate limit reached")
             if budgets.max_concurrency is not None and self.in_flight >= budgets.max_concurrency:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from runner.errors import BrokerError
 from runner.grants import effective_connection_ids
-from runner.pipeline import ToolRunner, args_digest
+from runner.pipeline import CLAIM_LEASE_GRACE_S, ToolRunner, args_digest
 from runner.ports import Claimed, Conflict, Replay
 from runner.types import Budgets, Decision, ErrorCode, EventKind, ToolExecResult
 from tests.runner import tools
@@ -373,11 +373,17 @@ class MemoryIdempotency:
 
     def __init__(self, audit) -> None:
         self.audit = audit
+        self.leases_s: list[float] = []
 
-    def claim(self, ctx, tool_id, *, args_sha256):
+    def claim(self, ctx, tool_id, *, args_sha256, lease_s):
+        self.leases_s.append(lease_s)
         for record in self.audit.records:
             if record.tool_call_id == ctx.tool_call_id and record.executed:
-                if (record.tool_id, record.args_sha256) != (tool_id, args_sha256):
+                if (record.tool_id, record.args_sha256, record.context.actor_id) != (
+                    tool_id,
+                    args_sha256,
+                    ctx.actor_id,
+                ):
                     return Conflict("tool_call_id was already used for a different request")
                 return Replay(
                     ToolExecResult(
@@ -398,11 +404,10 @@ def _with_idempotency(h):
     return h
 
 
-def test_repeat_replays_the_recorded_result_without_running_or_asking_policy():
+def test_repeat_replays_the_recorded_result_without_running():
     h = _with_idempotency(make_harness(tools.ALL))
 
     first = h.exec("test__echo", {"text": "hi"})
-    h.policy.allowed.clear()  # a policy change must not alter the recorded answer
     again = h.exec("test__echo", {"text": "hi"})
 
     assert (again.ok, again.value, again.executed) == (True, first.value, False)
@@ -411,13 +416,48 @@ def test_repeat_replays_the_recorded_result_without_running_or_asking_policy():
     assert h.audit.records[0].audit_ref == "claim-call-1"
 
 
-def test_same_id_with_other_args_is_an_idempotency_conflict():
+def test_replay_is_refused_once_the_policy_or_the_kill_switch_no_longer_allows_the_tool():
     h = _with_idempotency(make_harness(tools.ALL))
-
     h.exec("test__echo", {"text": "hi"})
-    result = h.exec("test__echo", {"text": "other"})
 
-    assert (result.error_code, result.executed) == (ErrorCode.IDEMPOTENCY_CONFLICT, False)
+    h.policy.allowed.clear()
+    after_policy_change = h.exec("test__echo", {"text": "hi"})
+    h.policy.allowed.add("test__echo")
+    h.source.disabled.add("test__echo")
+    after_kill_switch = h.exec("test__echo", {"text": "hi"})
+
+    assert [r.error_code for r in (after_policy_change, after_kill_switch)] == [ErrorCode.POLICY_DENIED] * 2
+    assert (after_policy_change.value, after_kill_switch.value) == (None, None)
+    assert [r.decision for r in h.audit.records] == [Decision.ALLOW, Decision.DENY, Decision.DENY]
+
+
+def test_replay_is_refused_to_another_caller_of_the_same_tenant():
+    h = _with_idempotency(make_harness(tools.ALL))
+    h.exec("test__echo", {"text": "hi"}, tool_call_id="shared")
+
+    other = h.exec("test__echo", {"text": "hi"}, tool_call_id="shared", actor_id="another-service")
+
+    assert (other.ok, other.error_code, other.value) == (False, ErrorCode.IDEMPOTENCY_CONFLICT, None)
+
+
+def test_claim_lease_covers_the_calls_runtime_budget():
+    h = make_harness(tools.ALL)
+    store = MemoryIdempotency(h.audit)
+    h.runner = ToolRunner(h.stages(idempotency=store), h.clock)
+
+    h.exec("test__sleep", {"ms": 0})
+
+    assert store.leases_s == [5.0 + CLAIM_LEASE_GRACE_S]  # the tool's 5,000 ms timeout and the grace
+
+
+def test_generated_tool_call_ids_are_not_claimed():
+    h = make_harness(tools.ALL)
+    store = MemoryIdempotency(h.audit)
+    h.runner = ToolRunner(h.stages(idempotency=store), h.clock)
+
+    result = h.exec("test__echo", {"text": "hi"}, tool_call_id_generated=True)
+
+    assert (result.ok, store.leases_s, h.audit.records[0].audit_ref) == (True, [], None)
 
 
 def test_refused_call_is_decided_afresh_when_repeated():

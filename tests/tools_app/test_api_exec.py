@@ -431,6 +431,7 @@ def test_contract_statuses_of_the_table():
         "output_invalid": 500,
         "redaction_failed": 500,
         "result_too_large": 502,
+        "unavailable_dependency": 503,
     }
 
 

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db
 CANARY = "canary-91b2c4"
 ROW_FIELDS = {
     "tool_call_id",
+    "state",
     "run_id",
     "tool_id",
     "service_account",
@@ -62,6 +63,7 @@ def test_list_answers_the_tenants_rows_newest_first_without_values(acme):
     newest = body["results"][0]
     assert {name: newest[name] for name in ROW_FIELDS - {"started_at", "ended_at", "duration_ms"}} == {
         "tool_call_id": "a3",
+        "state": "done",
         "run_id": "r2",
         "tool_id": "core__wait",
         "service_account": "agent",

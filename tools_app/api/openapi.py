@@ -20,6 +20,9 @@ def common_errors(scope: str) -> dict[int, OpenApiResponse]:
         406: error_response("`not_acceptable`: this API answers application/json only."),
         429: error_response("`rate_limited`: too many requests from this service account."),
         500: error_response("`internal`: an unexpected error; nothing about it is disclosed."),
+        503: error_response(
+            "`unavailable_dependency`: the database or Redis cannot be reached; nothing ran. See Retry-After."
+        ),
     }
 
 
@@ -31,7 +34,7 @@ RESPONSE_HEADERS = [
         "Retry-After",
         OpenApiTypes.INT,
         OpenApiParameter.HEADER,
-        response=[429],
+        response=[429, 503],
         description="Seconds to wait before retrying.",
     ),
 ]

@@ -18,6 +18,7 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from runner.types import Decision, ErrorCode, ToolEffect
+from tools_app.models import ToolInvocation
 
 ID_PATTERN = r"\A[A-Za-z0-9_-]{1,128}\Z"
 ID_MESSAGE = "must be 1 to 128 letters, digits, '_' or '-'"
@@ -218,6 +219,10 @@ class InvocationOutputSerializer(serializers.Serializer):
     """One audit row: references and outcome only, never args or result values."""
 
     tool_call_id = serializers.CharField()
+    state = serializers.ChoiceField(
+        choices=ToolInvocation.State.choices,
+        help_text="`pending` while the call runs (its claim on the tool_call_id is held), then `done`.",
+    )
     run_id = BlankAsNullCharField(allow_null=True)
     tool_id = serializers.CharField()
     service_account = serializers.CharField(source="service_account.name", allow_null=True)

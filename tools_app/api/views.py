@@ -117,9 +117,13 @@ class ToolExecView(ToolsApiView):
     """Run one tool call through the runner; every outcome answers the contract's body.
 
     A repeated `tool_call_id` whose call already ran answers the recorded
-    response without running the tool again; the same id with another request
-    answers 409 `idempotency_conflict`.
+    response to the caller that made it, without running the tool again; the
+    same id with another request, or from another caller, answers 409
+    `idempotency_conflict`. The API's fairness share is spent inside the runner
+    (audited), not by DRF's throttle.
     """
+
+    throttle_classes = ()
 
     @extend_schema(
         operation_id="tools_exec",
