@@ -285,7 +285,13 @@ class IdempotencyStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         if call.ctx.tool_call_id_generated:
             return proceed(call)
-        claim = self.store.claim(call.ctx, call.tool_id, args_sha256=call.args_sha256, lease_s=call_lease_s(call))
+        claim = self.store.claim(
+            call.ctx,
+            call.tool_id,
+            args_sha256=call.args_sha256,
+            lease_s=call_lease_s(call),
+            wait_s=runtime_budget_ms(call) / 1000,
+        )
         if isinstance(claim, Replay):
             call.decision = Decision.REPLAYED
             return replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False)

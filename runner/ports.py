@@ -133,7 +133,7 @@ class Conflict:
 
 class IdempotencyStore(Protocol):
     def claim(
-        self, ctx: ToolInvocationContext, tool_id: str, *, args_sha256: str | None, lease_s: float
+        self, ctx: ToolInvocationContext, tool_id: str, *, args_sha256: str | None, lease_s: float, wait_s: float
     ) -> Claimed | Replay | Conflict:
         """Reserve ctx.tool_call_id for this call, or say why not.
 
@@ -141,8 +141,8 @@ class IdempotencyStore(Protocol):
         (same service account, subject, grant, connection, tool and args);
         anyone else gets a Conflict. A claim holds for `lease_s` (the call's
         whole budget): a claim left behind by a crashed process is taken over
-        after that, and no repeat waits longer than its own lease for the
-        first call to finish. A claim whose call ends refused (not executed)
+        after that, and a repeat waits at most `wait_s` (its own runtime
+        budget) for the first call to finish. A claim whose call ends refused (not executed)
         is released, so a refused call is decided afresh when repeated.
         """
         ...

@@ -44,9 +44,9 @@ class DatabaseIdempotencyStore:
 
     @outage_guard
     def claim(
-        self, ctx: ToolInvocationContext, tool_id: str, *, args_sha256: str | None, lease_s: float
+        self, ctx: ToolInvocationContext, tool_id: str, *, args_sha256: str | None, lease_s: float, wait_s: float
     ) -> Claimed | Replay | Conflict:
-        deadline = time.monotonic() + lease_s  # no repeat waits past its own budget
+        deadline = time.monotonic() + wait_s  # no repeat waits past its own budget
         for _attempt in range(CLAIM_ATTEMPTS):
             row = invocation_claim(ctx=ctx, tool_id=tool_id, args_sha256=args_sha256, lease_s=lease_s)
             if row is not None:

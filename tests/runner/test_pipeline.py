@@ -375,7 +375,7 @@ class MemoryIdempotency:
         self.audit = audit
         self.leases_s: list[float] = []
 
-    def claim(self, ctx, tool_id, *, args_sha256, lease_s):
+    def claim(self, ctx, tool_id, *, args_sha256, lease_s, wait_s):
         self.leases_s.append(lease_s)
         for record in self.audit.records:
             if record.tool_call_id == ctx.tool_call_id and record.executed:
