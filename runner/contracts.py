@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from runner.capabilities import ToolCapabilities
 
 DEFAULT_TIMEOUT_MS = 15_000
+# No tool may run longer: the claim leases and the web server's request timeout are derived from it.
+MAX_TIMEOUT_MS = 65_000
 
 # Namespaced ids (`core__get_current_time`, `mcp__server__tool`) fit OpenAI's
 # function-name alphabet and keep tool sources from colliding.
@@ -75,8 +77,8 @@ class ToolContract:
         unknown = self.capabilities - KNOWN_CAPABILITIES
         if unknown:
             raise ContractError(f"tool {self.name} declares unknown capabilities {sorted(unknown)}")
-        if self.default_timeout_ms <= 0:
-            raise ContractError(f"tool {self.name} has a non-positive timeout")
+        if not 0 < self.default_timeout_ms <= MAX_TIMEOUT_MS:
+            raise ContractError(f"tool {self.name}'s timeout must be between 1 and {MAX_TIMEOUT_MS} ms")
 
 
 ExecuteFn = Callable[[Any, ToolInvocationContext, "ToolCapabilities"], Coroutine[Any, Any, Any]]

@@ -46,6 +46,7 @@ from pydantic import BaseModel
 
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, ClockCapability
+from runner.contracts import MAX_TIMEOUT_MS
 from runner.errors import (
     BrokerError,
     CapabilityError,
@@ -92,6 +93,10 @@ HARD_STOP_GRACE_S = 0.05
 # A tool_call_id claim outlives the tool's runtime budget by this much: the stages around
 # execution (a bounded token refresh, validation, the audit write) finish within it.
 CLAIM_LEASE_GRACE_S = 10.0
+# The longest any request may take: the longest tool budget and the claim's grace. The web
+# server's timeout (gunicorn.conf.py) is derived from it, so it never kills a call the runner
+# still considers alive.
+REQUEST_TIMEOUT_S = MAX_TIMEOUT_MS / 1000 + CLAIM_LEASE_GRACE_S
 # What a caller is told to wait when the database or cache is unreachable.
 DEPENDENCY_RETRY_AFTER_S = 5
 DEPENDENCY_MESSAGE = "a database or cache Toolgate needs is unreachable; nothing ran; retry later"

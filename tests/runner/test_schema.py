@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
+from runner.contracts import MAX_TIMEOUT_MS, ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.errors import ContractError, SchemaError
 from runner.schema import canonical_json, check_schema_subset, to_tool_spec
 from runner.types import ToolEffect
@@ -532,6 +532,14 @@ def test_tool_contract_refuses_a_connection_tool_without_the_auth_capability() -
         make_contract(EchoArgs, requires_connection=True, provider="github", capabilities=frozenset({"http"}))
 
     assert str(excinfo.value) == "tool test__echo requires a connection but not the auth capability"
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -1, MAX_TIMEOUT_MS + 1])
+def test_tool_contract_refuses_a_timeout_outside_what_leases_and_the_server_allow(timeout_ms: int) -> None:
+    with pytest.raises(ContractError) as excinfo:
+        make_contract(EchoArgs, default_timeout_ms=timeout_ms)
+
+    assert str(excinfo.value) == f"tool test__echo's timeout must be between 1 and {MAX_TIMEOUT_MS} ms"
 
 
 def test_tool_contract_refuses_unknown_capabilities() -> None:
