@@ -44,8 +44,10 @@ format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Needs PostgreSQL and Redis (DATABASE_URL / REDIS_URL, defaults on 127.0.0.1); installs wrk when missing.
 bench: install-dev
 	$(BIN)/python -m bench.runner_overhead
+	$(BIN)/python -m bench.exec_throughput
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,23 +1,47 @@
 """The in-process governance cache and the generation that invalidates it.
 
 Service accounts, effective policies and tool switches are read on every call
-but change rarely. Each process keeps them here and re-reads one row, the
-generation, once per request: every governance write bumps it in its own
-transaction, so the next call in every process sees the change for one
-indexed SELECT per request instead of three (key, policy, switches).
+but change rarely. Each process keeps them here. Every governance write bumps
+the generation row in its own transaction; a process drops its cache when it
+sees a generation other than the one it loaded under.
+
+How a process learns of a bump without a database round trip per request:
+with Redis configured, `governance_bump` publishes the new generation once its
+transaction commits, and every process holds a subscription that `refresh()`
+drains without blocking (a local socket read, no round trip). A message means
+"re-read the generation now". Pushes can be lost (Redis restarting, a
+publisher that died between commit and publish), so a process also re-reads
+the generation at least every MAX_STALENESS_S, and on every request while its
+subscription is down. Without Redis (the embedded default, one process) the
+generation is read on every request, as it always was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
+from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 
 from policies_app.models import GovernanceState
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+CHANNEL = "toolgate:governance"
+# A change reaches every process within this, even when a push is lost.
+MAX_STALENESS_S = 1.0
+# How long a process waits before subscribing again after its subscription broke.
+RESUBSCRIBE_AFTER_S = 5.0
+REDIS_TIMEOUT_S = 0.5
 
 
 def governance_bump() -> None:
@@ -25,11 +49,89 @@ def governance_bump() -> None:
     updated = GovernanceState.objects.filter(pk=1).update(generation=F("generation") + 1)
     if not updated:
         GovernanceState.objects.get_or_create(pk=1, defaults={"generation": 1})
+    governance_cache.mark_stale()  # this process, now: it may read its own uncommitted change
+    transaction.on_commit(_publish)
 
 
 def governance_generation() -> int:
     row = GovernanceState.objects.filter(pk=1).values_list("generation", flat=True).first()
     return 0 if row is None else row
+
+
+def _publish() -> None:
+    if not settings.REDIS_URL:
+        return
+    try:
+        _subscription().publish()
+    except redis.RedisError as exc:  # the other processes' staleness bound still applies
+        logger.warning("governance change not pushed (%s); processes pick it up within %ss", exc, MAX_STALENESS_S)
+
+
+class _Subscription:
+    """This process's subscription to governance pushes, read without blocking.
+
+    Not a thread: `pending()` is called at the start of each request and reads
+    whatever the kernel has buffered. A publisher sends before it answers its
+    own caller, so a push is in the buffer before any request that follows it.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+        self._pubsub: redis.client.PubSub | None = None
+        self._confirmed = False
+        self._retry_at = 0.0
+
+    def publish(self) -> None:
+        self._client.publish(CHANNEL, b"bump")
+
+    def pending(self) -> bool | None:
+        """True if a push arrived (or may have been missed), False if none; None while unsubscribed."""
+        pubsub = self._pubsub or self._subscribe()
+        if pubsub is None:
+            return None
+        arrived = False
+        try:
+            while (message := pubsub.get_message(timeout=0.0)) is not None:
+                if message["type"] == "subscribe":
+                    self._confirmed = True
+                    arrived = True  # anything before the subscription took effect went unheard
+                elif message["type"] == "message":
+                    arrived = True
+        except (redis.RedisError, OSError):
+            logger.warning("governance subscription lost; reading the generation on every request until it is back")
+            self._drop()
+            return None
+        return arrived if self._confirmed else None
+
+    def _subscribe(self) -> redis.client.PubSub | None:
+        if time.monotonic() < self._retry_at:
+            return None
+        try:
+            self._pubsub = self._client.pubsub()
+            self._pubsub.subscribe(CHANNEL)
+        except (redis.RedisError, OSError):
+            self._drop()
+            return None
+        return self._pubsub
+
+    def _drop(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(redis.RedisError, OSError):
+                self._pubsub.close()
+        self._pubsub = None
+        self._confirmed = False
+        self._retry_at = time.monotonic() + RESUBSCRIBE_AFTER_S
+
+
+_subscriptions: dict[tuple[int, str], _Subscription] = {}
+
+
+def _subscription() -> _Subscription:
+    """This process's subscription (a forked gunicorn worker opens its own)."""
+    key = (os.getpid(), settings.REDIS_URL)
+    if key not in _subscriptions:
+        _subscriptions[key] = _Subscription(settings.REDIS_URL)
+    return _subscriptions[key]
 
 
 class GovernanceCache:
@@ -39,14 +141,32 @@ class GovernanceCache:
         self._lock = threading.Lock()
         self._generation: int | None = None
         self._entries: dict[Any, Any] = {}
+        self._stale = True
+        self._read_at = 0.0
 
     def refresh(self) -> None:
-        """Re-read the generation (one query); call once at the start of each request."""
+        """Make sure the cache is current; call once at the start of each request.
+
+        Reads the generation (one query) only when a push arrived, the
+        subscription is down, no Redis is configured, or the last read is
+        older than MAX_STALENESS_S.
+        """
+        with self._lock:
+            pushed = _subscription().pending() if settings.REDIS_URL else None
+            due = time.monotonic() - self._read_at >= MAX_STALENESS_S
+            if not (self._stale or pushed is not False or due):
+                return
+            self._stale = False
         generation = governance_generation()
         with self._lock:
+            self._read_at = time.monotonic()
             if generation != self._generation:
                 self._entries = {}
                 self._generation = generation
+
+    def mark_stale(self) -> None:
+        with self._lock:
+            self._stale = True
 
     def get(self, key: Any, load: Callable[[], T]) -> T:
         with self._lock:
@@ -61,6 +181,7 @@ class GovernanceCache:
         with self._lock:
             self._entries = {}
             self._generation = None
+            self._stale = True
 
 
 governance_cache = GovernanceCache()

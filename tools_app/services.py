@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from policies_app.governance import governance_bump
@@ -148,7 +149,7 @@ def invocation_claim(
     """
     now = timezone.now()
     try:
-        with transaction.atomic():
+        with _savepoint_if_in_transaction():
             return ToolInvocation.objects.create(
                 **_context_fields(ctx),
                 tool_id=tool_id,
@@ -161,6 +162,15 @@ def invocation_claim(
             )
     except IntegrityError:
         return None
+
+
+def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
+    """A savepoint inside a transaction, so a duplicate leaves it usable; nothing in autocommit.
+
+    In autocommit (a web request) the INSERT is its own transaction: one round
+    trip instead of BEGIN, INSERT, COMMIT.
+    """
+    return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
 def invocation_take_over(*, row: ToolInvocation, lease_s: float) -> ToolInvocation | None:

@@ -1,5 +1,8 @@
 """An operator's change applies on the very next call in every server process (PostgreSQL).
 
+With Redis configured the change is pushed; a push that is lost is made up for
+within MAX_STALENESS_S, when every process re-reads the generation anyway.
+
 Two real `runserver` processes share the test database; each has warmed its
 in-process governance cache before the change, and both must see the kill
 switch and the policy edit on their next call.
@@ -18,7 +21,10 @@ import httpx
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.db.models import F
 
+from policies_app.governance import MAX_STALENESS_S
+from policies_app.models import GovernanceState
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool
 
@@ -104,3 +110,30 @@ def test_kill_switch_and_policy_edit_reach_every_process_on_the_next_call(two_se
     assert [(r.status_code, r.json()["error_code"]) for r in killed] == [(403, "policy_denied")] * 2
     assert [(r.status_code, r.json()["error_code"]) for r in narrowed] == [(403, "policy_denied")] * 2
     assert {r.json()["safe_message"] for r in killed} == {"tool is disabled"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_change_whose_push_is_lost_still_reaches_every_process_within_a_second(two_servers):
+    # given: warm processes
+    call_command("sync_tools")
+    Tool.objects.filter(pk="core__get_current_time").update(is_enabled=True)
+    GovernanceState.objects.update(generation=F("generation") + 1)
+    account, key = service_account_with_key(TenantFactory(slug="lost"))
+    ToolPolicyFactory(tenant=account.tenant, allowed_tools=["core__get_current_time"])
+    assert [_exec(url, key, f"warm-{i}").status_code for i, url in enumerate(two_servers)] == [200, 200]
+
+    # when: the kill switch is flipped and the generation bumped by bare UPDATEs (nothing is published)
+    Tool.objects.filter(pk="core__get_current_time").update(is_enabled=False)
+    GovernanceState.objects.update(generation=F("generation") + 1)
+    changed_at = time.monotonic()
+
+    # then: each process refuses within the staleness bound
+    seen_after = []
+    for index, url in enumerate(two_servers):
+        attempt = 0
+        while _exec(url, key, f"poll-{index}-{attempt}").status_code == 200:
+            attempt += 1
+            assert time.monotonic() - changed_at < MAX_STALENESS_S + 1.0, f"{url} still allows the tool"
+            time.sleep(0.05)
+        seen_after.append(time.monotonic() - changed_at)
+    assert max(seen_after) < MAX_STALENESS_S + 1.0

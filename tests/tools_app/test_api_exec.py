@@ -11,11 +11,13 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIRequestFactory
 
 from config.api import ERROR_STATUS
 from connections_app.services import connection_revoke
+from policies_app import governance
 from policies_app.governance import governance_cache
 from policies_app.models import ApprovalRequest, ServiceAccount
 from runner.defaults import SystemClock
@@ -93,6 +95,48 @@ def test_exec_of_a_caller_records_its_last_use(caller):
 
     account.refresh_from_db()
     assert account.last_used_at is not None
+
+
+# --- the hot path's database work (issue 11) --------------------------------------------
+
+# Without Redis the generation is read on every request; with Redis a push replaces that read.
+GENERATION_READS = 0 if settings.REDIS_URL else 1
+
+
+@pytest.fixture
+def warm(caller, monkeypatch):
+    """A caller whose key, policy and switches are cached, and no staleness re-read due during the test."""
+    monkeypatch.setattr(governance, "MAX_STALENESS_S", 3600.0)
+    _account, key, _policy = caller
+    assert exec_call(key, tool_id="core__get_current_time").status_code == 200
+    return key
+
+
+def test_a_warm_call_without_a_tool_call_id_is_one_insert(warm, django_assert_num_queries):
+    with django_assert_num_queries(GENERATION_READS + 1) as captured:
+        response = exec_call(warm, tool_id="core__get_current_time")
+
+    assert response.status_code == 200
+    assert captured.captured_queries[-1]["sql"].startswith('INSERT INTO "tools_app_toolinvocation"')
+
+
+def test_a_warm_call_with_a_tool_call_id_claims_then_finishes_its_row(warm, django_assert_num_queries):
+    # the claim's INSERT runs under a savepoint here because tests run inside a transaction;
+    # a web request runs in autocommit, where it is the INSERT alone: two round trips in all
+    with django_assert_num_queries(GENERATION_READS + 4) as captured:
+        response = exec_call(warm, tool_id="core__get_current_time", tool_call_id="pinned-1")
+
+    assert response.status_code == 200
+    statements = [query["sql"].split(" ", 1)[0] for query in captured.captured_queries[GENERATION_READS:]]
+    assert statements == ["SAVEPOINT", "INSERT", "RELEASE", "UPDATE"]
+
+
+def test_a_cold_call_loads_key_policy_and_switches_once(caller, django_assert_max_num_queries):
+    _account, key, _policy = caller
+    governance.governance_cache.clear()
+
+    with django_assert_max_num_queries(7):  # generation, key, last use, policy, switches, audit
+        assert exec_call(key, tool_id="core__get_current_time").status_code == 200
 
 
 # --- refusals of the runner, one per contract code --------------------------------------

@@ -1,0 +1,334 @@
+"""`POST /api/v1/tools/exec` against `/healthz` and a bare DRF view, in one run, under gunicorn.
+
+What issue 11 measures: gunicorn sync x4 on PostgreSQL and Redis (loopback),
+wrk -t2 -c32 and -c1, 64 service accounts rotated, `core__get_current_time`
+with a policy and no connection; then `github__get_user` with a connection and
+a grant (decrypt, broker, a loopback GitHub answering a fixed user). Each
+figure is compared with the baselines measured in the same run, since
+machines differ. After every exec run the audit rows written are compared with
+the answers wrk received: the audit row is durable, one per answer.
+
+    make bench        (or: python -m bench.exec_throughput [--seconds N])
+
+Needs PostgreSQL and Redis: DATABASE_URL (default a `toolgate_bench` database
+on 127.0.0.1, dropped and re-created each run) and REDIS_URL (default db 9).
+Installs wrk with apt-get when it is missing. Prints a table; nothing passes
+or fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import django
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCOUNTS = 64
+WORKERS = 4
+USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
+
+
+def _environment() -> dict[str, str]:
+    """The server's and this process's settings: production-like (DEBUG off), fresh secrets each run."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    return {
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/toolgate_bench"),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"),
+        "DEBUG": "False",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "TOOLGATE_ENCRYPTION_KEYS": f"bench:{key}",
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+os.environ.update(_environment())
+django.setup()
+
+from connections_app.services import connection_create  # noqa: E402
+from policies_app.models import ToolPolicy  # noqa: E402
+from policies_app.services import grant_create, service_account_create, tenant_create  # noqa: E402
+from tools_app.models import ToolInvocation  # noqa: E402
+from tools_app.services import tool_set_enabled  # noqa: E402
+
+
+@dataclass
+class Run:
+    name: str
+    connections: int
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    non_2xx: int
+    audit_rows: int | None = None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=10, help="duration of each measured run")
+    options = parser.parse_args()
+    wrk = _wrk()
+    env = dict(os.environ)
+    _fresh_database(env["DATABASE_URL"])
+    _manage(env, "migrate", "--noinput")
+    _manage(env, "sync_tools")
+    with _FakeGitHub() as github:
+        env["TOOLGATE_GITHUB_API_URL"] = github.url
+        accounts = _seed()
+        port = _free_port()
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi:application",
+                "--workers",
+                str(WORKERS),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_until_up(base)
+            runs = _measure(wrk, base, accounts, options.seconds)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    _report(runs)
+
+
+# --- set-up --------------------------------------------------------------------------------
+
+
+def _wrk() -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    print("bench: installing wrk with apt-get", flush=True)
+    subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=True, stdout=subprocess.DEVNULL)
+    return shutil.which("wrk") or sys.exit("bench: wrk could not be installed")
+
+
+def _fresh_database(url: str) -> None:
+    parsed = urlparse(url)
+    name = parsed.path.lstrip("/")
+    if not parsed.scheme.startswith("postgres"):
+        sys.exit("bench: DATABASE_URL must point at PostgreSQL")
+    admin = parsed._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def _seed() -> list[dict[str, str]]:
+    """64 service accounts of one tenant, a policy for both tools, a connection and grant each."""
+    tool_set_enabled(tool_ids=["core__get_current_time", "github__get_user"], enabled=True)
+    tenant = tenant_create(slug="bench")
+    ToolPolicy.objects.create(name="bench", tenant=tenant, allowed_tools=["core__get_current_time", "github__get_user"])
+    accounts = []
+    for index in range(ACCOUNTS):
+        account, key = service_account_create(tenant=tenant, name=f"agent-{index}")
+        connection = connection_create(
+            tenant=tenant, provider="github", credential_type="api_key", credentials={"api_key": f"ghp_{index:036d}"}
+        )
+        grant = grant_create(tenant=tenant, service_account=account, connections=[connection])
+        accounts.append({"key": key, "connection_id": str(connection.pk), "grant_id": str(grant.pk)})
+    return accounts
+
+
+def _wait_until_up(base: str) -> None:
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    sys.exit("bench: gunicorn did not come up")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _FakeGitHub:
+    """A minimal keep-alive HTTP server answering GET /user, fast enough not to be what is measured."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        body = json.dumps(USER).encode()
+        self._answer = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
+        self.url = ""
+
+    def __enter__(self) -> _FakeGitHub:
+        self._thread.start()
+        server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        ).result()
+        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(self._answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+_LUA = """
+local calls = %s
+local index = 0
+request = function()
+  index = index %% #calls + 1
+  local call = calls[index]
+  return wrk.format("%s", "%s", {["Authorization"] = call[1], ["Content-Type"] = "application/json"}, call[2])
+end
+"""
+
+
+def _script(directory: Path, name: str, method: str, path: str, calls: list[tuple[str, str]]) -> Path:
+    entries = ",".join(f"{{{json.dumps(auth)}, {json.dumps(body)}}}" for auth, body in calls)
+    script = directory / f"{name}.lua"
+    script.write_text(_LUA % ("{" + entries + "}", method, path))
+    return script
+
+
+def _measure(wrk: str, base: str, accounts: list[dict[str, str]], seconds: int) -> list[Run]:
+    time_body = json.dumps({"tool_id": "core__get_current_time", "args": {}})
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        targets = {
+            "healthz": _script(directory, "healthz", "GET", "/healthz", [("", "")]),
+            "bare DRF": _script(directory, "bare", "POST", "/bench/bare", [("Bearer bench-bare-token", time_body)]),
+            "exec": _script(
+                directory, "exec", "POST", "/api/v1/tools/exec", [(f"Bearer {a['key']}", time_body) for a in accounts]
+            ),
+            "exec + connection": _script(
+                directory,
+                "exec_connection",
+                "POST",
+                "/api/v1/tools/exec",
+                [
+                    (
+                        f"Bearer {a['key']}",
+                        json.dumps(
+                            {
+                                "tool_id": "github__get_user",
+                                "args": {},
+                                "connection_id": a["connection_id"],
+                                "grant_id": a["grant_id"],
+                            }
+                        ),
+                    )
+                    for a in accounts
+                ],
+            ),
+        }
+        runs = []
+        for connections in (32, 1):
+            for name, script in targets.items():
+                _wrk_run(wrk, base, script, connections, 2)  # warm every worker's caches and pools
+                time.sleep(0.5)  # let the warm-up's answers in flight land before counting
+                before = ToolInvocation.objects.count()
+                run = _wrk_run(wrk, base, script, connections, seconds)
+                run.name = name
+                if name.startswith("exec"):
+                    time.sleep(0.5)  # answers in flight when wrk stopped
+                    run.audit_rows = ToolInvocation.objects.count() - before
+                runs.append(run)
+                print(f"bench: {name} c{connections}: {run.requests_per_s:,.0f} req/s", flush=True)
+    return runs
+
+
+def _wrk_run(wrk: str, base: str, script: Path, connections: int, seconds: int) -> Run:
+    threads = min(2, connections)
+    output = subprocess.run(
+        [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), base],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return Run(
+        name="",
+        connections=connections,
+        requests_per_s=float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
+        p50_ms=_latency(output, "50%"),
+        p99_ms=_latency(output, "99%"),
+        requests=int(re.search(r"(\d+) requests in", output).group(1)),
+        non_2xx=int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", output)) else 0,
+    )
+
+
+def _latency(output: str, percentile: str) -> float:
+    value, unit = re.search(rf"{percentile}\s+([\d.]+)(us|ms|s)", output).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def _report(runs: list[Run]) -> None:
+    print()
+    print(
+        f"{'endpoint':<20}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'x healthz':>11}{'x bare':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
+    )
+    for connections in (32, 1):
+        group = {run.name: run for run in runs if run.connections == connections}
+        healthz, bare = group["healthz"], group["bare DRF"]
+        for run in group.values():
+            audit = f"{run.audit_rows}/{run.requests}" if run.audit_rows is not None else "-"
+            print(
+                f"{run.name:<20}{connections:>6}{run.requests_per_s:>10,.0f}{run.p50_ms:>9.2f}{run.p99_ms:>9.2f}"
+                f"{run.requests_per_s / healthz.requests_per_s:>11.2f}{run.requests_per_s / bare.requests_per_s:>8.2f}"
+                f"{run.non_2xx:>9}{audit:>21}"
+            )
+        exec_run = group["exec"]
+        print(f"  c{connections}: exec p50 is {exec_run.p50_ms / healthz.p50_ms:.1f}x healthz's")
+
+
+if __name__ == "__main__":
+    main()
