@@ -22,15 +22,13 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(BIN)/python
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-# The web server, a Celery worker and beat on the embedded default; Ctrl-C stops all three.
+# The web server, a Celery worker and beat on the embedded default (Procfile.dev, run by honcho);
+# Ctrl-C stops all three once: honcho forwards it to each process and waits for them.
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py sync_tools
 	$(BIN)/python manage.py seed_demo --base-url http://$(HOST):$(PORT)
-	@trap 'kill 0' INT TERM EXIT; \
-	$(BIN)/celery -A config worker --pool=solo --loglevel=INFO & \
-	$(BIN)/celery -A config beat --loglevel=INFO & \
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	@PATH="$(CURDIR)/$(BIN):$$PATH" HOST=$(HOST) PORT=$(PORT) exec $(BIN)/honcho -f Procfile.dev start
 
 test: install-dev
 	$(BIN)/pytest

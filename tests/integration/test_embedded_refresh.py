@@ -34,7 +34,7 @@ NOT_IN_A_CLONE = shutil.ignore_patterns(
 )
 # Anything that would point the copy at a developer's services or secrets.
 CONFIGURATION = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SECRET_KEY", "TOOLGATE_ENCRYPTION_KEYS", "DEBUG")
-# The Makefile's `run` target starts exactly these, from the project root.
+# `make run` starts exactly these (Procfile.dev), from the project root.
 MAKE_RUN_WORKER = ("worker", "--pool=solo", "--loglevel=INFO")
 MAKE_RUN_BEAT = ("beat", "--loglevel=INFO")
 SWEEP_SECONDS = 1
@@ -106,8 +106,8 @@ def shell_json(clone: Path, env: dict[str, str], code: str, extra_env: dict[str,
 
 
 def test_worker_and_beat_on_the_embedded_defaults_refresh_a_connection_exactly_once(clone, embedded_env, tmp_path):
-    makefile = (clone / "Makefile").read_text()
-    assert all(f"$(BIN)/celery -A config {' '.join(args)}" in makefile for args in (MAKE_RUN_WORKER, MAKE_RUN_BEAT))
+    procfile = (clone / "Procfile.dev").read_text()
+    assert all(f"celery -A config {' '.join(args)}" in procfile for args in (MAKE_RUN_WORKER, MAKE_RUN_BEAT))
     with FakeOAuthProvider() as provider, CeleryProcesses(env=embedded_env, log_dir=tmp_path, cwd=clone) as celery:
         # given: a migrated fresh clone with worker and beat running as `make run` runs them
         manage(clone, embedded_env, "migrate", "--noinput")
