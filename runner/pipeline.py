@@ -6,7 +6,7 @@ or hands it on (and may look at what came back). The default chain runs the
 twelve stages of DESIGN.md:
 
     audit (12) > fairness > lookup (1) > policy (2) > connection gate (4) > [idempotency] > budget (3)
-    > validate input (5) > broker (6) > start event (7) > result size (11)
+    > validate input (5) > [approval] > broker (6) > start event (7) > result size (11)
     > redact (10) > validate output (9) > execute (8, the end of the chain)
 
 The fairness stage spends one caller's share of the API before anything is
@@ -240,7 +240,13 @@ class LookupStage:
 
 @dataclass(frozen=True, slots=True)
 class PolicyStage:
-    """(2) The operator's kill switch first, then the caller's policy. Deny by default."""
+    """(2) The operator's kill switch first, then the caller's policy. Deny by default.
+
+    A call whose effect needs an operator's approval goes on: the approval is
+    asked for (or consumed) only once the call has passed every other check
+    (ApprovalStage), so an operator is never asked to approve a call that could
+    not run anyway.
+    """
 
     source: ToolSource
     policy: PolicyDecider
@@ -249,17 +255,11 @@ class PolicyStage:
         if not self.source.is_enabled(call.tool_id):
             call.decision = Decision.DENY
             return call.fail(ErrorCode.POLICY_DENIED, "tool is disabled")
-        verdict = self.policy.decide(call.ctx, call.bound.spec, args_sha256=call.args_sha256)
+        verdict = self.policy.decide(call.ctx, call.bound.spec, args_sha256=None)
         call.decision = verdict.decision
         call.budgets = verdict.budgets
-        if verdict.decision is Decision.ALLOW:
+        if verdict.decision in (Decision.ALLOW, Decision.REQUIRE_APPROVAL):
             return proceed(call)
-        if verdict.decision is Decision.REQUIRE_APPROVAL:
-            return call.fail(
-                ErrorCode.APPROVAL_REQUIRED,
-                verdict.safe_message or "this call needs an operator's approval",
-                approval_id=verdict.approval_id,
-            )
         return call.fail(ErrorCode.POLICY_DENIED, verdict.safe_message or "not allowed by policy")
 
 
@@ -331,6 +331,32 @@ class ValidateInputStage:
         except InputInvalid as exc:
             return call.fail(ErrorCode.VALIDATION, "arguments do not match the tool's schema", errors=exc.errors)
         return proceed(call)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalStage:
+    """(5b) For a call the policy sends to an operator: open, wait on or use its approval.
+
+    Runs after input validation, so the approval binds the exact, valid args
+    (by hash) and is only ever asked for a call that could run.
+    """
+
+    policy: PolicyDecider
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        if call.decision is not Decision.REQUIRE_APPROVAL:
+            return proceed(call)
+        verdict = self.policy.decide(call.ctx, call.bound.spec, args_sha256=call.args_sha256)
+        call.decision = verdict.decision
+        if verdict.decision is Decision.ALLOW:
+            return proceed(call)
+        if verdict.decision is Decision.REQUIRE_APPROVAL:
+            return call.fail(
+                ErrorCode.APPROVAL_REQUIRED,
+                verdict.safe_message or "this call needs an operator's approval",
+                approval_id=verdict.approval_id,
+            )
+        return call.fail(ErrorCode.POLICY_DENIED, verdict.safe_message or "not allowed by policy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,6 +533,7 @@ def default_stages(
         *([IdempotencyStage(idempotency)] if idempotency is not None else []),
         BudgetStage(limiter),
         ValidateInputStage(),
+        ApprovalStage(policy),
         BrokerStage(broker),
         StartEventStage(events),
         ResultSizeStage(default_max_result_bytes),

@@ -50,8 +50,12 @@ class PolicyDecider(Protocol):
     def decide(self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None) -> PolicyDecision:
         """Allow, deny or ask for approval; `args_sha256` binds an approval to the exact args.
 
-        The catalog asks with `args_sha256=None`: no call is pending, so no
-        approval may be created or consumed.
+        Asked with `args_sha256=None` (the catalog, and the policy stage before
+        the call is validated), it only says whether the caller may run the
+        tool and whether an approval is needed: no approval is created or
+        consumed. Asked with the args' hash (the approval stage, once the call
+        has passed every other check), it opens, waits on or uses the approval
+        bound to this tool_call_id.
         """
         ...
 

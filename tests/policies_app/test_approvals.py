@@ -101,3 +101,47 @@ def test_expired_pending_request_cannot_be_approved(setup):
 
     assert changed is False
     assert ApprovalRequest.objects.get().status == "pending"
+
+
+def test_an_invalid_call_is_refused_before_any_approval_exists(setup):
+    runner, account = setup
+
+    invalid_args = _call(runner, account, {"ms": -5})
+    unknown_field = _call(runner, account, {"ms": 1, "extra": True}, call_id="call-2")
+
+    assert [r.error_code for r in (invalid_args, unknown_field)] == [ErrorCode.VALIDATION] * 2
+    assert ApprovalRequest.objects.count() == 0
+
+
+def test_an_approved_call_runs_once_and_its_repeats_are_replays(setup):
+    runner, account = setup
+    _call(runner, account, {"ms": 1})
+    approval = ApprovalRequest.objects.get()
+    approval_decide(approval=approval, approve=True, decided_by=None)
+
+    ran = _call(runner, account, {"ms": 1})
+    again = _call(runner, account, {"ms": 1})
+
+    assert (ran.ok, again.ok, again.value) == (True, True, ran.value)
+    assert ToolInvocation.objects.filter(tool_call_id="call-1", executed=True).count() == 1
+    assert list(ToolInvocation.objects.order_by("id").values_list("decision", flat=True)) == [
+        "require_approval",
+        "allow",
+        "replayed",
+    ]
+
+
+def test_a_used_approval_still_lets_its_own_call_through_so_a_refusal_further_down_does_not_waste_it(setup):
+    # given an approval already used by call-1 whose attempt was then refused past the approval stage
+    # (the broker refusing its connection, say): the claim was released, nothing ran
+    runner, account = setup
+    _call(runner, account)
+    approval = ApprovalRequest.objects.get()
+    approval_decide(approval=approval, approve=True, decided_by=None)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(status="consumed", consumed_at=timezone.now())
+
+    repeat = _call(runner, account)
+    other_call = _call(runner, account, call_id="call-2")
+
+    assert repeat.ok is True  # the approval covers call-1, and its claim lets it run only once
+    assert other_call.error_code is ErrorCode.APPROVAL_REQUIRED  # another tool_call_id needs its own approval

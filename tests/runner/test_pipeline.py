@@ -71,13 +71,24 @@ def test_approval_required_returns_the_approval_id_and_does_not_run():
     assert [e.kind for e in h.events.events] == [EventKind.TOOL_CALL_RESULT]  # never started
 
 
-def test_policy_is_asked_with_the_args_hash_so_approvals_bind_to_exact_args():
+def test_policy_is_asked_for_the_approval_with_the_args_hash_only_after_validation():
+    h = make_harness(tools.ALL, approval_effects={"external_side_effect"})
+
+    h.exec("test__send", {"repeat": 1, "text": "hi"})
+    invalid = h.exec("test__send", {"text": 5}, tool_call_id="call-2")
+
+    digest = args_digest({"text": "hi", "repeat": 1})
+    assert h.policy.asked == [("test__send", None), ("test__send", digest), ("test__send", None)]
+    assert h.audit.records[0].args_sha256 == digest
+    assert invalid.error_code is ErrorCode.VALIDATION  # never sent to an approver
+
+
+def test_an_allowed_call_never_asks_about_approvals():
     h = make_harness(tools.ALL)
 
-    h.exec("test__echo", {"repeat": 1, "text": "hi"})
+    h.exec("test__echo", {"text": "hi"})
 
-    assert h.policy.asked == [("test__echo", args_digest({"text": "hi", "repeat": 1}))]
-    assert h.audit.records[0].args_sha256 == args_digest({"text": "hi", "repeat": 1})
+    assert h.policy.asked == [("test__echo", None)]
 
 
 def test_rate_limited_carries_retry_after_and_releases_nothing_it_did_not_take():
