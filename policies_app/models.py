@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -205,6 +206,10 @@ class ApprovalRequest(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Who decided, as text: the admin user's name, or `os:<user>` for `manage.py approvals decide`
+    # (operators' runbooks run as operating-system users, who have no Django account).
+    decided_by_name = models.CharField(max_length=150, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -219,6 +224,12 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_id} for {self.service_account_id} ({self.status})"
+
+    def status_at(self, now: datetime) -> str:
+        """The status a caller sees: a pending or approved request past its expiry is `expired`."""
+        if self.status in (self.Status.PENDING, self.Status.APPROVED) and self.expires_at <= now:
+            return "expired"
+        return str(self.status)
 
 
 class GovernanceState(models.Model):

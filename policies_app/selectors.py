@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from policies_app.governance import governance_cache
 from policies_app.keys import key_matches, key_prefix
-from policies_app.models import ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
+from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
 from runner.types import Budgets
 
 
@@ -213,3 +214,22 @@ def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> Query
     except ValueError:
         return ExecutionGrant.objects.none()
     return grant_list(tenant_id=tenant_id).filter(connections=pk)
+
+
+def approval_for_caller(*, approval_id: str, service_account_id: str) -> ApprovalRequest | None:
+    """One approval request of this service account; another caller's (or a malformed id) is None."""
+    try:
+        uuid.UUID(approval_id)
+    except ValueError:
+        return None
+    return ApprovalRequest.objects.filter(pk=approval_id, service_account_id=service_account_id).first()
+
+
+def approvals_for_operators(*, pending_only: bool = False, tenant_slug: str | None = None) -> QuerySet[ApprovalRequest]:
+    """Approval requests newest first, for operators' runbooks; `pending_only` drops decided and expired ones."""
+    rows = ApprovalRequest.objects.select_related("tenant", "service_account").order_by("-created_at")
+    if pending_only:
+        rows = rows.filter(status=ApprovalRequest.Status.PENDING, expires_at__gt=timezone.now())
+    if tenant_slug is not None:
+        rows = rows.filter(tenant__slug=tenant_slug)
+    return rows

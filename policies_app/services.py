@@ -201,8 +201,19 @@ def _approval_open(**binding: object) -> ApprovalRequest:
 
 
 @transaction.atomic
-def approval_decide(*, approval: ApprovalRequest, approve: bool, decided_by: AbstractBaseUser | None) -> bool:
-    """Approve or deny a pending, unexpired request, recording who and when. False if not pending."""
+def approval_decide(
+    *,
+    approval: ApprovalRequest,
+    approve: bool,
+    decided_by: AbstractBaseUser | None,
+    decided_by_name: str = "",
+    reason: str = "",
+) -> bool:
+    """Approve or deny a pending, unexpired request, recording who, when and why. False if not pending.
+
+    `decided_by_name` names a decider without a Django account (`os:<user>` from the command line);
+    an admin decision records the user's name there too, so the record outlives the account.
+    """
     now = timezone.now()
     updated = ApprovalRequest.objects.filter(
         pk=approval.pk, status=ApprovalRequest.Status.PENDING, expires_at__gt=now
@@ -210,6 +221,8 @@ def approval_decide(*, approval: ApprovalRequest, approve: bool, decided_by: Abs
         status=ApprovalRequest.Status.APPROVED if approve else ApprovalRequest.Status.DENIED,
         decided_at=now,
         decided_by=decided_by,
+        decided_by_name=(decided_by.get_username() if decided_by is not None else decided_by_name)[:150],
+        reason=reason[:500],
     )
     approval.refresh_from_db()
     return bool(updated)

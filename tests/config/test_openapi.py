@@ -40,6 +40,7 @@ def test_schema_generates_and_validates_without_warnings(tmp_path):
 
     schema = yaml.safe_load(target.read_text())
     assert sorted(schema["paths"]) == [
+        "/api/v1/approvals/{approval_id}",
         "/api/v1/connections",
         "/api/v1/connections/{connection_id}",
         "/api/v1/connections/{connection_id}/revoke",

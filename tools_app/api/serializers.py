@@ -239,3 +239,25 @@ class InvocationOutputSerializer(serializers.Serializer):
         data = super().to_representation(instance)
         data["error_code"] = data["error_code"] or None
         return data
+
+
+APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "consumed")
+
+
+@extend_schema_serializer(component_name="Approval")
+class ApprovalOutputSerializer(serializers.Serializer):
+    """Where one of the caller's approval requests stands (never its args)."""
+
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(
+        choices=APPROVAL_STATUSES,
+        help_text="`expired`: nobody decided in time, or an approval was not used before its expiry.",
+    )
+    tool_id = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        data["status"] = instance.status_at(self.context["now"])
+        return data

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from django.urls import URLPattern, path
 
 from tools_app.api.views import (
+    ApprovalDetailView,
     InvocationDetailView,
     InvocationListView,
     ToolCatalogView,
@@ -28,4 +29,5 @@ def urlpatterns_for(runtime_provider: Callable[[], ToolRuntime]) -> list[URLPatt
         path("tools/<str:tool_id>", ToolDetailView.as_view(runtime_provider=runtime_provider), name="tool-detail"),
         path("invocations", InvocationListView.as_view(), name="invocation-list"),
         path("invocations/<str:tool_call_id>", InvocationDetailView.as_view(), name="invocation-detail"),
+        path("approvals/<str:approval_id>", ApprovalDetailView.as_view(), name="approval-detail"),
     ]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.pagination import LimitOffsetPagination
@@ -22,6 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from policies_app.authentication import ToolsExecScope, request_caller
+from policies_app.selectors import approval_for_caller
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode
@@ -29,6 +31,7 @@ from runner.wire.openai import encode_tools
 from tools_app.api import ToolCallFailed
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from tools_app.api.serializers import (
+    ApprovalOutputSerializer,
     ExecFailureOutputSerializer,
     ExecInputSerializer,
     ExecSuccessOutputSerializer,
@@ -246,3 +249,25 @@ class InvocationDetailView(ToolsApiView):
         if row is None:
             raise NotFound("no such invocation")
         return Response(InvocationOutputSerializer(row).data)
+
+
+class ApprovalDetailView(ToolsApiView):
+    """One of the caller's approval requests: poll it after a 202 `approval_required`."""
+
+    @extend_schema(
+        operation_id="approvals_retrieve",
+        summary="Where one of this caller's approval requests stands",
+        parameters=RESPONSE_HEADERS,
+        responses={
+            200: ApprovalOutputSerializer,
+            **COMMON_ERRORS,
+            404: error_response("`not_found`: no such approval request of this service account."),
+        },
+    )
+    def get(self, request: Request, approval_id: str) -> Response:
+        approval = approval_for_caller(
+            approval_id=approval_id, service_account_id=request_caller(request).service_account_id
+        )
+        if approval is None:
+            raise NotFound("no such approval request")
+        return Response(ApprovalOutputSerializer(approval, context={"now": timezone.now()}).data)
