@@ -94,6 +94,7 @@ _CODE_OF_EXCEPTION: Final[tuple[tuple[type[exceptions.APIException], str], ...]]
 )
 # DRF's default messages for these echo request data (method, media type) or are vague.
 _FIXED_MESSAGES: Final[Mapping[type[exceptions.APIException], str]] = {
+    exceptions.NotAuthenticated: "no API key: send `Authorization: Bearer <api key>`",
     exceptions.MethodNotAllowed: "method not allowed on this resource",
     exceptions.UnsupportedMediaType: "unsupported media type; send application/json",
     exceptions.NotAcceptable: "this API answers application/json only",

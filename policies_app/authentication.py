@@ -27,6 +27,8 @@ from policies_app.services import LAST_USED_RESOLUTION, service_account_touch
 
 SCHEME = "Bearer"
 INVALID_KEY_MESSAGE = "invalid API key"
+WRONG_SCHEME_MESSAGE = "send the API key as `Authorization: Bearer <api key>`"
+X_API_KEY_MESSAGE = "the X-API-Key header is not read; send the key as `Authorization: Bearer <api key>`"
 
 # When this process last recorded each account's use. The governance cache keeps the
 # Caller with the last_used_at it was loaded with, so without this note every call
@@ -55,20 +57,23 @@ class ServiceAccountUser:
 class ServiceAccountAuthentication(BaseAuthentication):
     """`Authorization: Bearer <api key>` of an active service account.
 
-    No header means anonymous (the permission answers 401 "not provided"); a
-    header that is not a valid key answers 401 "invalid API key" whatever was
-    wrong with it. The governance cache is refreshed here, once per request,
-    before the key and later the policy are looked up in it.
+    No header means anonymous (the permission answers 401 "no API key"); a
+    header of another scheme says to use Bearer; a Bearer header that is not a
+    valid key answers 401 "invalid API key" whatever was wrong with it. The
+    governance cache is refreshed here, once per request, before the key and
+    later the policy are looked up in it.
     """
 
     def authenticate(self, request: Request) -> tuple[ServiceAccountUser, None] | None:
         header = get_authorization_header(request)
         if not header:
+            if "HTTP_X_API_KEY" in request.META:
+                raise AuthenticationFailed(X_API_KEY_MESSAGE)
             return None
         governance_cache.refresh()
         scheme, _, key = header.partition(b" ")
-        if scheme.lower() != SCHEME.lower().encode():
-            raise AuthenticationFailed(INVALID_KEY_MESSAGE)
+        if scheme.lower() != SCHEME.lower().encode():  # `Token <key>`, `Basic ...` or a bare key
+            raise AuthenticationFailed(WRONG_SCHEME_MESSAGE)
         try:
             clear_key = key.strip().decode("ascii")
         except UnicodeDecodeError:

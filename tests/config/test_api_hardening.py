@@ -255,19 +255,20 @@ def test_missing_key_answers_401_with_the_bearer_challenge():
     response = APIClient().post(EXEC, NORMAL_CALL, format="json")
 
     body = assert_envelope(response, 401, "unauthenticated")
-    assert body == {"error_code": "unauthenticated", "safe_message": "Authentication credentials were not provided."}
+    assert body == {
+        "error_code": "unauthenticated",
+        "safe_message": "no API key: send `Authorization: Bearer <api key>`",
+    }
     assert response["WWW-Authenticate"] == "Bearer"
 
 
 @pytest.mark.parametrize(
     "header",
     [
-        "Basic dXNlcjpwYXNz",
         "Bearer",
         "Bearer ",
         "Bearer a b",
         "Bearer tg_short",
-        "Token tg_000000000000_" + "a" * 43,
         "Bearer tg_000000000000_" + "a" * 43,  # well-formed, unknown
     ],
 )
@@ -279,6 +280,24 @@ def test_malformed_or_unknown_key_answers_401_invalid_api_key(key, header):
         "safe_message": "invalid API key",
     }
     assert response["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("scheme", ["Token {key}", "{key}", "Basic dXNlcjpwYXNz", "bearer-ish {key}"])
+def test_another_scheme_is_told_to_use_bearer_even_with_a_valid_key(key, scheme):
+    response = APIClient().post(EXEC, NORMAL_CALL, format="json", HTTP_AUTHORIZATION=scheme.format(key=key))
+
+    assert assert_envelope(response, 401, "unauthenticated")["safe_message"] == (
+        "send the API key as `Authorization: Bearer <api key>`"
+    )
+    assert key not in response.content.decode()
+
+
+def test_an_x_api_key_header_is_told_where_the_key_goes(key):
+    response = APIClient().post(EXEC, NORMAL_CALL, format="json", HTTP_X_API_KEY=key)
+
+    assert assert_envelope(response, 401, "unauthenticated")["safe_message"] == (
+        "the X-API-Key header is not read; send the key as `Authorization: Bearer <api key>`"
+    )
 
 
 def test_non_ascii_key_answers_401(key):

@@ -453,7 +453,7 @@ def test_no_key_answers_401_everywhere(agent, connections):
     for response in responses:
         assert envelope_of(response, 401) == {
             "error_code": "unauthenticated",
-            "safe_message": "Authentication credentials were not provided.",
+            "safe_message": "no API key: send `Authorization: Bearer <api key>`",
         }
     assert ExecutionGrant.objects.count() == 1
     assert ExecutionGrant.objects.get().revoked_at is None
