@@ -174,7 +174,8 @@ def redacted_schema(schema: Mapping[str, Any], allowlist: Trie) -> dict[str, Any
 def _cut(node: Mapping[str, Any], allowlist: Trie, defs: Mapping[str, Any]) -> dict[str, Any]:
     node = _resolve_ref(node, defs)
     if not allowlist:
-        return _inline_refs(node, defs, MAX_INLINE_DEPTH)
+        leaf: dict[str, Any] = _inline_refs(node, defs, MAX_INLINE_DEPTH)
+        return leaf
     alternatives = node.get("anyOf", node.get("oneOf"))
     if isinstance(alternatives, list):  # e.g. an optional nested model: [{"$ref": ...}, {"type": "null"}]
         return {"anyOf": [_cut(alternative, allowlist, defs) for alternative in alternatives]}

@@ -103,16 +103,21 @@ class McpJsonParser(BaseParser):
         recording = _Recording(stream)
         try:
             return api_parser.parse(recording, media_type, parser_context)
-        except exceptions.ParseError:
-            try:
-                document = json.loads(recording.data)
-            except (ValueError, RecursionError):
-                raise  # malformed (or too deep): the API parser's own message says which
+        except exceptions.ParseError as refused:
+            document = _json_or_none(recording.data)
             if isinstance(document, list):
                 raise NotARequest("batches are not supported: send one JSON-RPC request per POST") from None
-            if not isinstance(document, dict):
+            if document is not None and not isinstance(document, dict):
                 raise NotARequest("the body must be a JSON-RPC request object") from None
-            raise
+            raise refused from None  # malformed, too deep, duplicate keys: the API parser's message says which
+
+
+def _json_or_none(raw: bytes) -> Any:
+    """`raw` as JSON, or None when it is not JSON at all (a JSON null is a refused body either way)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 class McpView(APIView):
@@ -136,11 +141,11 @@ class McpView(APIView):
         super().initial(request, *args, **kwargs)
 
     def post(self, request: Request) -> Response:
-        if not request.content_type:
-            raise exceptions.UnsupportedMediaType("")
-        message = request.data
         if request.stream is None:  # DRF does not call the parser for an empty body
             raise exceptions.ParseError("request body is empty")
+        if not request.content_type:  # nor without a content type: it would answer an empty dict
+            raise exceptions.UnsupportedMediaType("")
+        message = request.data
         headers = {name: request.headers[name] for name in ROUTING_HEADERS if name in request.headers}
         backend = CallerBackend(runtime=self.runtime(), caller=request_caller(request))
         return _response(handle(message, headers, backend))
