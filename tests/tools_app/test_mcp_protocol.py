@@ -273,7 +273,7 @@ def test_a_revoked_key_is_401():
 
 
 def test_a_key_without_the_tools_exec_scope_is_403():
-    account, key = service_account_with_key(TenantFactory(slug="ops"), scopes=("connections:manage",))
+    _account, key = service_account_with_key(TenantFactory(slug="ops"), scopes=("connections:manage",))
 
     response = post(Client(HTTP_AUTHORIZATION=f"Bearer {key}"), rpc("tools/list"))
 
