@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
+from drf_spectacular.utils import extend_schema
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INVALID_REQUEST
 from rest_framework import exceptions
@@ -120,6 +121,7 @@ def _json_or_none(raw: bytes) -> Any:
         return None
 
 
+@extend_schema(exclude=True)  # JSON-RPC, not REST: described by the MCP specification, not OpenAPI
 class McpView(APIView):
     """The MCP endpoint: JSON-RPC in, JSON out, one message per POST, no session."""
 
