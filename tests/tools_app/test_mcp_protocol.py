@@ -210,6 +210,7 @@ def test_malformed_json_rpc_is_an_invalid_request(client, message, echoed_id):
         (b"\xff\xfe", -32700, "request body is not valid UTF-8"),
         (b'"ping"', -32600, "the body must be a JSON-RPC request object"),
         (b"42", -32600, "the body must be a JSON-RPC request object"),
+        (b"null", -32600, "the body must be a JSON-RPC request object"),
     ],
 )
 def test_unparseable_bodies_get_json_rpc_errors_never_a_500(client, body, code, message):
@@ -241,6 +242,12 @@ def test_an_oversized_body_is_refused_before_it_is_read(client):
 
     assert error_of(response) == (413, -32600, None)
     assert ToolInvocation.objects.count() == 0
+
+
+def test_a_client_that_accepts_only_event_streams_is_406(client):
+    response = post(client, rpc("ping"), Accept="text/event-stream")
+
+    assert error_of(response) == (406, -32600, None)
 
 
 def test_a_body_that_is_not_json_is_unsupported_media(client):

@@ -58,7 +58,6 @@ INSTRUCTIONS: Final = (
 PAGE_SIZE = 100  # tools per tools/list page
 MAX_ID_LENGTH: Final = 256  # a JSON-RPC id is echoed back: bound what we echo
 
-# JSON-RPC 2.0 §5.1: parse errors and invalid requests answer with a null id.
 OK: Final = 200
 ACCEPTED: Final = 202
 BAD_REQUEST: Final = 400
@@ -96,11 +95,20 @@ class _Refused(Exception):
 
 
 def error_reply(status: int, code: int, message: str, *, request_id: Any = None, data: Any = None) -> Reply:
-    """A JSON-RPC error object; also used by the view for HTTP-level refusals (401, 405, 413...)."""
+    """A JSON-RPC error object; also used by the view for HTTP-level refusals (401, 405, 413...).
+
+    `request_id` stays None (JSON null) when the request's id is unknown or
+    unusable, as JSON-RPC 2.0 §5 asks for parse errors and invalid requests.
+    """
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
     return Reply(status, {"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+def internal_error_reply() -> Reply:
+    """An unexpected failure: a generic error, never the exception's text."""
+    return error_reply(500, INTERNAL_ERROR, "internal error")
 
 
 def parse_error_reply(message: str) -> Reply:
@@ -250,8 +258,3 @@ def _call_tool(params: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
     if result is None:
         raise _Refused(INVALID_PARAMS, "unknown tool")
     return call_result(result)
-
-
-def internal_error_reply() -> Reply:
-    """An unexpected failure: a generic error, never the exception's text."""
-    return error_reply(500, INTERNAL_ERROR, "internal error")

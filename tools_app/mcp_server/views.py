@@ -29,7 +29,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
-from rest_framework.views import APIView
+from rest_framework.views import APIView, set_rollback
 
 from policies_app.authentication import SCHEME, ToolsExecScope, request_caller
 from policies_app.selectors import Caller
@@ -105,20 +105,23 @@ class McpJsonParser(BaseParser):
         try:
             return api_parser.parse(recording, media_type, parser_context)
         except exceptions.ParseError as refused:
-            document = _json_or_none(recording.data)
+            document = _json_or_not_json(recording.data)
             if isinstance(document, list):
                 raise NotARequest("batches are not supported: send one JSON-RPC request per POST") from None
-            if document is not None and not isinstance(document, dict):
+            if document is not _NOT_JSON and not isinstance(document, dict):
                 raise NotARequest("the body must be a JSON-RPC request object") from None
             raise refused from None  # malformed, too deep, duplicate keys: the API parser's message says which
 
 
-def _json_or_none(raw: bytes) -> Any:
-    """`raw` as JSON, or None when it is not JSON at all (a JSON null is a refused body either way)."""
+_NOT_JSON = object()
+
+
+def _json_or_not_json(raw: bytes) -> Any:
+    """`raw` as JSON (null included), or `_NOT_JSON`."""
     try:
         return json.loads(raw)
     except (ValueError, RecursionError):
-        return None
+        return _NOT_JSON
 
 
 @extend_schema(exclude=True)  # JSON-RPC, not REST: described by the MCP specification, not OpenAPI
@@ -154,10 +157,8 @@ class McpView(APIView):
 
     def handle_exception(self, exc: Exception) -> Response:
         """Every refusal as a JSON-RPC error object with the HTTP status the transport expects."""
-        reply = _reply_for(exc)
-        if reply.status == 401:
-            reply = Reply(reply.status, reply.body, {"WWW-Authenticate": SCHEME})
-        return _response(reply)
+        set_rollback()  # as DRF's own handler does: an error must not commit an ATOMIC_REQUESTS transaction
+        return _response(_reply_for(exc))
 
 
 class CallerBackend:
@@ -249,7 +250,8 @@ def _reply_for(exc: Exception) -> Reply:
     if isinstance(exc, RequestDataTooBig):
         return error_reply(413, INVALID_REQUEST, "request body too large")
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        return error_reply(401, INVALID_REQUEST, "missing or invalid API key")
+        unauthenticated = error_reply(401, INVALID_REQUEST, "missing or invalid API key")
+        return Reply(401, unauthenticated.body, {"WWW-Authenticate": SCHEME})
     if isinstance(exc, exceptions.MethodNotAllowed):
         return Reply(405, error_reply(405, INVALID_REQUEST, "only POST is supported").body, {"Allow": "POST"})
     if isinstance(exc, exceptions.Throttled):
