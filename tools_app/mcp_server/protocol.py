@@ -3,7 +3,8 @@
 Eras (docs/specification of the protocol; ../shared/MCP.md):
 - handshake (2025-06-18, 2025-11-25): `initialize` negotiates the version, then
   every request carries `MCP-Protocol-Version`. No session is ever issued, so
-  a stateless server is simply one that never sends `Mcp-Session-Id`.
+  a stateless server is simply one that never sends `Mcp-Session-Id`. A request
+  without the header is taken for this era, as the SDK's own server does.
 - modern (2026-07-28): no handshake; every request carries the version and the
   client's capabilities in `params._meta`, and the headers `MCP-Protocol-Version`,
   `Mcp-Method` and (for tools/call) `Mcp-Name` must agree with the body. The
