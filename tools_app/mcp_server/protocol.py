@@ -95,7 +95,15 @@ class _Refused(Exception):
         self.data = data
 
 
-def error_reply(status: int, code: int, message: str, *, request_id: Any = None, data: Any = None) -> Reply:
+def error_reply(
+    status: int,
+    code: int,
+    message: str,
+    *,
+    request_id: Any = None,
+    data: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Reply:
     """A JSON-RPC error object; also used by the view for HTTP-level refusals (401, 405, 413...).
 
     `request_id` stays None (JSON null) when the request's id is unknown or
@@ -104,7 +112,7 @@ def error_reply(status: int, code: int, message: str, *, request_id: Any = None,
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    return Reply(status, {"jsonrpc": "2.0", "id": request_id, "error": error})
+    return Reply(status, {"jsonrpc": "2.0", "id": request_id, "error": error}, dict(headers or {}))
 
 
 def internal_error_reply() -> Reply:

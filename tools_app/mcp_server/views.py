@@ -243,6 +243,7 @@ def _join(path: str, part: str) -> str:
 
 
 def _reply_for(exc: Exception) -> Reply:
+    """The JSON-RPC error (and HTTP status) for whatever stopped the request; messages are fixed or safe."""
     if isinstance(exc, NotARequest):
         return not_a_request_reply(str(exc.detail))
     if isinstance(exc, exceptions.ParseError):
@@ -250,13 +251,12 @@ def _reply_for(exc: Exception) -> Reply:
     if isinstance(exc, RequestDataTooBig):
         return error_reply(413, INVALID_REQUEST, "request body too large")
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        unauthenticated = error_reply(401, INVALID_REQUEST, "missing or invalid API key")
-        return Reply(401, unauthenticated.body, {"WWW-Authenticate": SCHEME})
+        return error_reply(401, INVALID_REQUEST, "missing or invalid API key", headers={"WWW-Authenticate": SCHEME})
     if isinstance(exc, exceptions.MethodNotAllowed):
-        return Reply(405, error_reply(405, INVALID_REQUEST, "only POST is supported").body, {"Allow": "POST"})
+        return error_reply(405, INVALID_REQUEST, "only POST is supported", headers={"Allow": "POST"})
     if isinstance(exc, exceptions.Throttled):
-        retry_after = {"Retry-After": str(int((exc.wait or 1) + 0.999))}
-        return Reply(429, error_reply(429, INVALID_REQUEST, "too many requests; retry later").body, retry_after)
+        retry_after = str(int((exc.wait or 1) + 0.999))
+        return error_reply(429, INVALID_REQUEST, "too many requests; retry later", headers={"Retry-After": retry_after})
     if isinstance(exc, exceptions.UnsupportedMediaType):
         return error_reply(415, INVALID_REQUEST, "unsupported media type; send application/json")
     if isinstance(exc, exceptions.NotAcceptable):
