@@ -41,7 +41,7 @@ TOOL = "core__get_current_time"
 KEYS = 32
 CONNECTIONS = 16
 ROUND_S = 3.0
-ROUNDS = 7
+ROUNDS = 9
 WARMUP_S = 2.0
 WORKERS = 2 * (os.cpu_count() or 1)
 
