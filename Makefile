@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The 1.x MCP client cannot share .venv with mcp 2.x: the interoperability test runs it from here.
+MCP1_VENV := .venv-mcp1
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -19,8 +21,13 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	touch $(VENV)/.installed $@
 
+$(MCP1_VENV)/.installed: requirements-mcp1.txt
+	$(PYTHON) -m venv $(MCP1_VENV)
+	$(MCP1_VENV)/bin/pip install --quiet -r requirements-mcp1.txt
+	touch $@
+
 install: $(VENV)/.installed
-install-dev: $(VENV)/.installed-dev
+install-dev: $(VENV)/.installed-dev $(MCP1_VENV)/.installed
 
 # The web server, a Celery worker and beat on the embedded default (Procfile.dev, run by honcho);
 # Ctrl-C stops all three once: honcho forwards it to each process and waits for them.
@@ -46,6 +53,7 @@ format: install-dev
 bench: install-dev
 	$(BIN)/python -m bench.runner_overhead
 	$(BIN)/python -m bench.exec_throughput
+	$(BIN)/python -m bench.mcp_vs_rest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(MCP1_VENV) .pytest_cache .ruff_cache .mypy_cache

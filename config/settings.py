@@ -238,6 +238,8 @@ TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 
 # Fairness between service accounts, per second, across the API (0 = off); tool calls refused by it
 # are audited as `rate_limited`. The policies' budgets are the real limits.
 TOOLGATE_API_RATE_PER_SECOND = env.int("TOOLGATE_API_RATE_PER_SECOND", default=100)
+# Browser Origins allowed on /mcp (exact `scheme://host[:port]`); any other Origin gets 403, none is fine.
+TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=[])
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the

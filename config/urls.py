@@ -13,6 +13,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from config import api, health
 from config.runtime import runtime
 from tools_app.api.urls import urlpatterns_for as tools_api_urlpatterns
+from tools_app.mcp_server.views import McpView
 
 handler400 = api.bad_request
 handler403 = api.permission_denied
@@ -30,5 +31,6 @@ urlpatterns = [
     path("api/v1/", include(tools_api_urlpatterns(runtime))),
     path("api/v1/", include("connections_app.api.urls")),
     re_path(r"^api/", api.api_not_found),  # keep after every /api/ route
+    path("mcp", McpView.as_view(runtime_provider=runtime), name="mcp"),
     path("", include("connections_app.web.urls")),
 ]

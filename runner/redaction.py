@@ -13,7 +13,8 @@ from typing import Any
 
 from runner.errors import RedactionError
 
-_LIST = "[]"
+LIST_SEGMENT = "[]"  # the trie segment that stands for "every item of a list"
+_LIST = LIST_SEGMENT
 _SCALARS = (str, int, float, bool, type(None))
 
 

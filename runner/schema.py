@@ -20,6 +20,7 @@ from pydantic_core import core_schema
 
 from runner.contracts import ToolContract
 from runner.errors import ContractError, SchemaError
+from runner.redaction import LIST_SEGMENT, Trie, compile_allowlist
 from runner.types import ToolSpec
 
 FORBIDDEN_KEYWORDS = frozenset(
@@ -33,6 +34,8 @@ CONNECTION_LIKE = re.compile(r"^conn(ection)?s?(id|ids|identifiers?|uuids?|refs?
 SCHEMA_MAPS = ("properties", "$defs")
 SCHEMA_LISTS = ("prefixItems",)
 SCHEMA_VALUES = ("items", "additionalProperties", "contains", "propertyNames")
+# How many `$ref`s deep a redacted output schema is inlined; deeper (recursive models) accepts anything.
+MAX_INLINE_DEPTH = 16
 
 
 class _ToolJsonSchema(GenerateJsonSchema):
@@ -141,6 +144,89 @@ def schema_hash(
     return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
+def compile_output_schema(contract: ToolContract) -> dict[str, Any] | None:
+    """The schema of what a caller receives: the output model cut to the redaction allowlist.
+
+    Not the output model itself: redaction drops every field the allowlist does
+    not name, and a client that validates the value against the model's schema
+    (MCP clients check `structuredContent` against `outputSchema`) would refuse
+    a value missing a required field that was cut. None when the tool names no
+    allowlist: its calls never answer a value.
+    """
+    if contract.redaction_allowlist is None:
+        return None
+    full = contract.output_model.model_json_schema(schema_generator=_ToolJsonSchema, mode="serialization")
+    return redacted_schema(full, compile_allowlist(contract.redaction_allowlist))
+
+
+def redacted_schema(schema: Mapping[str, Any], allowlist: Trie) -> dict[str, Any]:
+    """`schema` cut to the paths of `allowlist`, self-contained (local `$ref`s inlined).
+
+    Mirrors runner.redaction: kept objects are closed and list only the named
+    fields (required where the model requires them), lists keep their item
+    schema cut the same way, and a leaf keeps its whole schema.
+    """
+    if not allowlist:  # redaction refuses every value: no field can come back
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+    return _cut(schema, allowlist, schema.get("$defs", {}))
+
+
+def _cut(node: Mapping[str, Any], allowlist: Trie, defs: Mapping[str, Any]) -> dict[str, Any]:
+    node = _resolve_ref(node, defs)
+    if not allowlist:
+        leaf: dict[str, Any] = _inline_refs(node, defs, MAX_INLINE_DEPTH)
+        return leaf
+    alternatives = node.get("anyOf", node.get("oneOf"))
+    if isinstance(alternatives, list):  # e.g. an optional nested model: [{"$ref": ...}, {"type": "null"}]
+        return {"anyOf": [_cut(alternative, allowlist, defs) for alternative in alternatives]}
+    kept: dict[str, Any] = {key: node[key] for key in ("type", "description") if key in node}
+    node_types = node.get("type")
+    types = set(node_types) if isinstance(node_types, list) else {node_types}
+    if "object" in types or "properties" in node:
+        properties = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        undeclared = extra if isinstance(extra, Mapping) else {}
+        fields = {
+            name: _cut(properties.get(name, undeclared), child, defs)
+            for name, child in allowlist.items()
+            if name != LIST_SEGMENT
+        }
+        kept["properties"] = fields
+        required = [name for name in node.get("required", []) if name in fields]
+        if required:
+            kept["required"] = required
+        kept["additionalProperties"] = False
+    if LIST_SEGMENT in allowlist and ("array" in types or "items" in node):
+        items = node.get("items")
+        kept["items"] = _cut(items if isinstance(items, Mapping) else {}, allowlist[LIST_SEGMENT], defs)
+    return kept
+
+
+def _resolve_ref(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Follow a local `$ref` (siblings of the ref win); an unresolvable one accepts anything."""
+    for _ in range(MAX_INLINE_DEPTH):
+        ref = node.get("$ref")
+        if not isinstance(ref, str):
+            return node
+        target = defs.get(ref.removeprefix(LOCAL_REF_PREFIX)) if ref.startswith(LOCAL_REF_PREFIX) else None
+        if not isinstance(target, Mapping):
+            return {}
+        node = {**target, **{key: value for key, value in node.items() if key != "$ref"}}
+    return {}
+
+
+def _inline_refs(value: Any, defs: Mapping[str, Any], depth: int) -> Any:
+    if isinstance(value, list):
+        return [_inline_refs(item, defs, depth) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    if isinstance(value.get("$ref"), str):
+        if depth == 0:
+            return {}
+        return _inline_refs(_resolve_ref(value, defs), defs, depth - 1)
+    return {key: _inline_refs(item, defs, depth) for key, item in value.items() if key != "$defs"}
+
+
 def to_tool_spec(contract: ToolContract) -> ToolSpec:
     """Compile a contract into the ToolSpec every executor and wire adapter uses."""
     input_schema = compile_input_schema(contract)
@@ -160,6 +246,7 @@ def to_tool_spec(contract: ToolContract) -> ToolSpec:
             requires_connection=contract.requires_connection,
             provider=contract.provider,
         ),
+        output_schema=compile_output_schema(contract),
     )
 
 

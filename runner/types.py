@@ -62,6 +62,9 @@ class ToolSpec:
     requires_connection: bool
     provider: str | None
     schema_hash: str
+    # What a caller receives: the output model's schema cut to the redaction allowlist
+    # (MCP clients validate structuredContent against it). None: the tool declares no output.
+    output_schema: Mapping[str, Any] | None = None
 
     def public_dict(self) -> dict[str, Any]:
         """The ToolSpec of the REST contract (no hash: it is an internal change marker)."""

@@ -334,3 +334,96 @@ def test_execute_detector_flags_tool_calls_and_ignores_db_cursors() -> None:
         (4, "execute"),
         (5, "self.cursor.execute"),
     ]
+
+
+# --- the MCP endpoint is an interface: the catalog selector and the runner, nothing else ---------
+
+MCP_SERVER_DIR = PROJECT_ROOT / "tools_app" / "mcp_server"
+PROJECT_PACKAGES = frozenset({"config", "runner", "tools_app", "policies_app", "connections_app"})
+# What the MCP interface may use of the project besides runner types and its own package: the caller's
+# catalog and the runner (through the services REST uses), the REST exec serializer (one set of rules
+# for the out-of-band ids), and the API-key authentication.
+MCP_ALLOWED_NAMES = frozenset(
+    {
+        "tools_app.services.tool_catalog",
+        "tools_app.services.tool_exec",
+        "tools_app.services.ExecRequest",
+        "tools_app.api.serializers.ExecInputSerializer",
+        "tools_app.api.views.ToolRuntime",
+        "policies_app.authentication.SCHEME",
+        "policies_app.authentication.ToolsExecScope",
+        "policies_app.authentication.request_caller",
+        "policies_app.authentication.ServiceAccountRateThrottle",
+        "policies_app.selectors.Caller",
+        # the outage mapping and its answer, shared with the REST exception handler
+        "policies_app.outages.OUTAGE_ERRORS",
+        "runner.pipeline.DEPENDENCY_MESSAGE",
+        "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
+    }
+)
+MCP_ALLOWED_PREFIXES = ("runner.types.", "tools_app.mcp_server.")
+
+
+def imported_names(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """`module.name` for each name a `from` import binds, and the module of each plain import."""
+    package = module_parts(path)[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve_from(node, package)
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def mcp_interface_reach(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """Project names outside the allowlist, the ORM, and any `.objects` query."""
+    for line, name in imported_names(tree, path):
+        if matches(name, "django.db") or (root_of(name) in PROJECT_PACKAGES and not _mcp_may_use(name)):
+            yield line, name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "objects":
+            yield node.lineno, ast.unparse(node)
+
+
+def _mcp_may_use(name: str) -> bool:
+    return name in MCP_ALLOWED_NAMES or name.startswith(MCP_ALLOWED_PREFIXES)
+
+
+def called_names(tree: ast.Module) -> set[str]:
+    return {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+def test_mcp_endpoint_reaches_only_the_catalog_selector_and_the_runner() -> None:
+    files = python_files(MCP_SERVER_DIR)
+    assert MCP_SERVER_DIR / "views.py" in files
+
+    assert offences(files, mcp_interface_reach, "the MCP interface reaches") == []
+    # the rule is not vacuous: the view does call both
+    assert {"tool_catalog", "tool_exec"} <= called_names(parse(MCP_SERVER_DIR / "views.py"))
+
+
+def test_mcp_reach_detector_flags_models_selectors_services_and_queries() -> None:
+    source = (
+        "from tools_app.services import tool_exec, tool_sync\n"
+        "from tools_app.models import ToolInvocation\n"
+        "from tools_app import selectors\n"
+        "from policies_app.services import approval_decide\n"
+        "from django.db import connection\n"
+        "import connections_app.broker\n"
+        "from runner.types import ToolSpec\n"
+        "from runner.pipeline import ToolRunner\n"
+        "rows = ToolInvocation.objects.filter(ok=True)\n"
+    )
+
+    assert detect(mcp_interface_reach, source, MCP_SERVER_DIR / "example.py") == [
+        (1, "tools_app.services.tool_sync"),
+        (2, "tools_app.models.ToolInvocation"),
+        (3, "tools_app.selectors"),
+        (4, "policies_app.services.approval_decide"),
+        (5, "django.db.connection"),
+        (6, "connections_app.broker"),
+        (8, "runner.pipeline.ToolRunner"),
+        (9, "ToolInvocation.objects"),
+    ]

@@ -11,12 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import jsonschema
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from runner.bound import bind_tool
 from runner.contracts import MAX_TIMEOUT_MS, ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.errors import ContractError, SchemaError
-from runner.schema import canonical_json, check_schema_subset, to_tool_spec
+from runner.redaction import compile_allowlist, redact
+from runner.schema import canonical_json, check_schema_subset, redacted_schema, to_tool_spec
 from runner.types import ToolEffect
 from tools_app.tools import BUILTIN_TOOLS
 
@@ -572,3 +575,97 @@ def test_to_tool_spec_accepts_allowlist_paths_rooted_in_output_fields() -> None:
     )
 
     assert to_tool_spec(contract).name == "test__echo"
+
+
+# --- the output schema describes the redacted value -----------------------------------------
+
+
+class Owner(BaseModel):
+    login: str
+    id: int
+    email: str
+
+
+class Label(BaseModel):
+    name: str
+    color: Literal["red", "green"]
+    secret_note: str
+
+
+class IssueOutput(ToolOutput):
+    number: int
+    title: str
+    owner: Owner
+    assignee: Owner | None = None
+    labels: list[Label]
+    tags: list[str]
+    body: str
+
+
+ISSUE_ALLOWLIST = ("number", "owner.login", "assignee.login", "labels[].name", "labels[].color", "tags", "extra")
+ISSUE = {
+    "number": 7,
+    "title": "cut",
+    "owner": {"login": "octocat", "id": 1, "email": "o@example.com"},
+    "assignee": None,
+    "labels": [{"name": "bug", "color": "red", "secret_note": "x"}],
+    "tags": ["a", "b"],
+    "body": "not allowlisted",
+    "extra": 3,
+}
+
+
+async def _no_execute(args: Any, ctx: Any, caps: Any) -> Any:
+    return None
+
+
+def test_output_schema_is_the_model_cut_to_the_allowlist_and_validates_the_redacted_value() -> None:
+    # given a tool whose allowlist drops required fields of its output model
+    contract = make_contract(
+        EchoArgs,
+        output_model=IssueOutput,
+        redaction_allowlist=(*ISSUE_ALLOWLIST[:-1], "title"),
+    )
+    bound = bind_tool(ToolDefinition(contract=contract, execute=_no_execute))
+
+    # when the pipeline's own output stages produce the value a caller receives
+    value = bound.redact(bound.validate_output(ISSUE))
+    schema = bound.spec.output_schema
+
+    # then the schema describes exactly that value, self-contained
+    assert schema is not None
+    jsonschema.validate(value, schema)
+    assert "$ref" not in json.dumps(schema)
+    assert schema["required"] == ["number", "title", "owner", "labels", "tags"]
+    assert schema["properties"]["owner"] == closed_object(login={"type": "string"}) | {"required": ["login"]}
+    assert schema["properties"]["labels"]["items"]["properties"] == {
+        "name": {"type": "string"},
+        "color": {"enum": ["red", "green"], "type": "string"},
+    }
+    with pytest.raises(jsonschema.ValidationError):  # the model's own schema would refuse it
+        jsonschema.validate(value, IssueOutput.model_json_schema(mode="serialization"))
+
+
+def test_optional_nested_objects_keep_null_and_undeclared_fields_accept_anything() -> None:
+    allowlist = compile_allowlist(ISSUE_ALLOWLIST)
+    schema = redacted_schema(IssueOutput.model_json_schema(mode="serialization"), allowlist)
+    value = redact(ISSUE, allowlist)
+
+    assert schema["properties"]["extra"] == {}
+    for assignee in (None, {"login": "hubot"}):
+        jsonschema.validate({**value, "assignee": assignee, "extra": [1, "x"]}, schema)
+    with pytest.raises(jsonschema.ValidationError):  # kept objects are closed: nothing unreviewed slips in
+        jsonschema.validate({**value, "assignee": {"login": "hubot", "email": "h@example.com"}}, schema)
+
+
+def test_a_tool_without_an_allowlist_declares_no_output_schema() -> None:
+    assert to_tool_spec(make_contract(EchoArgs, redaction_allowlist=None)).output_schema is None
+
+
+def test_builtin_tools_declare_the_output_schema_of_their_allowlist() -> None:
+    specs = {tool.contract.name: to_tool_spec(tool.contract) for tool in BUILTIN_TOOLS}
+
+    assert specs["core__wait"].output_schema == closed_object(waited_ms={"type": "integer"}) | {
+        "required": ["waited_ms"]
+    }
+    assert set(specs["github__get_user"].output_schema["properties"]) == {"login", "id", "name", "html_url"}

@@ -1,0 +1,269 @@
+"""JSON-RPC 2.0 and MCP's two protocol eras, over whatever HTTP front hands it a parsed body.
+
+Eras (docs/specification of the protocol; ../shared/MCP.md):
+- handshake (2025-06-18, 2025-11-25): `initialize` negotiates the version, then
+  every request carries `MCP-Protocol-Version`. No session is ever issued, so
+  a stateless server is simply one that never sends `Mcp-Session-Id`. A request
+  without the header is taken for this era, as the SDK's own server does.
+- modern (2026-07-28): no handshake; every request carries the version and the
+  client's capabilities in `params._meta`, and the headers `MCP-Protocol-Version`,
+  `Mcp-Method` and (for tools/call) `Mcp-Name` must agree with the body. The
+  SDK's own ladder (`classify_inbound_request`) checks that, so Toolgate and
+  the reference server refuse exactly the same requests.
+
+Nothing here knows about Django or the runner: the caller's catalog and its
+calls come through `Backend`, which the view binds to the caller.
+
+HTTP statuses: errors of the message itself (unparseable, not a request, an
+unsupported version, headers that disagree with the body) are 400. Method-level
+errors are HTTP 200 in the handshake era, where clients (the 1.x SDK among
+them) read JSON-RPC errors only from a 200, and the SDK's table (404 for an
+unknown method, 400 for bad params) in the modern era, which requires them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    MCP_PROTOCOL_VERSION_HEADER,
+    InboundLadderRejection,
+    classify_inbound_request,
+)
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+
+from runner.types import ToolExecResult, ToolSpec
+from tools_app.mcp_server.wire import META_PREFIX, call_result, decode_cursor, page_after, tool_entry
+
+HANDSHAKE_VERSIONS: Final = ("2025-06-18", "2025-11-25")
+MODERN_VERSIONS: Final = ("2026-07-28",)
+SUPPORTED_VERSIONS: Final = (*HANDSHAKE_VERSIONS, *MODERN_VERSIONS)
+SERVER_INFO: Final = {"name": "toolgate", "version": "1.0.0"}
+CAPABILITIES: Final = {"tools": {"listChanged": False}}
+INSTRUCTIONS: Final = (
+    "Tools governed by Toolgate. Out-of-band ids travel in params._meta: toolgate/tool_call_id, "
+    "toolgate/run_id, toolgate/connection_id, toolgate/grant_id, toolgate/connection_ids."
+)
+PAGE_SIZE = 100  # tools per tools/list page
+MAX_ID_LENGTH: Final = 256  # a JSON-RPC id is echoed back: bound what we echo
+
+OK: Final = 200
+ACCEPTED: Final = 202
+BAD_REQUEST: Final = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the HTTP front sends: a status, a JSON body (None: no body) and extra headers."""
+
+    status: int
+    body: dict[str, Any] | None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """The caller's view of Toolgate: its catalog and the runner."""
+
+    def list_tools(self) -> Sequence[ToolSpec]:
+        """The caller's catalog, exactly as `GET /api/v1/tools` derives it."""
+        ...
+
+    def call_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+        """Run one call through the runner; None when `name` is not in the caller's catalog."""
+        ...
+
+
+class _Refused(Exception):
+    """A JSON-RPC error for the request being handled; the message is safe to send."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def error_reply(
+    status: int,
+    code: int,
+    message: str,
+    *,
+    request_id: Any = None,
+    data: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Reply:
+    """A JSON-RPC error object; also used by the view for HTTP-level refusals (401, 405, 413...).
+
+    `request_id` stays None (JSON null) when the request's id is unknown or
+    unusable, as JSON-RPC 2.0 §5 asks for parse errors and invalid requests.
+    """
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return Reply(status, {"jsonrpc": "2.0", "id": request_id, "error": error}, dict(headers or {}))
+
+
+def internal_error_reply() -> Reply:
+    """An unexpected failure: a generic error, never the exception's text."""
+    return error_reply(500, INTERNAL_ERROR, "internal error")
+
+
+def parse_error_reply(message: str) -> Reply:
+    return error_reply(BAD_REQUEST, PARSE_ERROR, message)
+
+
+def not_a_request_reply(message: str) -> Reply:
+    return error_reply(BAD_REQUEST, INVALID_REQUEST, message)
+
+
+def handle(message: Mapping[str, Any], headers: Mapping[str, str], backend: Backend) -> Reply:
+    """Answer one JSON-RPC message (already parsed to an object).
+
+    `headers` maps lower-case names to values (at least the MCP routing headers).
+    """
+    envelope_problem = _envelope_problem(message)
+    if envelope_problem is not None:
+        request_id = message.get("id") if _valid_id(message.get("id")) else None
+        return error_reply(BAD_REQUEST, INVALID_REQUEST, envelope_problem, request_id=request_id)
+    version_header = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    if "id" not in message:  # a notification: nothing to answer, whatever its method
+        if version_header is not None and version_header not in SUPPORTED_VERSIONS:
+            return _unsupported(version_header, None)
+        return Reply(ACCEPTED, None)
+    request_id = message["id"]
+    method: str = message["method"]
+    params: Mapping[str, Any] = message.get("params") or {}
+    meta = params.get("_meta")
+    modern = version_header in MODERN_VERSIONS or (isinstance(meta, Mapping) and PROTOCOL_VERSION_META_KEY in meta)
+    if modern:
+        verdict = classify_inbound_request(message, headers=headers, supported_modern_versions=MODERN_VERSIONS)
+        if isinstance(verdict, InboundLadderRejection):
+            status = ERROR_CODE_HTTP_STATUS.get(verdict.code, BAD_REQUEST)
+            return error_reply(status, verdict.code, verdict.message, request_id=request_id, data=verdict.data)
+    elif version_header is not None and version_header not in HANDSHAKE_VERSIONS and method != "initialize":
+        return _unsupported(version_header, request_id)
+    try:
+        result = _dispatch(method, params, backend, modern=modern)
+    except _Refused as refused:
+        status = ERROR_CODE_HTTP_STATUS.get(refused.code, OK) if modern else OK
+        return error_reply(status, refused.code, refused.message, request_id=request_id, data=refused.data)
+    if modern:
+        result = {**result, "resultType": "complete"}
+    return Reply(OK, {"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def _envelope_problem(message: Mapping[str, Any]) -> str | None:
+    """Why `message` is not a JSON-RPC 2.0 request or notification MCP accepts, or None."""
+    if message.get("jsonrpc") != "2.0":
+        return 'not a JSON-RPC 2.0 message: "jsonrpc" must be "2.0"'
+    if "method" not in message:
+        return "not a request: no method (responses and batches are not accepted)"
+    if not isinstance(message["method"], str) or not message["method"]:
+        return "method must be a non-empty string"
+    if "id" in message and not _valid_id(message["id"]):
+        return f"id must be a string (at most {MAX_ID_LENGTH} characters) or an integer"
+    if "params" in message and message["params"] is not None and not isinstance(message["params"], Mapping):
+        return "params must be an object"
+    return None
+
+
+def _valid_id(value: Any) -> bool:
+    """MCP ids are strings or integers, never null; a bool is not an integer here."""
+    if isinstance(value, str):
+        return len(value) <= MAX_ID_LENGTH
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _unsupported(requested: str, request_id: Any) -> Reply:
+    return error_reply(
+        BAD_REQUEST,
+        UNSUPPORTED_PROTOCOL_VERSION,
+        "unsupported protocol version",
+        request_id=request_id,
+        data={"supported": list(SUPPORTED_VERSIONS), "requested": requested[:64]},
+    )
+
+
+def _dispatch(method: str, params: Mapping[str, Any], backend: Backend, *, modern: bool) -> dict[str, Any]:
+    if method == "ping":
+        return {}
+    if method == "tools/list":
+        return _list_tools(params, backend, modern=modern)
+    if method == "tools/call":
+        return _call_tool(params, backend)
+    if method == "initialize" and not modern:
+        return _initialize(params)
+    if method == "server/discover" and modern:
+        return {
+            "supportedVersions": list(MODERN_VERSIONS),
+            "capabilities": CAPABILITIES,
+            "instructions": INSTRUCTIONS,
+            "ttlMs": 0,
+            "cacheScope": "private",
+            "_meta": {SERVER_INFO_META_KEY: SERVER_INFO},
+        }
+    raise _Refused(METHOD_NOT_FOUND, "method not found")
+
+
+def _initialize(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The handshake: echo a version we speak, else offer our newest (the client decides)."""
+    requested = params.get("protocolVersion")
+    if not isinstance(requested, str):
+        raise _Refused(INVALID_PARAMS, "protocolVersion must be a string")
+    version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]
+    return {
+        "protocolVersion": version,
+        "capabilities": CAPABILITIES,
+        "serverInfo": SERVER_INFO,
+        "instructions": INSTRUCTIONS,
+    }
+
+
+def _list_tools(params: Mapping[str, Any], backend: Backend, *, modern: bool) -> dict[str, Any]:
+    cursor = params.get("cursor")
+    after = None
+    if cursor is not None:
+        after = decode_cursor(cursor) if isinstance(cursor, str) else None
+        if after is None:
+            raise _Refused(INVALID_PARAMS, "invalid cursor")
+    page, next_cursor = page_after(backend.list_tools(), after, PAGE_SIZE)
+    result: dict[str, Any] = {"tools": [tool_entry(spec) for spec in page]}
+    if next_cursor is not None:
+        result["nextCursor"] = next_cursor
+    if modern:
+        # Per caller, and a kill switch must reach the next list: never cached, never shared.
+        result.update(ttlMs=0, cacheScope="private")
+    return result
+
+
+def _call_tool(params: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
+    name = params.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Refused(INVALID_PARAMS, "name must be a non-empty string")
+    arguments = params.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise _Refused(INVALID_PARAMS, "arguments must be an object")
+    meta = params.get("_meta")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, Mapping):
+        raise _Refused(INVALID_PARAMS, "_meta must be an object")
+    toolgate_meta = {key: value for key, value in meta.items() if key.startswith(META_PREFIX)}
+    result = backend.call_tool(name, arguments, toolgate_meta)
+    if result is None:
+        raise _Refused(INVALID_PARAMS, "unknown tool")
+    return call_result(result)

@@ -1,0 +1,296 @@
+"""`POST /mcp`: the MCP interface beside the REST views (CONTRACT.md §7).
+
+The same stack as `POST /api/v1/tools/exec`: DRF with the API's parser (size
+and depth limits, strict JSON), the service-account authentication (which
+also refreshes the governance cache once per request, so a kill switch reaches
+the next list or call), the `tools:exec` scope and the fairness throttle. What
+differs is the wire: every refusal is a JSON-RPC error object, never the REST
+envelope, and a tool call answers the caller's catalog (`tool_catalog`) and the
+runner (`tool_exec`) and nothing else.
+
+The runner comes from `runtime_provider`, given by the composition root in
+config/urls.py (`as_view(runtime_provider=runtime)`): apps never import config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
+from drf_spectacular.utils import extend_schema
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
+from rest_framework import exceptions
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView, set_rollback
+
+from policies_app.authentication import SCHEME, ServiceAccountRateThrottle, ToolsExecScope, request_caller
+from policies_app.outages import OUTAGE_ERRORS
+from policies_app.selectors import Caller
+from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
+from runner.types import ErrorCode, FieldError, ToolExecResult, ToolSpec
+from tools_app.api.serializers import ExecInputSerializer
+from tools_app.api.views import ToolRuntime
+from tools_app.mcp_server.protocol import (
+    Reply,
+    error_reply,
+    handle,
+    internal_error_reply,
+    not_a_request_reply,
+    parse_error_reply,
+)
+from tools_app.mcp_server.wire import META_PREFIX
+from tools_app.services import ExecRequest, tool_catalog, tool_exec
+
+logger = logging.getLogger(__name__)
+
+ROUTING_HEADERS = (MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER)
+# The out-of-band fields of `POST /api/v1/tools/exec`, as tools/call carries them in params._meta.
+META_FIELDS: Mapping[str, str] = {
+    f"{META_PREFIX}tool_call_id": "tool_call_id",
+    f"{META_PREFIX}run_id": "run_id",
+    f"{META_PREFIX}connection_id": "connection_id",
+    f"{META_PREFIX}grant_id": "grant_id",
+    f"{META_PREFIX}connection_ids": "connection_ids",
+}
+MCP_PATH_OF_FIELD: Mapping[str, str] = {
+    "tool_id": "name",
+    "args": "arguments",
+    **{field: f"_meta.{key}" for key, field in META_FIELDS.items()},
+}
+# Refusals that would tell a caller a tool outside its catalog exists: answered as unknown.
+HIDDEN_REFUSALS = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.POLICY_DENIED})
+REQUEST_INVALID = "the request is invalid"
+
+
+class NotARequest(exceptions.ParseError):
+    """Well-formed JSON that is not one JSON-RPC object: a batch, a string, a number."""
+
+
+class OriginRefused(exceptions.PermissionDenied):
+    """A browser page from an Origin the operator did not list (DNS rebinding)."""
+
+
+class _Recording:
+    """A read-only stream that keeps what was read from it, to look at a body the parser refused."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.data = b""
+
+    def read(self, size: int = -1) -> bytes:
+        chunk: bytes = self._stream.read(size)
+        self.data += chunk
+        return chunk
+
+
+class McpJsonParser(BaseParser):
+    """The API's parser (REST_FRAMEWORK's default), telling non-object JSON apart from malformed JSON.
+
+    JSON-RPC answers the two differently (-32600 vs -32700); the API's parser
+    refuses both alike. Only a refused body is looked at again, so the hot path
+    parses once.
+    """
+
+    media_type = "application/json"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        api_parser: BaseParser = api_settings.DEFAULT_PARSER_CLASSES[0]()
+        recording = _Recording(stream)
+        try:
+            return api_parser.parse(recording, media_type, parser_context)
+        except exceptions.ParseError as refused:
+            document = _json_or_not_json(recording.data)
+            if isinstance(document, list):
+                raise NotARequest("batches are not supported: send one JSON-RPC request per POST") from None
+            if document is not _NOT_JSON and not isinstance(document, dict):
+                raise NotARequest("the body must be a JSON-RPC request object") from None
+            raise refused from None  # malformed, too deep, duplicate keys: the API parser's message says which
+
+
+_NOT_JSON = object()
+
+
+def _json_or_not_json(raw: bytes) -> Any:
+    """`raw` as JSON (null included), or `_NOT_JSON`."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+class NonCallThrottle(ServiceAccountRateThrottle):
+    """The API's fairness share for every MCP message but `tools/call`, which spends it in the runner.
+
+    A tool call is counted once, inside the pipeline, where a refusal is audited
+    like over REST; counting it here too would halve an MCP caller's share.
+    """
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        message = request.data
+        if isinstance(message, Mapping) and message.get("method") == "tools/call":
+            return True
+        return super().allow_request(request, view)
+
+
+@extend_schema(exclude=True)  # JSON-RPC, not REST: described by the MCP specification, not OpenAPI
+class McpView(APIView):
+    """The MCP endpoint: JSON-RPC in, JSON out, one message per POST, no session."""
+
+    permission_classes = [ToolsExecScope]
+    parser_classes = [McpJsonParser]
+    throttle_classes = [NonCallThrottle]
+    # No OPTIONS (DRF's metadata): MCP clients only POST, and everything else answers 405.
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "trace"]
+    runtime_provider: Callable[[], ToolRuntime] | None = None
+
+    def runtime(self) -> ToolRuntime:
+        if self.runtime_provider is None:
+            raise ImproperlyConfigured(f"{type(self).__name__} needs as_view(runtime_provider=...)")
+        return self.runtime_provider()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in settings.TOOLGATE_MCP_ALLOWED_ORIGINS:
+            raise OriginRefused("this Origin may not use the MCP endpoint")
+        super().initial(request, *args, **kwargs)
+
+    def post(self, request: Request) -> Response:
+        if request.stream is None:  # DRF does not call the parser for an empty body
+            raise exceptions.ParseError("request body is empty")
+        if not request.content_type:  # nor without a content type: it would answer an empty dict
+            raise exceptions.UnsupportedMediaType("")
+        message = request.data
+        headers = {name: request.headers[name] for name in ROUTING_HEADERS if name in request.headers}
+        backend = CallerBackend(runtime=self.runtime(), caller=request_caller(request))
+        return _response(handle(message, headers, backend))
+
+    def handle_exception(self, exc: Exception) -> Response:
+        """Every refusal as a JSON-RPC error object with the HTTP status the transport expects."""
+        set_rollback()  # as DRF's own handler does: an error must not commit an ATOMIC_REQUESTS transaction
+        return _response(_reply_for(exc))
+
+
+class CallerBackend:
+    """The protocol's `Backend` for one authenticated caller: its catalog and the runner, nothing else."""
+
+    def __init__(self, *, runtime: ToolRuntime, caller: Caller) -> None:
+        self._runtime = runtime
+        self._caller = caller
+
+    def list_tools(self) -> list[ToolSpec]:
+        return tool_catalog(source=self._runtime.source, policy=self._runtime.policy, caller=self._caller)
+
+    def call_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+        """Run the call like `POST /api/v1/tools/exec`; None hides a refused tool outside the catalog.
+
+        The call goes through the runner even then, so it is audited like any
+        refused call; only the answer is the one an unknown tool gets. A tool
+        the runner did run (a replay, or a policy change between the two looks)
+        answers its result: the runner, not this check, is the authority.
+        """
+        request = _exec_request(name, arguments, meta)
+        if isinstance(request, ToolExecResult):
+            return request
+        visible = any(spec.name == name for spec in self.list_tools())
+        result = tool_exec(runner=self._runtime.runner, caller=self._caller, request=request)
+        if not visible and not result.ok and result.error_code in HIDDEN_REFUSALS:
+            return None
+        return result
+
+
+def _exec_request(name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ExecRequest | ToolExecResult:
+    """The REST exec body these params stand for, checked by the REST serializer (one set of rules)."""
+    out_of_band = {field: meta[key] for key, field in META_FIELDS.items() if key in meta}
+    serializer = ExecInputSerializer(data={"tool_id": name, "args": arguments, **out_of_band})
+    errors = [] if serializer.is_valid() else _field_errors(serializer.errors, "")
+    if any(key not in META_FIELDS for key in meta):  # a typo must not silently drop an id
+        errors.append(FieldError(path="_meta", message=f"unknown {META_PREFIX} key"))
+    if errors:
+        tool_call_id = out_of_band.get("tool_call_id")
+        well_formed = isinstance(tool_call_id, str) and "tool_call_id" not in serializer.errors
+        return ToolExecResult(
+            tool_call_id=tool_call_id if well_formed else "",
+            tool_id=name,
+            ok=False,
+            error_code=ErrorCode.VALIDATION,
+            safe_message=REQUEST_INVALID,
+            errors=tuple(errors),
+        )
+    fields = serializer.validated_data
+    return ExecRequest(
+        tool_id=fields["tool_id"],
+        args=fields["args"],
+        tool_call_id=fields.get("tool_call_id"),
+        run_id=fields.get("run_id"),
+        connection_id=fields.get("connection_id"),
+        connection_ids=fields.get("connection_ids") or None,
+        grant_id=fields.get("grant_id"),
+    )
+
+
+def _field_errors(detail: Any, path: str) -> list[FieldError]:
+    """DRF's nested error detail as FieldErrors at MCP's paths (messages name rules, not values)."""
+    if isinstance(detail, Mapping):
+        errors = []
+        for key, value in detail.items():
+            part = str(key) if path else MCP_PATH_OF_FIELD.get(str(key), "")  # non_field_errors: the whole call
+            errors += _field_errors(value, _join(path, part))
+        return errors
+    if isinstance(detail, list):
+        if all(isinstance(item, str) for item in detail):
+            return [FieldError(path=path, message=str(item)) for item in detail]
+        return [
+            error for index, item in enumerate(detail) if item for error in _field_errors(item, _join(path, str(index)))
+        ]
+    return [FieldError(path=path, message=str(detail))]
+
+
+def _join(path: str, part: str) -> str:
+    if not part:
+        return path
+    return f"{path}.{part}" if path else part
+
+
+def _reply_for(exc: Exception) -> Reply:
+    """The JSON-RPC error (and HTTP status) for whatever stopped the request; messages are fixed or safe."""
+    if isinstance(exc, NotARequest):
+        return not_a_request_reply(str(exc.detail))
+    if isinstance(exc, exceptions.ParseError):
+        return parse_error_reply(str(exc.detail))
+    if isinstance(exc, RequestDataTooBig):
+        return error_reply(413, INVALID_REQUEST, "request body too large")
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        return error_reply(401, INVALID_REQUEST, "missing or invalid API key", headers={"WWW-Authenticate": SCHEME})
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        return error_reply(405, INVALID_REQUEST, "only POST is supported", headers={"Allow": "POST"})
+    if isinstance(exc, exceptions.Throttled):
+        retry_after = str(int((exc.wait or 1) + 0.999))
+        return error_reply(429, INVALID_REQUEST, "too many requests; retry later", headers={"Retry-After": retry_after})
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        return error_reply(415, INVALID_REQUEST, "unsupported media type; send application/json")
+    if isinstance(exc, exceptions.NotAcceptable):
+        return error_reply(406, INVALID_REQUEST, "this endpoint answers application/json")
+    if isinstance(exc, exceptions.PermissionDenied):
+        return error_reply(403, INVALID_REQUEST, str(exc.detail))
+    if isinstance(exc, exceptions.APIException):  # the parser's body limit (413) and the like
+        message = str(exc.detail) if isinstance(exc.detail, str) else REQUEST_INVALID
+        return error_reply(exc.status_code, INVALID_REQUEST, message)
+    if isinstance(exc, OUTAGE_ERRORS):
+        logger.error("dependency unreachable: %s", type(exc).__name__)
+        return error_reply(
+            503, INTERNAL_ERROR, DEPENDENCY_MESSAGE, headers={"Retry-After": str(DEPENDENCY_RETRY_AFTER_S)}
+        )
+    logger.error("unhandled %s in the MCP endpoint", type(exc).__name__)
+    return internal_error_reply()
+
+
+def _response(reply: Reply) -> Response:
+    return Response(reply.body, status=reply.status, headers=dict(reply.headers))

@@ -1,0 +1,108 @@
+"""Catalog specs and runner results in MCP's shapes (CONTRACT.md §7), and the list cursor.
+
+Pure functions of their inputs: the same spec gives the same tool entry in
+every process, which is what lets `tools/list` pages from different gunicorn
+processes line up.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runner.types import ToolEffect, ToolExecResult, ToolSpec
+
+META_PREFIX = "toolgate/"
+TOOL_CALL_ID_META = "toolgate/tool_call_id"
+ERROR_CODE_META = "toolgate/error_code"
+APPROVAL_ID_META = "toolgate/approval_id"
+RETRY_AFTER_META = "toolgate/retry_after_s"
+ERRORS_META = "toolgate/errors"
+
+# Hints, not guarantees (MCP's defaults are readOnly false, openWorld true): what the effect says.
+_ANNOTATIONS: Mapping[ToolEffect, Mapping[str, bool]] = {
+    ToolEffect.READ_ONLY: {"readOnlyHint": True},
+    ToolEffect.STATE_CHANGE: {"readOnlyHint": False},
+    ToolEffect.EXTERNAL_SIDE_EFFECT: {"readOnlyHint": False, "openWorldHint": True},
+}
+_CURSOR_VERSION = "v1"
+
+
+def tool_entry(spec: ToolSpec) -> dict[str, Any]:
+    """One entry of `tools/list`: the spec as the REST catalog has it, in MCP's names."""
+    entry: dict[str, Any] = {
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": dict(spec.input_schema),
+        "annotations": dict(_ANNOTATIONS[spec.effect]),
+    }
+    if spec.output_schema is not None:
+        entry["outputSchema"] = dict(spec.output_schema)
+    return entry
+
+
+def call_result(result: ToolExecResult) -> dict[str, Any]:
+    """A `tools/call` result: the value, or the refusal as `isError` with its code in `_meta`.
+
+    A refused or failed call is a result, not a JSON-RPC error: the call was
+    understood, and the model reading `content` should learn why it failed.
+    """
+    meta: dict[str, Any] = {TOOL_CALL_ID_META: result.tool_call_id} if result.tool_call_id else {}
+    if result.ok:
+        return {
+            "content": [{"type": "text", "text": _json_text(result.value)}],
+            "structuredContent": result.value,
+            "isError": False,
+            "_meta": meta,
+        }
+    code = str(result.error_code)
+    meta[ERROR_CODE_META] = code
+    if result.approval_id is not None:
+        meta[APPROVAL_ID_META] = result.approval_id
+    if result.retry_after_s is not None:
+        meta[RETRY_AFTER_META] = result.retry_after_s
+    if result.errors:
+        meta[ERRORS_META] = [{"path": error.path, "message": error.message} for error in result.errors]
+    return {
+        "content": [{"type": "text", "text": f"{code}: {result.safe_message or code}"}],
+        "isError": True,
+        "_meta": meta,
+    }
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def encode_cursor(after: str) -> str:
+    """An opaque cursor naming the last tool of a page; the next page starts after it.
+
+    A name, not an offset: a tool switched off between two pages shifts no
+    other tool onto the wrong page, and no process has to remember anything.
+    """
+    raw = json.dumps([_CURSOR_VERSION, after], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str | None:
+    """The tool name a cursor points after, or None when it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        version, after = json.loads(raw)
+    except (binascii.Error, ValueError, TypeError):
+        return None
+    if version != _CURSOR_VERSION or not isinstance(after, str):
+        return None
+    return after
+
+
+def page_after(specs: Sequence[ToolSpec], after: str | None, size: int) -> tuple[list[ToolSpec], str | None]:
+    """The page of name-sorted `specs` that follows `after`, and the cursor of the next page."""
+    ordered = sorted(specs, key=lambda spec: spec.name)
+    remaining = ordered if after is None else [spec for spec in ordered if spec.name > after]
+    page = remaining[:size]
+    next_cursor = encode_cursor(page[-1].name) if len(remaining) > size else None
+    return page, next_cursor
