@@ -408,7 +408,7 @@ NOT_FOUND = {"error_code": "not_found", "safe_message": "no such connection in t
 
 @pytest.mark.parametrize(
     "reference",
-    ["foreign", "00000000-0000-0000-0000-000000000000", "not-a-uuid", "1%20OR%201=1", "%E2%80%AE"],
+    ["foreign", "00000000-0000-0000-0000-000000000000", "not-a-uuid", "1%20OR%201=1", "%E2%80%AE", "%00"],
 )
 def test_another_tenants_unknown_or_malformed_id_answers_the_same_404(manager, foreign_connection, reference):
     connection_id = str(foreign_connection.pk) if reference == "foreign" else reference

@@ -20,6 +20,8 @@ from rest_framework import serializers
 from runner.types import Decision, ErrorCode, ToolEffect
 
 ID_PATTERN = r"\A[A-Za-z0-9_-]{1,128}\Z"
+ID_RE = re.compile(ID_PATTERN)
+ID_SCHEMA_PATTERN = "^[A-Za-z0-9_-]{1,128}$"  # the same rule in ECMA-262 syntax, for the OpenAPI schema
 ID_MESSAGE = "must be 1 to 128 letters, digits, '_' or '-'"
 MAX_ARGS_BYTES = 8 * 1024
 MAX_CONNECTION_IDS = 32

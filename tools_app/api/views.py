@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
@@ -29,6 +30,8 @@ from runner.wire.openai import encode_tools
 from tools_app.api import ToolCallFailed
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from tools_app.api.serializers import (
+    ID_RE,
+    ID_SCHEMA_PATTERN,
     ExecFailureOutputSerializer,
     ExecInputSerializer,
     ExecSuccessOutputSerializer,
@@ -84,6 +87,13 @@ EXEC_RESPONSES = {
     502: _refused("`execution`, `auth_refresh_failed` or `result_too_large`."),
     504: _refused("`timeout`: the tool ran past its runtime budget."),
 }
+TOOL_CALL_ID = OpenApiParameter(
+    "tool_call_id",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    pattern=ID_SCHEMA_PATTERN,
+    description="The call's tool_call_id; an id that cannot be one answers 404 like an unknown one.",
+)
 EXEC_EXAMPLE = OpenApiExample(
     "current time",
     value={"tool_id": "core__get_current_time", "args": {"timezone": "UTC"}, "run_id": "run_9"},
@@ -230,7 +240,7 @@ class InvocationDetailView(ToolsApiView):
     @extend_schema(
         operation_id="invocations_retrieve",
         summary="One invocation record of this tenant",
-        parameters=RESPONSE_HEADERS,
+        parameters=[TOOL_CALL_ID, *RESPONSE_HEADERS],
         responses={
             200: InvocationOutputSerializer,
             **COMMON_ERRORS,
@@ -238,6 +248,10 @@ class InvocationDetailView(ToolsApiView):
         },
     )
     def get(self, request: Request, tool_call_id: str) -> Response:
+        # Checked like the body's tool_call_id before any query: PostgreSQL refuses a NUL in a
+        # parameter with an error (a 500), and no stored row can have an id outside the pattern.
+        if not ID_RE.match(tool_call_id):
+            raise NotFound("no such invocation")
         row = invocation_get(tenant_id=request_caller(request).tenant_id, tool_call_id=tool_call_id)
         if row is None:
             raise NotFound("no such invocation")
