@@ -279,7 +279,12 @@ INVALID_BODIES = [
     ),
     pytest.param(
         {**VALID, "owner_tenant": "globex", "id": "4f6c2a9e-8d1b-4c3e-9a57-0b2d6e8f1a34"},
-        [("owner_tenant", "unknown field"), ("id", "unknown field")],
+        [
+            (
+                "(unknown field)",
+                "unknown field; the fields are: provider, credential_type, credentials, scopes, expires_at, label",
+            )
+        ],
         id="unknown-fields",
     ),
 ]

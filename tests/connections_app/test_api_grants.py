@@ -278,7 +278,7 @@ INVALID_BODIES = [
     ),
     pytest.param(
         {"service_account": "agent", "connection_ids": [SOME_ID], "tenant": "globex"},
-        [("tenant", "unknown field")],
+        [("(unknown field)", "unknown field; the fields are: service_account, connection_ids, expires_at")],
         id="unknown-field",
     ),
 ]
