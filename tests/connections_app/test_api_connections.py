@@ -13,6 +13,11 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from connections_app.credentials import (
+    APP_CREDENTIAL_CHARACTERS_MESSAGE,
+    KEY_CHARACTERS_MESSAGE,
+    USERNAME_CHARACTERS_MESSAGE,
+)
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.services import connection_credentials_open, connection_revoke
 from tests.factories import ConnectionFactory, TenantFactory, service_account_with_key
@@ -192,8 +197,30 @@ INVALID_BODIES = [
     ),
     pytest.param(
         {**VALID, "credentials": {"api_key": f"{CANARY}\r\nX-Injected: 1"}},
-        [("credentials.api_key", "String should match pattern '^[^\\x00-\\x1f\\x7f]+$'")],
+        [("credentials.api_key", KEY_CHARACTERS_MESSAGE)],
         id="header-injection-in-the-secret",
+    ),
+    pytest.param(
+        {**VALID, "credentials": {"api_key": CANARY + "éx"}},
+        [("credentials.api_key", KEY_CHARACTERS_MESSAGE)],
+        id="non-ascii-key",
+    ),
+    pytest.param(
+        {**VALID, "credentials": {"api_key": CANARY + " x"}},
+        [("credentials.api_key", KEY_CHARACTERS_MESSAGE)],
+        id="space-in-a-key",
+    ),
+    pytest.param(
+        {
+            **VALID,
+            "credential_type": "app_password",
+            "credentials": {"username": "octo:bot", "password": CANARY + "\u00e9"},
+        },
+        [
+            ("credentials.username", USERNAME_CHARACTERS_MESSAGE),
+            ("credentials.password", APP_CREDENTIAL_CHARACTERS_MESSAGE),
+        ],
+        id="non-ascii-password-and-colon-in-username",
     ),
     pytest.param(
         {**VALID, "credentials": {"api_key": "k", CANARY: "v"}},
