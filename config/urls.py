@@ -12,12 +12,15 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from config import api, health
 from config.runtime import runtime
+from connections_app.web.forms import AdminLoginForm
 from tools_app.api.urls import urlpatterns_for as tools_api_urlpatterns
 
 handler400 = api.bad_request
 handler403 = api.permission_denied
 handler404 = api.page_not_found
 handler500 = api.server_error
+
+admin.site.login_form = AdminLoginForm  # the username's length is checked before django-axes sees it
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from axes.models import AccessAttempt
 from django.test import Client
@@ -69,6 +71,19 @@ def test_wrong_password_shows_the_form_again_without_logging_in(client, acme):
     assert "Please enter a correct username and password" in response.content.decode()
     assert "not-the-password" not in response.content.decode()
     assert client.get(CONNECTIONS).status_code == 302
+
+
+@pytest.mark.parametrize("login_url", [LOGIN, "/admin/login/"])
+def test_an_over_long_username_is_a_form_error_that_never_reaches_axes(client, acme, login_url, caplog):
+    # issue 9: axes stores the username in a varchar(255); 10,000 characters were a 500 on PostgreSQL
+    response = client.post(login_url, {"username": "u" * 10_000, "password": "whatever"})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors["username"] == [
+        "Ensure this value has at most 150 characters (it has 10000)."
+    ]
+    assert AccessAttempt.objects.count() == 0
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 def test_five_wrong_passwords_lock_the_account_out_even_for_the_right_one(client, acme):
