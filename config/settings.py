@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -185,6 +186,13 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
 AXES_SENSITIVE_PARAMETERS = ["password"]
+AXES_CLIENT_IP_CALLABLE = "config.clientip.client_ip"
+# Peers whose X-Real-IP names the client (the reverse proxy): addresses or networks, comma-separated.
+TOOLGATE_TRUSTED_PROXIES = env.list("TOOLGATE_TRUSTED_PROXIES", default=[])
+try:
+    TOOLGATE_TRUSTED_PROXY_NETWORKS = [ipaddress.ip_network(entry, strict=False) for entry in TOOLGATE_TRUSTED_PROXIES]
+except ValueError:
+    raise ImproperlyConfigured("TOOLGATE_TRUSTED_PROXIES: each entry is an IP address or network") from None
 
 # Everything is served from our own origin: no CDN, no inline script.
 CONTENT_SECURITY_POLICY = {
@@ -226,6 +234,8 @@ TOOLGATE_SYNC_REFRESH_TIMEOUT_MS = env.int("TOOLGATE_SYNC_REFRESH_TIMEOUT_MS", d
 TOOLGATE_REFRESH_SWEEP_SECONDS = env.int("TOOLGATE_REFRESH_SWEEP_SECONDS", default=60)
 TOOLGATE_GITHUB_API_URL = env.str("TOOLGATE_GITHUB_API_URL", default="https://api.github.com")
 TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 1024)
+# /metrics: with a token, `Authorization: Bearer <token>` from anywhere; without, loopback only.
+TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 
 import pytest
@@ -99,6 +100,23 @@ def test_five_wrong_passwords_lock_the_account_out_even_for_the_right_one(client
     assert AccessAttempt.objects.get(username="ada").failures_since_start == 6  # the refused right one counts too
     assert "_auth_user_id" not in client.session
     assert client.get(CONNECTIONS).status_code == 302
+
+
+def test_behind_the_proxy_a_lockout_holds_the_clients_address_not_the_proxys(acme, settings):
+    # given every request arriving from the proxy, which names the client in X-Real-IP
+    settings.TOOLGATE_TRUSTED_PROXY_NETWORKS = [ipaddress.ip_network("172.28.0.0/16")]
+    MembershipFactory(tenant=acme, user=UserFactory(username="ada"))
+    attacker = Client(REMOTE_ADDR="172.28.0.2", HTTP_X_REAL_IP="203.0.113.66")
+    ada = Client(REMOTE_ADDR="172.28.0.2", HTTP_X_REAL_IP="198.51.100.10")
+
+    # when the attacker spends ada's failures from its own address
+    for attempt in range(5):
+        _log_in(attacker, "ada", f"wrong-{attempt}")
+
+    # then the attacker is locked out, and ada still logs in from hers
+    assert _log_in(attacker, "ada", PASSWORD).status_code == 429
+    assert _log_in(ada, "ada", PASSWORD).status_code == 302
+    assert AccessAttempt.objects.get(username="ada").ip_address == "203.0.113.66"
 
 
 def test_anonymous_visitors_are_sent_to_the_login_page(client):
