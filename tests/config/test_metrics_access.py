@@ -7,7 +7,7 @@ from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
-TOKEN = "metrics-token-3f9a1c"  # noqa: S105 - a test value
+TOKEN = "metrics-token-3f9a1c"
 
 
 def scrape(remote_addr: str = "127.0.0.1", **headers: str):
