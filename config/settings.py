@@ -302,9 +302,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Tool governance for LLM agents. Authenticate with a service account's API key: "
         "`Authorization: Bearer <api key>`. Every error body is "
-        '`{"error_code": str, "safe_message": str, ...}`.'
+        '`{"error_code": str, "safe_message": str, ...}`. '
+        "Bodies are strict JSON objects: no duplicate keys, no NaN or Infinity, at most 32 levels deep, "
+        "and no string (keys included) may hold a NUL character or an unpaired surrogate "
+        "(400 `invalid_json`). Fields and query parameters take exactly the types and names shown: "
+        'a number is never read as a string, an unknown name is refused (422 `validation`).'
     ),
     "VERSION": "1.0.0",
+    # 3.1 is JSON Schema: it can say that keys of free-form objects (a tool's args) hold no NUL.
+    "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_AUTHENTICATION": [],  # the schema and the docs are public
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],

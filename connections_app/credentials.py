@@ -21,9 +21,13 @@ from runner.capabilities import AuthCapability, BasicAuth, BearerAuth
 # at every call): tokens are visible ASCII without spaces. Passwords go through Basic (base64)
 # but are held to ASCII too, spaces allowed (some providers print app passwords in groups),
 # so a credential that cannot work is refused when it is entered, not when it is first used.
-_TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
-_PASSWORD_CHARACTERS = re.compile(r"[\x20-\x7e]+")
-_USERNAME_CHARACTERS = re.compile(r"[^\x00-\x1f\x7f:]+")
+# The same patterns go into the OpenAPI schema (ECMA-262 reads them alike).
+KEY_PATTERN = r"^[\x21-\x7e]+$"
+APP_CREDENTIAL_PATTERN = r"^[\x20-\x7e]+$"
+USERNAME_PATTERN = r"^[^\x00-\x1f\x7f:]+$"
+_TOKEN_CHARACTERS = re.compile(KEY_PATTERN)
+_PASSWORD_CHARACTERS = re.compile(APP_CREDENTIAL_PATTERN)
+_USERNAME_CHARACTERS = re.compile(USERNAME_PATTERN)
 KEY_CHARACTERS_MESSAGE = (
     "must contain only ASCII letters, digits and symbols, without spaces: HTTP headers cannot carry other "
     "characters; copy the key again exactly as the provider shows it"

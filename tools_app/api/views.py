@@ -17,7 +17,6 @@ from django.core.exceptions import ImproperlyConfigured
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound, ParseError
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -29,6 +28,7 @@ from runner.types import ErrorCode
 from runner.wire.openai import encode_tools
 from tools_app.api import ToolCallFailed
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from tools_app.api.pagination import StrictLimitOffsetPagination
 from tools_app.api.serializers import (
     ID_RE,
     ID_SCHEMA_PATTERN,
@@ -66,7 +66,7 @@ def _refused(description: str) -> OpenApiResponse:
 
 
 COMMON_ERRORS = common_errors("tools:exec")
-QUERY_ERRORS = {422: error_response("`validation`: a query parameter is invalid; `errors` says which.")}
+QUERY_ERRORS = {422: error_response("`validation`: a query parameter is invalid or unknown; `errors` says which.")}
 EXEC_RESPONSES = {
     200: ExecSuccessOutputSerializer,
     **COMMON_ERRORS,
@@ -203,15 +203,10 @@ class ToolDetailView(ToolsApiView):
         return Response(spec.public_dict())
 
 
-class InvocationPagination(LimitOffsetPagination):
-    default_limit = 50
-    max_limit = 200
-
-
 class InvocationListView(ToolsApiView):
     """The caller's tenant's audit rows, newest first: references and outcomes, never values."""
 
-    pagination_class = InvocationPagination
+    pagination_class = StrictLimitOffsetPagination
 
     @extend_schema(
         operation_id="invocations_list",
