@@ -85,6 +85,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.refuse_nul_in_urls",  # PostgreSQL refuses NUL: never let one reach a lookup
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from gunicorn too: no separate web server needed
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -306,7 +307,7 @@ SPECTACULAR_SETTINGS = {
         "Bodies are strict JSON objects: no duplicate keys, no NaN or Infinity, at most 32 levels deep, "
         "and no string (keys included) may hold a NUL character or an unpaired surrogate "
         "(400 `invalid_json`). Fields and query parameters take exactly the types and names shown: "
-        'a number is never read as a string, an unknown name is refused (422 `validation`).'
+        "a number is never read as a string, an unknown name is refused (422 `validation`)."
     ),
     "VERSION": "1.0.0",
     # 3.1 is JSON Schema: it can say that keys of free-form objects (a tool's args) hold no NUL.
