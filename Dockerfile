@@ -11,4 +11,5 @@ RUN DEBUG=False SECRET_KEY=collectstatic-only REDIS_URL=redis://unused:6379/0 \
 RUN useradd --create-home toolgate && mkdir -p var && chown toolgate var
 USER toolgate
 EXPOSE 8000
-CMD ["gunicorn", "config.wsgi", "--workers", "4", "--bind", "0.0.0.0:8000"]
+# Serve behind a buffering reverse proxy (config/nginx.conf), never directly: README "Production".
+CMD ["gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.refuse_nul_in_urls",  # PostgreSQL refuses NUL: never let one reach a lookup
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from gunicorn too: no separate web server needed
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -194,6 +196,13 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
 AXES_SENSITIVE_PARAMETERS = ["password"]
+AXES_CLIENT_IP_CALLABLE = "config.clientip.client_ip"
+# Peers whose X-Real-IP names the client (the reverse proxy): addresses or networks, comma-separated.
+TOOLGATE_TRUSTED_PROXIES = env.list("TOOLGATE_TRUSTED_PROXIES", default=[])
+try:
+    TOOLGATE_TRUSTED_PROXY_NETWORKS = [ipaddress.ip_network(entry, strict=False) for entry in TOOLGATE_TRUSTED_PROXIES]
+except ValueError:
+    raise ImproperlyConfigured("TOOLGATE_TRUSTED_PROXIES: each entry is an IP address or network") from None
 
 # Everything is served from our own origin: no CDN, no inline script.
 CONTENT_SECURITY_POLICY = {
@@ -240,6 +249,8 @@ TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 
 TOOLGATE_API_RATE_PER_SECOND = env.int("TOOLGATE_API_RATE_PER_SECOND", default=100)
 # Browser Origins allowed on /mcp (exact `scheme://host[:port]`); any other Origin gets 403, none is fine.
 TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=[])
+# /metrics: with a token, `Authorization: Bearer <token>` from anywhere; without, loopback only.
+TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the
@@ -304,9 +315,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Tool governance for LLM agents. Authenticate with a service account's API key: "
         "`Authorization: Bearer <api key>`. Every error body is "
-        '`{"error_code": str, "safe_message": str, ...}`.'
+        '`{"error_code": str, "safe_message": str, ...}`. '
+        "Bodies are strict JSON objects: no duplicate keys, no NaN or Infinity, at most 32 levels deep, "
+        "and no string (keys included) may hold a NUL character or an unpaired surrogate "
+        "(400 `invalid_json`). Fields and query parameters take exactly the types and names shown: "
+        "a number is never read as a string, an unknown name is refused (422 `validation`)."
     ),
     "VERSION": "1.0.0",
+    # 3.1 is JSON Schema: it can say that keys of free-form objects (a tool's args) hold no NUL.
+    "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_AUTHENTICATION": [],  # the schema and the docs are public
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],

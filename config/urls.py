@@ -7,11 +7,11 @@ answer the contract's error envelope for /api/ paths.
 
 from django.contrib import admin
 from django.urls import include, path, re_path
-from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from config import api, health
+from config import api, health, metrics
 from config.runtime import runtime
+from connections_app.web.forms import AdminLoginForm
 from tools_app.api.urls import urlpatterns_for as tools_api_urlpatterns
 from tools_app.mcp_server.views import McpView
 
@@ -20,11 +20,13 @@ handler403 = api.permission_denied
 handler404 = api.page_not_found
 handler500 = api.server_error
 
+admin.site.login_form = AdminLoginForm  # the username's length is checked before django-axes sees it
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
-    path("metrics", ExportToDjangoView, name="metrics"),  # Prometheus; keep it off the public edge
+    path("metrics", metrics.metrics, name="metrics"),  # Prometheus: token or loopback (config/metrics.py)
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves its init script as a file: the CSP forbids inline scripts.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),

@@ -7,16 +7,58 @@ Validation errors name fields, never values.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic_core import PydanticCustomError
 
 from runner.capabilities import AuthCapability, BasicAuth, BearerAuth
 
-# Printable, no whitespace at either end, no control characters (they would end up in HTTP headers).
-Secret = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
-Username = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f:]+$")]
+# What an HTTP header can carry. A token travels as `Authorization: Bearer <token>`, where a
+# header holds visible ASCII only (httpx refuses anything else, so a stored `ghp_éx` would fail
+# at every call): tokens are visible ASCII without spaces. Passwords go through Basic (base64)
+# but are held to ASCII too, spaces allowed (some providers print app passwords in groups),
+# so a credential that cannot work is refused when it is entered, not when it is first used.
+# The same patterns go into the OpenAPI schema (ECMA-262 reads them alike).
+KEY_PATTERN = r"^[\x21-\x7e]+$"
+APP_CREDENTIAL_PATTERN = r"^[\x20-\x7e]+$"
+USERNAME_PATTERN = r"^[^\x00-\x1f\x7f:]+$"
+_TOKEN_CHARACTERS = re.compile(KEY_PATTERN)
+_PASSWORD_CHARACTERS = re.compile(APP_CREDENTIAL_PATTERN)
+_USERNAME_CHARACTERS = re.compile(USERNAME_PATTERN)
+KEY_CHARACTERS_MESSAGE = (
+    "must contain only ASCII letters, digits and symbols, without spaces: HTTP headers cannot carry other "
+    "characters; copy the key again exactly as the provider shows it"
+)
+APP_CREDENTIAL_CHARACTERS_MESSAGE = (
+    "must contain only ASCII letters, digits, symbols and spaces: HTTP authentication cannot carry other "
+    "characters; copy the password again exactly as the provider shows it"
+)
+USERNAME_CHARACTERS_MESSAGE = "must not contain ':' or control characters: HTTP Basic authentication cannot carry them"
+
+
+def _only(pattern: re.Pattern[str], message: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise PydanticCustomError("credential_characters", message)
+        return value
+
+    return AfterValidator(check)
+
+
+Token = Annotated[
+    str, StringConstraints(min_length=1, max_length=4096), _only(_TOKEN_CHARACTERS, KEY_CHARACTERS_MESSAGE)
+]
+Password = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=4096),
+    _only(_PASSWORD_CHARACTERS, APP_CREDENTIAL_CHARACTERS_MESSAGE),
+]
+Username = Annotated[
+    str, StringConstraints(min_length=1, max_length=256), _only(_USERNAME_CHARACTERS, USERNAME_CHARACTERS_MESSAGE)
+]
 
 
 class _Closed(BaseModel):
@@ -24,17 +66,17 @@ class _Closed(BaseModel):
 
 
 class ApiKeyCredentials(_Closed):
-    api_key: Secret
+    api_key: Token
 
 
 class AppPasswordCredentials(_Closed):
     username: Username
-    password: Secret
+    password: Password
 
 
 class OAuth2Credentials(_Closed):
-    access_token: Secret
-    refresh_token: Secret | None = None
+    access_token: Token
+    refresh_token: Token | None = None
     token_type: str = Field(default="Bearer", max_length=32)
 
 

@@ -7,6 +7,7 @@ every capability the contract declares must be supplied or binding fails.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,9 @@ class BoundTool:
     spec: ToolSpec
     allowlist: Trie | None
     http: HttpCapability | None = None
+    # Property names the input and output schemas declare: the only keys an error path may name.
+    input_names: frozenset[str] = frozenset()
+    output_names: frozenset[str] = frozenset()
 
     @property
     def contract(self) -> ToolContract:
@@ -39,7 +43,7 @@ class BoundTool:
         try:
             return self.contract.input_model.model_validate(raw_args)
         except ValidationError as exc:
-            raise InputInvalid(field_errors(exc)) from None
+            raise InputInvalid(field_errors(exc, known_names=self.input_names)) from None
 
     def validate_output(self, raw_output: Any) -> dict[str, Any]:
         """The output as plain JSON data, checked against the declared fields."""
@@ -50,7 +54,9 @@ class BoundTool:
             dumped: dict[str, Any] = raw_output.model_dump(mode="json")
             return dumped
         except ValidationError as exc:
-            raise OutputInvalid(field_errors(exc)) from None
+            raise OutputInvalid(
+                field_errors(exc, known_names=self.output_names, unknown_message="not a field of the output schema")
+            ) from None
         except (TypeError, ValueError):
             raise OutputInvalid((FieldError(path="", message="output is not JSON-serialisable"),)) from None
 
@@ -69,12 +75,52 @@ def bind_tool(definition: ToolDefinition, *, http: HttpCapability | None = None)
     if "http" not in contract.capabilities and http is not None:
         raise ContractError(f"{contract.name} was bound an http capability it does not declare")
     allowlist = None if contract.redaction_allowlist is None else compile_allowlist(contract.redaction_allowlist)
-    return BoundTool(definition=definition, spec=to_tool_spec(contract), allowlist=allowlist, http=http)
-
-
-def field_errors(exc: ValidationError) -> tuple[FieldError, ...]:
-    """Paths and messages of a pydantic error, without the input values it carries."""
-    return tuple(
-        FieldError(path=".".join(str(part) for part in error["loc"]), message=error["msg"])
-        for error in exc.errors(include_url=False, include_input=False, include_context=False)
+    spec = to_tool_spec(contract)
+    return BoundTool(
+        definition=definition,
+        spec=spec,
+        allowlist=allowlist,
+        http=http,
+        input_names=property_names(spec.input_schema),
+        output_names=property_names(contract.output_model.model_json_schema()),
     )
+
+
+UNKNOWN_FIELD = "(unknown field)"
+UNKNOWN_FIELD_MESSAGE = "unknown field; the tool's input_schema lists the fields it accepts"
+
+
+def property_names(schema: Mapping[str, Any]) -> frozenset[str]:
+    """Every name under a `properties` keyword of a JSON Schema, nested definitions included."""
+
+    def walk(node: Any) -> Iterator[str]:
+        if isinstance(node, Mapping):
+            properties = node.get("properties")
+            if isinstance(properties, Mapping):
+                yield from (name for name in properties if isinstance(name, str))
+            for value in node.values():
+                yield from walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from walk(value)
+
+    return frozenset(walk(schema))
+
+
+def field_errors(
+    exc: ValidationError, *, known_names: frozenset[str] = frozenset(), unknown_message: str = UNKNOWN_FIELD_MESSAGE
+) -> tuple[FieldError, ...]:
+    """Paths and messages of a pydantic error, without the input values it carries.
+
+    A key the schema does not declare is the caller's own text, which may be
+    anything, a secret pasted in the wrong place included: it is reported as
+    `(unknown field)`, never echoed. Declared names and list indexes are kept.
+    """
+    errors = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        path = ".".join(
+            str(part) if isinstance(part, int) or part in known_names else UNKNOWN_FIELD for part in error["loc"]
+        )
+        message = unknown_message if error["type"] == "extra_forbidden" else error["msg"]
+        errors.append(FieldError(path=path, message=message))
+    return tuple(errors)

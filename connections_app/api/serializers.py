@@ -12,10 +12,10 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from connections_app.credentials import MANUAL_TYPES
+from connections_app.credentials import APP_CREDENTIAL_PATTERN, KEY_PATTERN, MANUAL_TYPES, USERNAME_PATTERN
 from connections_app.models import Connection
 from connections_app.services import MAX_SCOPE_LENGTH, MAX_SCOPES
-from tools_app.api.serializers import StrictInputSerializer
+from tools_app.api.serializers import JSONObjectField, StrictCharField, StrictInputSerializer
 
 MAX_PROVIDER_LENGTH = 64
 MAX_LABEL_LENGTH = 100
@@ -44,18 +44,48 @@ class UUIDReferenceField(serializers.UUIDField):
         return super().to_internal_value(data)
 
 
+def _string(pattern: str, max_length: int) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": max_length, "pattern": pattern}
+
+
+# The shapes credentials_validate enforces, per credential type, for the OpenAPI schema.
+CREDENTIAL_SCHEMAS: dict[str, dict[str, Any]] = {
+    "api_key": {"api_key": _string(KEY_PATTERN, 4096)},
+    "app_password": {"username": _string(USERNAME_PATTERN, 256), "password": _string(APP_CREDENTIAL_PATTERN, 4096)},
+}
+
+
 @extend_schema_serializer(component_name="ConnectionCreate")
 class ConnectionCreateInputSerializer(StrictInputSerializer):
     """`POST /api/v1/connections`: a hand-entered credential; OAuth connections come from the web UI."""
 
-    provider = serializers.CharField(
+    SCHEMA_RULES = {
+        "allOf": [
+            {
+                "if": {"properties": {"credential_type": {"const": credential_type}}},
+                "then": {
+                    "properties": {
+                        "credentials": {
+                            "type": "object",
+                            "properties": fields,
+                            "required": list(fields),
+                            "additionalProperties": False,
+                        }
+                    }
+                },
+            }
+            for credential_type, fields in CREDENTIAL_SCHEMAS.items()
+        ]
+    }
+
+    provider = StrictCharField(
         max_length=MAX_PROVIDER_LENGTH, trim_whitespace=False, help_text="A provider the tools talk to, e.g. `github`."
     )
     credential_type = serializers.ChoiceField(
         choices=list(MANUAL_TYPES),
         error_messages={"invalid_choice": f"must be one of: {', '.join(MANUAL_TYPES)}"},
     )
-    credentials = serializers.DictField(
+    credentials = JSONObjectField(
         write_only=True,
         help_text=(
             'Write-only. `api_key`: `{"api_key"}`; `app_password`: `{"username", "password"}`. '
@@ -63,14 +93,14 @@ class ConnectionCreateInputSerializer(StrictInputSerializer):
         ),
     )
     scopes = serializers.ListField(
-        child=serializers.CharField(max_length=MAX_SCOPE_LENGTH, trim_whitespace=False),
+        child=StrictCharField(max_length=MAX_SCOPE_LENGTH, trim_whitespace=False),
         max_length=MAX_SCOPES,
         required=False,
         default=list,
         help_text="What the credential is allowed to do at the provider, for the tenant's records.",
     )
     expires_at = _datetime_field("When the credential stops working at the provider; null if never.")
-    label = serializers.CharField(
+    label = StrictCharField(
         max_length=MAX_LABEL_LENGTH,
         required=False,
         allow_blank=True,
@@ -99,7 +129,7 @@ class ConnectionOutputSerializer(serializers.Serializer):
 class GrantCreateInputSerializer(StrictInputSerializer):
     """`POST /api/v1/grants`: let one of the tenant's service accounts use some of its connections."""
 
-    service_account = serializers.CharField(
+    service_account = StrictCharField(
         max_length=MAX_SERVICE_ACCOUNT_REFERENCE_LENGTH,
         trim_whitespace=False,
         help_text="The service account's name or id, in the caller's tenant.",

@@ -16,7 +16,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError, ValidationError
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -37,6 +36,8 @@ from policies_app.selectors import grant_get, grant_list, service_account_for_te
 from policies_app.services import PolicyServiceError, grant_create, grant_revoke
 from runner.types import ErrorCode
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from tools_app.api.pagination import StrictLimitOffsetPagination
+from tools_app.api.serializers import PageQuerySerializer
 
 NO_SUCH_CONNECTION = "no such connection in this tenant"
 NO_SUCH_SERVICE_ACCOUNT = "no such active service account in this tenant"
@@ -51,6 +52,7 @@ _CREDENTIAL_FIELDS = frozenset(name for shape in SHAPES.values() for name in sha
 
 
 COMMON_ERRORS = common_errors("connections:manage")
+QUERY_ERRORS = {422: error_response("`validation`: a query parameter is invalid or unknown; `errors` says which.")}
 BODY_ERRORS = {
     400: error_response(
         "`invalid_json`: the body is not a JSON object (or is empty, malformed, too deep, has duplicate keys)."
@@ -86,11 +88,6 @@ GRANT_EXAMPLE = OpenApiExample(
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-class ConnectionsPagination(LimitOffsetPagination):
-    default_limit = 50
-    max_limit = 200
 
 
 class ConnectionsApiView(APIView):
@@ -161,15 +158,16 @@ def _grant_references(
 class ConnectionListView(ConnectionsApiView):
     """The tenant's connections, and adding one by hand (an API key or an app password)."""
 
-    pagination_class = ConnectionsPagination
+    pagination_class = StrictLimitOffsetPagination
 
     @extend_schema(
         operation_id="connections_list",
         summary="This tenant's connections, newest first",
         parameters=RESPONSE_HEADERS,
-        responses={200: ConnectionOutputSerializer(many=True), **COMMON_ERRORS},
+        responses={200: ConnectionOutputSerializer(many=True), **COMMON_ERRORS, **QUERY_ERRORS},
     )
     def get(self, request: Request) -> Response:
+        PageQuerySerializer(data=request.query_params).is_valid(raise_exception=True)
         rows = connection_list(tenant=_caller_tenant(request))
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(rows, request, view=self)
@@ -251,15 +249,16 @@ def _connection_or_404(request: Request, connection_id: str) -> Connection:
 class GrantListView(ConnectionsApiView):
     """The tenant's grants, and granting a service account the use of connections."""
 
-    pagination_class = ConnectionsPagination
+    pagination_class = StrictLimitOffsetPagination
 
     @extend_schema(
         operation_id="grants_list",
         summary="This tenant's grants, newest first",
         parameters=RESPONSE_HEADERS,
-        responses={200: GrantOutputSerializer(many=True), **COMMON_ERRORS},
+        responses={200: GrantOutputSerializer(many=True), **COMMON_ERRORS, **QUERY_ERRORS},
     )
     def get(self, request: Request) -> Response:
+        PageQuerySerializer(data=request.query_params).is_valid(raise_exception=True)
         rows = grant_list(tenant_id=request_caller(request).tenant_id)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(rows, request, view=self)

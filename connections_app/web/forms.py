@@ -10,7 +10,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import MaxLengthValidator
 from django.db.models import QuerySet
 
 from connections_app.models import Connection
@@ -38,6 +41,36 @@ class UIForm(forms.Form):
 
 def _secret_input(autocomplete: str) -> forms.PasswordInput:
     return forms.PasswordInput(render_value=False, attrs={"autocomplete": autocomplete, "spellcheck": "false"})
+
+
+def _bound_the_username(form: AuthenticationForm) -> None:
+    """Refuse an over-long username as a field error, before `authenticate()` runs.
+
+    Django's AuthenticationForm sets `max_length` on the username field only
+    after the field is built, so the length is never validated; the username
+    then reaches django-axes, which records failed log-ins in a varchar(255):
+    a 10,000-character username was a 500 (and a long traceback) on PostgreSQL.
+    A field error keeps the attempt away from `authenticate()` and from axes.
+    """
+    field = form.fields["username"]
+    field.validators.append(MaxLengthValidator(field.max_length))
+
+
+class LoginForm(AuthenticationForm):
+    """The tenant UI's log-in form: Django's, with the username's length checked."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        _bound_the_username(self)
+
+
+class AdminLoginForm(AdminAuthenticationForm):
+    """The admin's log-in form, bounded like the tenant UI's (`admin.site.login_form`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _bound_the_username(self)
 
 
 class ConnectionForm(UIForm):

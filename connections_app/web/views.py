@@ -8,7 +8,6 @@ Revocations are two steps: GET shows what will happen, POST does it.
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
@@ -26,7 +25,7 @@ from connections_app.models import Connection
 from connections_app.selectors import connection_events, connection_get, connection_list, oauth_provider_list
 from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
 from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
-from connections_app.web.forms import CONNECTION_FORMS, ActivityFilterForm, GrantForm, ServiceAccountForm
+from connections_app.web.forms import CONNECTION_FORMS, ActivityFilterForm, GrantForm, LoginForm, ServiceAccountForm
 from connections_app.web.tenancy import tenant_member_required, tenant_switch
 from policies_app.models import ExecutionGrant, ServiceAccount
 from policies_app.selectors import (
@@ -52,9 +51,7 @@ NO_FILTERS = {"tool_id": "", "ok": None, "run_id": ""}
 class TenantLoginView(LoginView):
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
-
-    def get_form_kwargs(self) -> dict[str, Any]:
-        return {**super().get_form_kwargs(), "label_suffix": ""}
+    form_class = LoginForm
 
 
 @tenant_member_required

@@ -26,6 +26,7 @@ from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.api.serializers import ID_MESSAGE
 from tools_app.models import Tool, ToolInvocation
 
 pytestmark = pytest.mark.django_db
@@ -468,3 +469,74 @@ def test_django_level_handlers_answer_envelopes_for_api_paths_only():
     assert (api_bad.status_code, json.loads(api_bad.content)["error_code"]) == (400, "bad_request")
     assert (api_too_big.status_code, json.loads(api_too_big.content)["error_code"]) == (413, "validation")
     assert (api_missing.status_code, json.loads(api_missing.content)["error_code"]) == (404, "not_found")
+
+
+# --- no coercion: what the schema says is what the API takes (issue 9) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "message"),
+    [
+        ({"tool_id": 1}, "tool_id", "Not a valid string."),
+        ({"tool_id": "core__get_current_time", "tool_call_id": 5}, "tool_call_id", ID_MESSAGE),
+        ({"tool_id": "core__get_current_time", "run_id": 5.0}, "run_id", ID_MESSAGE),
+        ({"tool_id": "core__get_current_time", "connection_id": "c", "grant_id": 0}, "grant_id", "Not a valid string."),
+        ({"tool_id": "core__get_current_time", "connection_ids": [7]}, "connection_ids.0", "Not a valid string."),
+    ],
+    ids=["tool_id-int", "tool_call_id-int", "run_id-float", "grant_id-zero", "connection_ids-int"],
+)
+def test_numbers_are_not_taken_for_strings(key, body, path, message):
+    response = APIClient().post(EXEC, body, format="json", **authorised(key))
+
+    assert assert_envelope(response, 422, "validation")["errors"] == [{"path": path, "message": message}]
+    assert ToolInvocation.objects.count() == 0
+
+
+@pytest.mark.parametrize("url", ["/api/v1/invocations", "/api/v1/connections", "/api/v1/grants"])
+@pytest.mark.parametrize(
+    ("query", "path", "message"),
+    [
+        ("offset=null", "offset", "must be a whole number from 0 to 1000000000"),
+        ("offset=-1", "offset", "must be a whole number from 0 to 1000000000"),
+        ("offset=1e3", "offset", "must be a whole number from 0 to 1000000000"),
+        ("offset=99999999999", "offset", "must be a whole number from 0 to 1000000000"),
+        ("limit=0", "limit", "must be a whole number from 1 to 200"),
+        ("limit=201", "limit", "must be a whole number from 1 to 200"),
+        ("limit=", "limit", "must be a whole number from 1 to 200"),
+        ("limit=%2B5", "limit", "must be a whole number from 1 to 200"),
+    ],
+)
+def test_pagination_parameters_are_refused_rather_than_defaulted(url, query, path, message):
+    _account, manage_key = service_account_with_key(TenantFactory(), scopes=("tools:exec", "connections:manage"))
+
+    response = APIClient().get(f"{url}?{query}", **authorised(manage_key))
+
+    assert assert_envelope(response, 422, "validation")["errors"] == [{"path": path, "message": message}]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("/api/v1/tools?fromat=openai", "unknown query parameter; this operation takes: format"),
+        (
+            "/api/v1/invocations?limt=2",
+            "unknown query parameter; this operation takes: run_id, tool_id, ok, limit, offset",
+        ),
+        ("/api/v1/connections?page=2", "unknown query parameter; this operation takes: limit, offset"),
+        ("/api/v1/grants?page=2", "unknown query parameter; this operation takes: limit, offset"),
+    ],
+)
+def test_unknown_query_parameters_are_refused_by_name_only(url, message):
+    _account, manage_key = service_account_with_key(TenantFactory(), scopes=("tools:exec", "connections:manage"))
+
+    response = APIClient().get(url, **authorised(manage_key))
+
+    assert assert_envelope(response, 422, "validation")["errors"] == [{"path": "(unknown field)", "message": message}]
+
+
+def test_an_empty_query_value_is_a_value_not_an_absence(key):
+    response = APIClient().get("/api/v1/tools?format=", **authorised(key))
+
+    assert assert_envelope(response, 422, "validation")["errors"] == [
+        {"path": "format", "message": "the only format is openai"}
+    ]

@@ -13,6 +13,11 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from connections_app.credentials import (
+    APP_CREDENTIAL_CHARACTERS_MESSAGE,
+    KEY_CHARACTERS_MESSAGE,
+    USERNAME_CHARACTERS_MESSAGE,
+)
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.services import connection_credentials_open, connection_revoke
 from tests.factories import ConnectionFactory, TenantFactory, service_account_with_key
@@ -192,8 +197,30 @@ INVALID_BODIES = [
     ),
     pytest.param(
         {**VALID, "credentials": {"api_key": f"{CANARY}\r\nX-Injected: 1"}},
-        [("credentials.api_key", "String should match pattern '^[^\\x00-\\x1f\\x7f]+$'")],
+        [("credentials.api_key", KEY_CHARACTERS_MESSAGE)],
         id="header-injection-in-the-secret",
+    ),
+    pytest.param(
+        {**VALID, "credentials": {"api_key": CANARY + "éx"}},
+        [("credentials.api_key", KEY_CHARACTERS_MESSAGE)],
+        id="non-ascii-key",
+    ),
+    pytest.param(
+        {**VALID, "credentials": {"api_key": CANARY + " x"}},
+        [("credentials.api_key", KEY_CHARACTERS_MESSAGE)],
+        id="space-in-a-key",
+    ),
+    pytest.param(
+        {
+            **VALID,
+            "credential_type": "app_password",
+            "credentials": {"username": "octo:bot", "password": CANARY + "\u00e9"},
+        },
+        [
+            ("credentials.username", USERNAME_CHARACTERS_MESSAGE),
+            ("credentials.password", APP_CREDENTIAL_CHARACTERS_MESSAGE),
+        ],
+        id="non-ascii-password-and-colon-in-username",
     ),
     pytest.param(
         {**VALID, "credentials": {"api_key": "k", CANARY: "v"}},
@@ -279,7 +306,12 @@ INVALID_BODIES = [
     ),
     pytest.param(
         {**VALID, "owner_tenant": "globex", "id": "4f6c2a9e-8d1b-4c3e-9a57-0b2d6e8f1a34"},
-        [("owner_tenant", "unknown field"), ("id", "unknown field")],
+        [
+            (
+                "(unknown field)",
+                "unknown field; the fields are: provider, credential_type, credentials, scopes, expires_at, label",
+            )
+        ],
         id="unknown-fields",
     ),
 ]
@@ -408,7 +440,7 @@ NOT_FOUND = {"error_code": "not_found", "safe_message": "no such connection in t
 
 @pytest.mark.parametrize(
     "reference",
-    ["foreign", "00000000-0000-0000-0000-000000000000", "not-a-uuid", "1%20OR%201=1", "%E2%80%AE"],
+    ["foreign", "00000000-0000-0000-0000-000000000000", "not-a-uuid", "1%20OR%201=1", "%E2%80%AE", "%00"],
 )
 def test_another_tenants_unknown_or_malformed_id_answers_the_same_404(manager, foreign_connection, reference):
     connection_id = str(foreign_connection.pk) if reference == "foreign" else reference

@@ -278,7 +278,7 @@ INVALID_BODIES = [
     ),
     pytest.param(
         {"service_account": "agent", "connection_ids": [SOME_ID], "tenant": "globex"},
-        [("tenant", "unknown field")],
+        [("(unknown field)", "unknown field; the fields are: service_account, connection_ids, expires_at")],
         id="unknown-field",
     ),
 ]
@@ -382,7 +382,9 @@ def test_detail_answers_the_grant(manager, agent, connections):
 NOT_FOUND = {"error_code": "not_found", "safe_message": "no such grant in this tenant"}
 
 
-@pytest.mark.parametrize("reference", ["foreign", "00000000-0000-0000-0000-000000000000", "nope", "1%27%20OR%20%271"])
+@pytest.mark.parametrize(
+    "reference", ["foreign", "00000000-0000-0000-0000-000000000000", "nope", "1%27%20OR%20%271", "%00"]
+)
 def test_another_tenants_unknown_or_malformed_id_answers_the_same_404(manager, globex, reference):
     _tenant, foreign_account, foreign_connection = globex
     foreign = GrantFactory(service_account=foreign_account, connections=[foreign_connection])

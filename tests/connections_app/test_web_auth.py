@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+
 import pytest
 from axes.models import AccessAttempt
 from django.test import Client
@@ -71,6 +74,19 @@ def test_wrong_password_shows_the_form_again_without_logging_in(client, acme):
     assert client.get(CONNECTIONS).status_code == 302
 
 
+@pytest.mark.parametrize("login_url", [LOGIN, "/admin/login/"])
+def test_an_over_long_username_is_a_form_error_that_never_reaches_axes(client, acme, login_url, caplog):
+    # issue 9: axes stores the username in a varchar(255); 10,000 characters were a 500 on PostgreSQL
+    response = client.post(login_url, {"username": "u" * 10_000, "password": "whatever"})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors["username"] == [
+        "Ensure this value has at most 150 characters (it has 10000)."
+    ]
+    assert AccessAttempt.objects.count() == 0
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
 def test_five_wrong_passwords_lock_the_account_out_even_for_the_right_one(client, acme):
     MembershipFactory(tenant=acme, user=UserFactory(username="ada"))
 
@@ -84,6 +100,23 @@ def test_five_wrong_passwords_lock_the_account_out_even_for_the_right_one(client
     assert AccessAttempt.objects.get(username="ada").failures_since_start == 6  # the refused right one counts too
     assert "_auth_user_id" not in client.session
     assert client.get(CONNECTIONS).status_code == 302
+
+
+def test_behind_the_proxy_a_lockout_holds_the_clients_address_not_the_proxys(acme, settings):
+    # given every request arriving from the proxy, which names the client in X-Real-IP
+    settings.TOOLGATE_TRUSTED_PROXY_NETWORKS = [ipaddress.ip_network("172.28.0.0/16")]
+    MembershipFactory(tenant=acme, user=UserFactory(username="ada"))
+    attacker = Client(REMOTE_ADDR="172.28.0.2", HTTP_X_REAL_IP="203.0.113.66")
+    ada = Client(REMOTE_ADDR="172.28.0.2", HTTP_X_REAL_IP="198.51.100.10")
+
+    # when the attacker spends ada's failures from its own address
+    for attempt in range(5):
+        _log_in(attacker, "ada", f"wrong-{attempt}")
+
+    # then the attacker is locked out, and ada still logs in from hers
+    assert _log_in(attacker, "ada", PASSWORD).status_code == 429
+    assert _log_in(ada, "ada", PASSWORD).status_code == 302
+    assert AccessAttempt.objects.get(username="ada").ip_address == "203.0.113.66"
 
 
 def test_anonymous_visitors_are_sent_to_the_login_page(client):

@@ -8,6 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from connections_app.credentials import APP_CREDENTIAL_CHARACTERS_MESSAGE, KEY_CHARACTERS_MESSAGE
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.services import connection_credentials_open
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
@@ -115,6 +116,31 @@ def test_add_app_password_with_expiry(acme, member):
     connection = Connection.objects.get()
     assert (connection.credential_type, connection.expires_at) == ("app_password", expires)
     assert connection_credentials_open(connection) == {"username": "octo-bot", "password": " pass word "}
+
+
+@pytest.mark.parametrize(
+    ("form", "fields", "field", "message"),
+    [
+        (NEW_API_KEY, {"api_key": "ghp_éx"}, "api_key", KEY_CHARACTERS_MESSAGE),
+        (
+            NEW_APP_PASSWORD,
+            {"username": "octo-bot", "password": "pässword"},
+            "password",
+            APP_CREDENTIAL_CHARACTERS_MESSAGE,
+        ),
+    ],
+    ids=["api-key", "app-password"],
+)
+def test_a_credential_http_cannot_carry_is_refused_on_the_form(member, form, fields, field, message):
+    # issue 9: `ghp_éx` used to be stored, and every call with it then failed with 502
+    client, _user = member
+
+    response = client.post(form, {"provider": "github", "label": "", "scopes": "", "expires_at": "", **fields})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {field: [message]}
+    assert Connection.objects.count() == 0
+    assert fields[field] not in response.content.decode()
 
 
 def test_form_pages_label_every_input_and_never_prefill_a_secret(member):

@@ -7,6 +7,8 @@ import json
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from policies_app.governance import governance_bump
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
@@ -133,6 +135,17 @@ def test_detail_of_an_unknown_id_answers_404(acme):
 
     assert response.status_code == 404
     assert response.json() == {"error_code": "not_found", "safe_message": "no such invocation"}
+
+
+@pytest.mark.parametrize("reference", ["%00", "a2%00", "a" * 129, "a2.json", "%E2%80%AE", "a2%20"])
+def test_detail_of_an_id_that_cannot_be_a_tool_call_id_answers_404_without_a_query(acme, reference):
+    # PostgreSQL refuses a NUL in a query parameter with an error: such ids must never reach it.
+    with CaptureQueriesContext(connection) as queries:
+        response = api_client(acme).get(f"/api/v1/invocations/{reference}")
+
+    assert response.status_code == 404
+    assert response.json() == {"error_code": "not_found", "safe_message": "no such invocation"}
+    assert not [query for query in queries if "tools_app_toolinvocation" in query["sql"]]
 
 
 def test_another_tenant_never_sees_these_invocations(acme):

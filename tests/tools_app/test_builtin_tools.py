@@ -206,7 +206,14 @@ def test_get_current_time_refuses_unknown_zones_without_echoing_them(harness: Ha
 @pytest.mark.parametrize(
     ("args", "expected_errors"),
     [
-        ({"timezone": "UTC", "extra": 1}, (FieldError(path="extra", message="Extra inputs are not permitted"),)),
+        (
+            {"timezone": "UTC", "extra": 1},
+            (
+                FieldError(
+                    path="(unknown field)", message="unknown field; the tool's input_schema lists the fields it accepts"
+                ),
+            ),
+        ),
         ({"timezone": 1}, (FieldError(path="timezone", message="Input should be a valid string"),)),
         ({"timezone": "X" * 65}, (FieldError(path="timezone", message="String should have at most 64 characters"),)),
     ],
@@ -326,7 +333,11 @@ def test_get_user_takes_no_arguments(github: LoopbackServer, harness: Harness) -
 
     assert (result.error_code, result.errors) == (
         ErrorCode.VALIDATION,
-        (FieldError(path="login", message="Extra inputs are not permitted"),),
+        (
+            FieldError(
+                path="(unknown field)", message="unknown field; the tool's input_schema lists the fields it accepts"
+            ),
+        ),
     )
     assert github.requests == []
     assert harness.broker.resolved == []  # arguments are checked before any credential is touched

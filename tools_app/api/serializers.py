@@ -13,26 +13,121 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from runner.types import Decision, ErrorCode, ToolEffect
+from tools_app.api.pagination import PAGE_PARAMETERS
 from tools_app.models import ToolInvocation
 
 ID_PATTERN = r"\A[A-Za-z0-9_-]{1,128}\Z"
+ID_RE = re.compile(ID_PATTERN)
+ID_SCHEMA_PATTERN = "^[A-Za-z0-9_-]{1,128}$"  # the same rule in ECMA-262 syntax, for the OpenAPI schema
 ID_MESSAGE = "must be 1 to 128 letters, digits, '_' or '-'"
 MAX_ARGS_BYTES = 8 * 1024
 MAX_CONNECTION_IDS = 32
-# Unknown keys are reported by name only when the name looks like a field name.
-_FIELD_NAME = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 UNKNOWN_FIELD_PATH = "(unknown field)"
 
 ERROR_CODES = [code.value for code in ErrorCode]
 
 
+# What the JSON parser refuses in every string (config/api.py), said in the schema too.
+# Lone surrogates are refused as well; JSON Schema has no pattern for them (see the API description).
+NUL_FREE_PATTERN = "^[^\\x00]*$"
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string and nothing else: DRF's CharField would turn `1` into `"1"`."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictRegexField(serializers.RegexField):
+    """A JSON string matching the pattern; a number is refused, never turned into a string."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictCharFieldExtension(OpenApiSerializerFieldExtension):
+    """Free strings say in the schema that NUL is refused (patterns of regex fields already exclude it)."""
+
+    target_class = StrictCharField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        schema.setdefault("pattern", NUL_FREE_PATTERN)
+        # drf-spectacular marks a nullable field again after an extension: leave that to it.
+        if isinstance(schema.get("type"), list):
+            types = [kind for kind in schema["type"] if kind != "null"]
+            schema["type"] = types[0] if len(types) == 1 else types
+        return schema
+
+
+class JSONObjectField(serializers.DictField):
+    """A JSON object of any content (a tool's args, a credential): its strings are NUL-free too."""
+
+
+# How deep the schema spells out the NUL rule inside a free-form object. The rule holds at
+# every depth (the parser checks every string); a recursive schema would say so exactly, but
+# schemathesis cannot generate from one, so deeper values are described as any JSON.
+JSON_SCHEMA_DEPTH = 3
+
+
+def json_object_schema(depth: int = JSON_SCHEMA_DEPTH) -> dict[str, Any]:
+    """A JSON object whose keys and strings hold no NUL, spelled out `depth` levels down."""
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": NUL_FREE_PATTERN},
+        "additionalProperties": _json_value_schema(depth - 1),
+    }
+
+
+def _json_value_schema(depth: int) -> dict[str, Any]:
+    if depth <= 0:
+        return {}
+    return {
+        "anyOf": [
+            {"type": "null"},
+            {"type": "string", "pattern": NUL_FREE_PATTERN},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "array", "items": _json_value_schema(depth - 1)},
+            json_object_schema(depth),
+        ]
+    }
+
+
+class JSONObjectFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = JSONObjectField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return json_object_schema()
+
+
+class StrictInputSerializerExtension(OpenApiSerializerExtension):
+    """The schema says what StrictInputSerializer does: a field it does not declare is refused."""
+
+    target_class = "tools_app.api.serializers.StrictInputSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        schema["additionalProperties"] = False
+        schema.update(getattr(self.target, "SCHEMA_RULES", {}))
+        return schema
+
+
 def _id_field(**kwargs: Any) -> serializers.RegexField:
-    return serializers.RegexField(
+    return StrictRegexField(
         ID_PATTERN,
         max_length=128,
         required=False,
@@ -44,11 +139,17 @@ def _id_field(**kwargs: Any) -> serializers.RegexField:
 
 
 def _reference_field(**kwargs: Any) -> serializers.CharField:
-    return serializers.CharField(max_length=64, trim_whitespace=False, **kwargs)
+    return StrictCharField(max_length=64, trim_whitespace=False, **kwargs)
 
 
 class StrictInputSerializer(serializers.Serializer):
-    """Refuses fields it does not declare: a typo must not silently become a default."""
+    """Refuses fields it does not declare: a typo must not silently become a default.
+
+    `SCHEMA_RULES`: JSON Schema keywords that state the serializer's rules across
+    fields (its `validate`), merged into its OpenAPI component.
+    """
+
+    SCHEMA_RULES: Mapping[str, Any] = {}
 
     def to_internal_value(self, data: Any) -> Any:
         errors: dict[str, Any] = {}
@@ -57,22 +158,53 @@ class StrictInputSerializer(serializers.Serializer):
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
             errors.update(exc.detail if isinstance(exc.detail, Mapping) else {"non_field_errors": exc.detail})
-        if isinstance(data, Mapping):
-            for key in data:
-                if key not in self.fields:
-                    path = key if isinstance(key, str) and _FIELD_NAME.match(key) else UNKNOWN_FIELD_PATH
-                    errors[path] = ["unknown field"]
+        if isinstance(data, Mapping) and any(key not in self.fields for key in data):
+            # Reported once and never by name: a caller may put anything in a key, a secret included.
+            errors[UNKNOWN_FIELD_PATH] = [self.unknown_message()]
         if errors:
             raise serializers.ValidationError(errors)
         return value
+
+    def unknown_message(self) -> str:
+        return f"unknown field; the fields are: {', '.join(self.fields)}"
+
+
+class StrictQuerySerializer(StrictInputSerializer):
+    """Query parameters: a name the operation does not take is refused, like an unknown body field.
+
+    `?fromat=openai` would otherwise answer the default format as if asked for.
+    Lists also take the pagination parameters, which their paginator checks.
+    """
+
+    PAGINATED = False
+
+    def to_internal_value(self, data: Any) -> Any:
+        # A plain dict, not the QueryDict: DRF reads an empty value in form data as "absent",
+        # so `?format=` would silently mean the default. Here it is a value, checked as such.
+        if isinstance(data, Mapping):
+            skipped = PAGE_PARAMETERS if self.PAGINATED else ()
+            data = {key: data[key] for key in data if key not in skipped}
+        return super().to_internal_value(data)
+
+    def unknown_message(self) -> str:
+        names = [*self.fields, *(PAGE_PARAMETERS if self.PAGINATED else ())]
+        if not names:
+            return "unknown query parameter; this operation takes none"
+        return f"unknown query parameter; this operation takes: {', '.join(names)}"
+
+
+class PageQuerySerializer(StrictQuerySerializer):
+    """A list that takes only `limit` and `offset`."""
+
+    PAGINATED = True
 
 
 @extend_schema_serializer(component_name="Exec")
 class ExecInputSerializer(StrictInputSerializer):
     """`POST /api/v1/tools/exec`. An empty `connection_ids` declares nothing, so it means the default."""
 
-    tool_id = serializers.CharField(max_length=128, trim_whitespace=False, help_text="The tool to run.")
-    args = serializers.DictField(
+    tool_id = StrictCharField(max_length=128, trim_whitespace=False, help_text="The tool to run.")
+    args = JSONObjectField(
         required=False, default=dict, help_text=f"The tool's arguments; at most {MAX_ARGS_BYTES} bytes serialized."
     )
     tool_call_id = _id_field(help_text="Idempotency key of this call; generated when absent.")
@@ -94,6 +226,11 @@ class ExecInputSerializer(StrictInputSerializer):
         if size > MAX_ARGS_BYTES:
             raise serializers.ValidationError(f"args must be at most {MAX_ARGS_BYTES} bytes serialized")
         return value
+
+    SCHEMA_RULES = {  # the rule of `validate` below
+        "if": {"properties": {"connection_id": {"type": "string"}}, "required": ["connection_id"]},
+        "then": {"properties": {"grant_id": {"type": "string"}}, "required": ["grant_id"]},
+    }
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("connection_id") and not attrs.get("grant_id"):
@@ -190,7 +327,7 @@ class ToolCatalogOutputSerializer(serializers.Serializer):
     tools = CatalogEntriesField()
 
 
-class ToolCatalogQuerySerializer(serializers.Serializer):
+class ToolCatalogQuerySerializer(StrictQuerySerializer):
     format = serializers.ChoiceField(
         choices=["openai"],
         required=False,
@@ -199,9 +336,9 @@ class ToolCatalogQuerySerializer(serializers.Serializer):
     )
 
 
-class InvocationListQuerySerializer(serializers.Serializer):
-    run_id = serializers.CharField(required=False, max_length=128, trim_whitespace=False)
-    tool_id = serializers.CharField(required=False, max_length=128, trim_whitespace=False)
+class InvocationListQuerySerializer(PageQuerySerializer):
+    run_id = StrictCharField(required=False, max_length=128, trim_whitespace=False)
+    tool_id = StrictCharField(required=False, max_length=128, trim_whitespace=False)
     ok = serializers.ChoiceField(
         choices=["true", "false"], required=False, error_messages={"invalid_choice": "must be true or false"}
     )

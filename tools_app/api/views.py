@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound, ParseError
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -30,7 +30,10 @@ from runner.types import ErrorCode
 from runner.wire.openai import encode_tools
 from tools_app.api import ToolCallFailed
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from tools_app.api.pagination import StrictLimitOffsetPagination
 from tools_app.api.serializers import (
+    ID_RE,
+    ID_SCHEMA_PATTERN,
     ApprovalOutputSerializer,
     ExecFailureOutputSerializer,
     ExecInputSerializer,
@@ -66,7 +69,7 @@ def _refused(description: str) -> OpenApiResponse:
 
 
 COMMON_ERRORS = common_errors("tools:exec")
-QUERY_ERRORS = {422: error_response("`validation`: a query parameter is invalid; `errors` says which.")}
+QUERY_ERRORS = {422: error_response("`validation`: a query parameter is invalid or unknown; `errors` says which.")}
 EXEC_RESPONSES = {
     200: ExecSuccessOutputSerializer,
     **COMMON_ERRORS,
@@ -87,6 +90,13 @@ EXEC_RESPONSES = {
     502: _refused("`execution`, `auth_refresh_failed` or `result_too_large`."),
     504: _refused("`timeout`: the tool ran past its runtime budget."),
 }
+TOOL_CALL_ID = OpenApiParameter(
+    "tool_call_id",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    pattern=ID_SCHEMA_PATTERN,
+    description="The call's tool_call_id; an id that cannot be one answers 404 like an unknown one.",
+)
 EXEC_EXAMPLE = OpenApiExample(
     "current time",
     value={"tool_id": "core__get_current_time", "args": {"timezone": "UTC"}, "run_id": "run_9"},
@@ -200,15 +210,10 @@ class ToolDetailView(ToolsApiView):
         return Response(spec.public_dict())
 
 
-class InvocationPagination(LimitOffsetPagination):
-    default_limit = 50
-    max_limit = 200
-
-
 class InvocationListView(ToolsApiView):
     """The caller's tenant's audit rows, newest first: references and outcomes, never values."""
 
-    pagination_class = InvocationPagination
+    pagination_class = StrictLimitOffsetPagination
 
     @extend_schema(
         operation_id="invocations_list",
@@ -237,7 +242,7 @@ class InvocationDetailView(ToolsApiView):
     @extend_schema(
         operation_id="invocations_retrieve",
         summary="One invocation record of this tenant",
-        parameters=RESPONSE_HEADERS,
+        parameters=[TOOL_CALL_ID, *RESPONSE_HEADERS],
         responses={
             200: InvocationOutputSerializer,
             **COMMON_ERRORS,
@@ -245,6 +250,10 @@ class InvocationDetailView(ToolsApiView):
         },
     )
     def get(self, request: Request, tool_call_id: str) -> Response:
+        # Checked like the body's tool_call_id before any query: PostgreSQL refuses a NUL in a
+        # parameter with an error (a 500), and no stored row can have an id outside the pattern.
+        if not ID_RE.match(tool_call_id):
+            raise NotFound("no such invocation")
         row = invocation_get(tenant_id=request_caller(request).tenant_id, tool_call_id=tool_call_id)
         if row is None:
             raise NotFound("no such invocation")

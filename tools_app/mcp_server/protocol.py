@@ -1,6 +1,6 @@
 """JSON-RPC 2.0 and MCP's two protocol eras, over whatever HTTP front hands it a parsed body.
 
-Eras (docs/specification of the protocol; ../shared/MCP.md):
+Eras (see the protocol specification, docs/specification/<revision>/ of modelcontextprotocol):
 - handshake (2025-06-18, 2025-11-25): `initialize` negotiates the version, then
   every request carries `MCP-Protocol-Version`. No session is ever issued, so
   a stateless server is simply one that never sends `Mcp-Session-Id`. A request

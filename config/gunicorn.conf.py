@@ -1,0 +1,36 @@
+"""gunicorn's settings for the web process (Procfile, Dockerfile, docker-compose.yml: `-c config/gunicorn.conf.py`).
+
+Sync workers, 2 per core (DESIGN.md: gthread and uvicorn cost more here). A
+sync worker serves one connection from its first byte to its last, so it
+must never face clients directly: config/nginx.conf waits for slow clients
+and hands over complete requests (README, "Production").
+
+The limits are set so that nginx, or the application, answers first with the
+API's JSON envelope: gunicorn's own answers to oversized request lines and
+headers (414, 431, 400) and to a worker timeout are HTML pages. Through the
+proxy a request line or header line is at most 8000 bytes and all headers
+about 33 KB, so they stay inside the limits below; tests/config/
+test_deployment.py checks the numbers against each other.
+"""
+
+import os
+
+from runner.pipeline import REQUEST_TIMEOUT_S
+
+bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
+worker_class = "sync"
+
+# gunicorn's largest line limit; nginx refuses request lines over 8000 bytes itself.
+limit_request_line = 8190
+limit_request_field_size = 8190
+# nginx passes at most ~33 KB of headers; even four-byte header lines stay under this count.
+limit_request_fields = 10000
+
+# No call outlives REQUEST_TIMEOUT_S (the longest tool budget a contract may declare, plus the
+# grace of a tool_call_id claim): the application answers `timeout` before it. A worker still
+# busy 15 s later is stuck and gets replaced; nginx's proxy_read_timeout (95 s) lies beyond.
+timeout = int(REQUEST_TIMEOUT_S) + 15
+graceful_timeout = 30
+
+accesslog = "-"

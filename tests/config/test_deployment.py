@@ -1,0 +1,251 @@
+"""The deployment files, read statically (no Docker here): nginx in front, gunicorn behind it, limits in order.
+
+Issue 9: slow clients froze every sync worker, and gunicorn's HTML error pages
+reached API clients. These tests hold the files to what fixed it: only nginx
+is published, it buffers and times out slow clients, its limits answer before
+gunicorn's, its own errors are the API's envelope, and the timeouts are
+ordered so that the application answers first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from gunicorn.config import Config
+
+from config.api import MAX_BODY_BYTES
+from runner.contracts import MAX_TIMEOUT_MS
+from runner.pipeline import REQUEST_TIMEOUT_S
+from tools_app.tools import BUILTIN_TOOLS
+
+ROOT = Path(__file__).resolve().parents[2]
+GUNICORN_CONF = "config/gunicorn.conf.py"
+NGINX_CONF = ROOT / "config" / "nginx.conf"
+
+# --- a small reader for nginx's configuration syntax ----------------------------------------
+
+_TOKEN = re.compile(r"""#[^\n]*|'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)"|([{};])|([^\s{};'"#]+)""")
+
+
+def _tokens(text: str) -> list[str]:
+    tokens = []
+    for match in _TOKEN.finditer(text):
+        single, double, punctuation, word = match.groups()
+        if match.group().startswith("#"):
+            continue
+        tokens.append(single if single is not None else double if double is not None else punctuation or word)
+    return tokens
+
+
+def parse_nginx(text: str) -> list[tuple[str, list[str], list[Any] | None]]:
+    """Directives as (name, arguments, block or None), nested as nginx nests them."""
+    stack: list[list[Any]] = [[]]
+    current: list[str] = []
+    for token in _tokens(text):
+        if token == ";":
+            stack[-1].append((current[0], current[1:], None))
+            current = []
+        elif token == "{":
+            block: list[Any] = []
+            stack[-1].append((current[0], current[1:], block))
+            stack.append(block)
+            current = []
+        elif token == "}":
+            stack.pop()
+        else:
+            current.append(token)
+    assert len(stack) == 1
+    assert not current
+    return stack[0]
+
+
+def directives(block: list[Any], name: str) -> list[list[str]]:
+    return [arguments for directive, arguments, _ in block if directive == name]
+
+
+def one(block: list[Any], name: str) -> list[str]:
+    (arguments,) = directives(block, name)
+    return arguments
+
+
+def seconds(value: str) -> float:
+    number, unit = re.fullmatch(r"(\d+)(ms|s|m)?", value).groups()
+    return int(number) * {"ms": 0.001, "s": 1, "m": 60, None: 1}[unit]
+
+
+def size(value: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([kKmM]?)", value).groups()
+    return int(number) * {"": 1, "k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2}[unit]
+
+
+@pytest.fixture(scope="module")
+def server() -> list[Any]:
+    (_name, _arguments, block) = next(d for d in parse_nginx(NGINX_CONF.read_text()) if d[0] == "server")
+    return block
+
+
+@pytest.fixture(scope="module")
+def gunicorn() -> Config:
+    """gunicorn's own Config, loaded the way gunicorn loads the file (its validators run)."""
+    config = Config()
+    for name, value in runpy.run_path(str(ROOT / GUNICORN_CONF)).items():
+        if name in config.settings:
+            config.set(name, value)
+    return config
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+# --- docker-compose.yml ------------------------------------------------------------------------
+
+
+def test_only_nginx_is_published_and_it_serves_the_projects_configuration(compose):
+    services = compose["services"]
+
+    published = {name for name, service in services.items() if service.get("ports")}
+    nginx = services["nginx"]
+
+    assert published == {"nginx"}
+    assert nginx["ports"] == ["8000:80"]
+    assert "./config/nginx.conf:/etc/nginx/conf.d/default.conf:ro" in nginx["volumes"]
+    assert nginx["depends_on"] == {"web": {"condition": "service_started"}}
+    assert services["web"]["expose"] == ["8000"]
+
+
+def test_the_trusted_proxy_network_is_the_stacks_own(compose):
+    subnet = compose["networks"]["default"]["ipam"]["config"][0]["subnet"]
+
+    assert compose["x-toolgate"]["environment"]["TOOLGATE_TRUSTED_PROXIES"] == subnet
+
+
+def test_nginx_proxies_to_the_web_service_on_its_port(server, compose):
+    (_name, _arguments, upstream) = next(d for d in parse_nginx(NGINX_CONF.read_text()) if d[0] == "upstream")
+    location = next(block for name, arguments, block in server if name == "location" and arguments == ["/"])
+
+    assert one(upstream, "server") == ["web:8000"]
+    assert one(location, "proxy_pass") == ["http://toolgate_web"]
+    assert compose["services"]["web"]["expose"] == ["8000"]
+
+
+def web_command(source: str, compose: dict[str, Any]) -> list[str]:
+    if source == "compose":
+        return shlex.split(compose["services"]["web"]["command"])
+    lines = (ROOT / source).read_text().splitlines()
+    if source == "Procfile":
+        return shlex.split(next(line.removeprefix("web:") for line in lines if line.startswith("web:")))
+    return json.loads(next(line.removeprefix("CMD") for line in lines if line.startswith("CMD")))
+
+
+@pytest.mark.parametrize("source", ["compose", "Procfile", "Dockerfile"])
+def test_every_web_command_uses_the_gunicorn_configuration(compose, source):
+    assert web_command(source, compose) == ["gunicorn", "-c", GUNICORN_CONF, "config.wsgi"]
+
+
+# --- nginx: slow clients wait in nginx, never in a worker --------------------------------------
+
+
+def test_slow_clients_are_timed_out_by_nginx(server):
+    assert seconds(one(server, "client_header_timeout")[0]) <= 15
+    assert seconds(one(server, "client_body_timeout")[0]) <= 15
+    assert seconds(one(server, "send_timeout")[0]) <= 60
+    assert seconds(one(server, "keepalive_timeout")[0]) <= 30
+
+
+def test_requests_and_answers_are_buffered_in_nginx(server):
+    body_limit = size(one(server, "client_max_body_size")[0])
+
+    assert one(server, "proxy_request_buffering") == ["on"]
+    assert one(server, "proxy_buffering") == ["on"]
+    # A bit over the API's own limit: the API answers 64 KiB + 1 with its envelope; far beyond, nginx does.
+    assert MAX_BODY_BYTES < body_limit <= 2 * MAX_BODY_BYTES
+    assert size(one(server, "client_body_buffer_size")[0]) >= body_limit  # bodies stay in memory
+
+
+def test_the_client_cannot_choose_the_forwarded_address(server):
+    headers = {arguments[0]: arguments[1] for arguments in directives(server, "proxy_set_header")}
+
+    assert headers["X-Real-IP"] == "$remote_addr"
+    assert headers["X-Forwarded-For"] == "$remote_addr"  # replaced, not $proxy_add_x_forwarded_for
+    assert headers["Host"] == "$host"
+
+
+# --- limits and timeouts, in the order they answer -------------------------------------------------
+
+
+def test_nginx_line_limits_answer_before_gunicorns(server, gunicorn):
+    count, buffer_size = one(server, "large_client_header_buffers")
+    header_budget = size(one(server, "client_header_buffer_size")[0]) + int(count) * size(buffer_size)
+
+    assert size(buffer_size) < gunicorn.limit_request_line
+    assert size(buffer_size) < gunicorn.limit_request_field_size
+    # The shortest header line nginx forwards is four bytes ("a:" CRLF); nginx adds a few of its own.
+    assert header_budget // 4 + 16 < gunicorn.limit_request_fields
+
+
+def test_the_application_answers_before_gunicorn_kills_the_worker_and_before_nginx_gives_up(server, gunicorn, settings):
+    longest_budget_s = max(tool.contract.default_timeout_ms for tool in BUILTIN_TOOLS) / 1000
+    before_the_tool = settings.TOOLGATE_SYNC_REFRESH_TIMEOUT_MS / 1000  # a refresh may run first
+
+    assert longest_budget_s <= MAX_TIMEOUT_MS / 1000  # no contract may declare more
+    assert MAX_TIMEOUT_MS / 1000 + before_the_tool + 5 < REQUEST_TIMEOUT_S < gunicorn.timeout
+    assert gunicorn.timeout < seconds(one(server, "proxy_read_timeout")[0])
+    assert gunicorn.worker_class_str == "sync"
+
+
+def test_gunicorn_reads_port_and_concurrency_from_the_environment(monkeypatch):
+    monkeypatch.setenv("PORT", "9123")
+    monkeypatch.setenv("WEB_CONCURRENCY", "6")
+
+    loaded = runpy.run_path(str(ROOT / GUNICORN_CONF))
+
+    assert (loaded["bind"], loaded["workers"]) == ("0.0.0.0:9123", 6)
+
+
+# --- nginx's own errors are the API's envelope ------------------------------------------------------
+
+EXPECTED_ERROR_PAGES = {
+    "400": ("400", "bad_request"),
+    "408": ("408", "bad_request"),
+    "413": ("413", "validation"),
+    "414": ("414", "bad_request"),
+    "494": ("431", "bad_request"),
+    "500": ("502", "internal"),
+    "502": ("502", "internal"),
+    "503": ("502", "internal"),
+    "504": ("504", "internal"),
+}
+
+
+def test_errors_nginx_answers_itself_are_json_envelopes(server):
+    pages = {}
+    for arguments in directives(server, "error_page"):
+        *codes, uri = arguments
+        replaced = [code for code in codes if code.startswith("=")]
+        for code in (code for code in codes if not code.startswith("=")):
+            pages[code] = (replaced[0][1:] if replaced else None, uri)
+    locations = {arguments[-1]: block for name, arguments, block in server if name == "location"}
+
+    answered = {}
+    for code, (replaced_by, uri) in pages.items():
+        block = locations[uri]
+        status, body = one(block, "return")
+        envelope = json.loads(body.replace("\\n", "\n"))  # nginx reads \n in a string as a newline
+        assert directives(block, "internal") == [[]]  # clients cannot ask for these pages themselves
+        assert one(block, "default_type") == ["application/json"]
+        assert set(envelope) == {"error_code", "safe_message"}
+        assert replaced_by in (None, status)
+        answered[code] = (status, envelope["error_code"])
+
+    assert answered == EXPECTED_ERROR_PAGES
+    # The application's own errors pass through untouched: only nginx's are replaced.
+    assert one(server, "proxy_intercept_errors") == ["off"]
