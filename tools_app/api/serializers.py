@@ -8,6 +8,7 @@ that failed, never the value that failed it.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -142,7 +143,27 @@ def _reference_field(**kwargs: Any) -> serializers.CharField:
     return StrictCharField(max_length=64, trim_whitespace=False, **kwargs)
 
 
-class StrictInputSerializer(serializers.Serializer):
+class PrototypeFieldsSerializer(serializers.Serializer):
+    """Deep-copies its declared fields once per class instead of once per instance.
+
+    DRF's `Serializer.get_fields` deep-copies every declared field for every
+    serializer it builds: on the exec hot path that was most of the serializers'
+    cost (two per call). Here each instance gets shallow copies of a per-class
+    prototype, which DRF then binds to it as usual (`bind` sets the per-instance
+    state: name, parent, source). Nothing a field holds beyond that is mutated
+    per request; fields that need the serializer's context do not fit this base.
+    """
+
+    _prototype_fields: dict[str, serializers.Field]
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        cls = type(self)
+        if "_prototype_fields" not in cls.__dict__:
+            cls._prototype_fields = super().get_fields()
+        return {name: copy.copy(field) for name, field in cls._prototype_fields.items()}
+
+
+class StrictInputSerializer(PrototypeFieldsSerializer):
     """Refuses fields it does not declare: a typo must not silently become a default.
 
     `SCHEMA_RULES`: JSON Schema keywords that state the serializer's rules across
@@ -238,7 +259,7 @@ class ExecInputSerializer(StrictInputSerializer):
         return attrs
 
 
-class FieldErrorSerializer(serializers.Serializer):
+class FieldErrorSerializer(PrototypeFieldsSerializer):
     path = serializers.CharField(help_text="Where the problem is, e.g. `args.timezone`; empty for the whole body.")
     message = serializers.CharField(help_text="What is wrong; never the offending value.")
 
@@ -253,7 +274,7 @@ class ErrorOutputSerializer(serializers.Serializer):
 
 
 @extend_schema_serializer(component_name="ExecSuccess")
-class ExecSuccessOutputSerializer(serializers.Serializer):
+class ExecSuccessOutputSerializer(PrototypeFieldsSerializer):
     tool_call_id = serializers.CharField()
     tool_id = serializers.CharField()
     ok = serializers.BooleanField()
@@ -263,7 +284,7 @@ class ExecSuccessOutputSerializer(serializers.Serializer):
 
 
 @extend_schema_serializer(component_name="ExecFailure")
-class ExecFailureOutputSerializer(serializers.Serializer):
+class ExecFailureOutputSerializer(PrototypeFieldsSerializer):
     """A call that ended without a value; `approval_id` and `errors` appear only with their codes."""
 
     tool_call_id = serializers.CharField()
@@ -352,7 +373,7 @@ class BlankAsNullCharField(serializers.CharField):
 
 
 @extend_schema_serializer(component_name="Invocation")
-class InvocationOutputSerializer(serializers.Serializer):
+class InvocationOutputSerializer(PrototypeFieldsSerializer):
     """One audit row: references and outcome only, never args or result values."""
 
     tool_call_id = serializers.CharField()
