@@ -17,7 +17,14 @@ from runner.types import ErrorCode, ToolInvocationContext, ToolSpec
 
 # One message for "no such grant", "another tenant's" and "another caller's":
 # the answer must not tell a prober which grant ids exist.
-GRANT_REFUSED = "grant does not authorise this connection"
+GRANT_REFUSED = (
+    "grant_id does not name an active grant of this service account; use the full id of a grant "
+    "made to it (GET /api/v1/grants, or the tenant's Grants page)"
+)
+NOT_GRANTED = (
+    "this connection is not in the grant, or not among the connection_ids this call declares; "
+    "grant it to this service account, or declare it"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +64,11 @@ def check_connection(
     if grant is None or not _belongs_to_caller(grant, ctx):
         return GateRefusal(ErrorCode.POLICY_DENIED, GRANT_REFUSED)
     if grant.revoked:
-        return GateRefusal(ErrorCode.POLICY_DENIED, "grant has been revoked")
+        return GateRefusal(ErrorCode.POLICY_DENIED, "the grant was revoked; ask the tenant for a new one")
     if grant.expires_at is not None and grant.expires_at <= now:
-        return GateRefusal(ErrorCode.POLICY_DENIED, "grant has expired")
+        return GateRefusal(ErrorCode.POLICY_DENIED, "the grant has expired; ask the tenant for a new one")
     if ctx.connection_id not in effective_connection_ids(grant.connection_ids, ctx.declared_connection_ids):
-        return GateRefusal(ErrorCode.POLICY_DENIED, "connection is not in grant ∩ declared connections")
+        return GateRefusal(ErrorCode.POLICY_DENIED, NOT_GRANTED)
     return None
 
 

@@ -26,6 +26,7 @@ from connections_app.services import ConnectionServiceError, connection_create, 
 from policies_app.governance import governance_cache
 from policies_app.services import PolicyServiceError, grant_create, grant_revoke
 from runner.errors import BrokerError
+from runner.grants import GRANT_REFUSED, NOT_GRANTED
 from runner.types import ErrorCode, ToolInvocationContext
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
 from tools_app.models import ToolInvocation
@@ -204,7 +205,7 @@ def test_another_callers_grant_answers_403_and_never_reaches_the_broker(github, 
 
     response = call_tool(connection, theirs)
 
-    message = "grant does not authorise this connection"
+    message = GRANT_REFUSED
     assert_refused(response, github, status=403, code="policy_denied", message=message)
     assert kinds(connection) == ["created"]
     assert last_used(connection) is None
@@ -215,7 +216,13 @@ def test_revoked_grant_answers_403(github, call_tool, connection, grant):
 
     response = call_tool(connection, grant)
 
-    assert_refused(response, github, status=403, code="policy_denied", message="grant has been revoked")
+    assert_refused(
+        response,
+        github,
+        status=403,
+        code="policy_denied",
+        message="the grant was revoked; ask the tenant for a new one",
+    )
     assert kinds(connection) == ["created"]
     assert last_used(connection) is None
 
@@ -228,7 +235,13 @@ def test_expired_grant_answers_403(github, caller, call_tool, connection):
 
     response = call_tool(connection, grant)
 
-    assert_refused(response, github, status=403, code="policy_denied", message="grant has expired")
+    assert_refused(
+        response,
+        github,
+        status=403,
+        code="policy_denied",
+        message="the grant has expired; ask the tenant for a new one",
+    )
     assert kinds(connection) == ["created"]
     assert last_used(connection) is None
 
@@ -240,7 +253,7 @@ def test_granted_connection_the_request_does_not_declare_answers_403(github, cal
 
     response = call_tool(connection, grant, connection_ids=[str(declared.pk)])
 
-    message = "connection is not in grant ∩ declared connections"
+    message = NOT_GRANTED
     assert_refused(response, github, status=403, code="policy_denied", message=message)
     assert kinds(connection) == ["created"]
     assert last_used(connection) is None
@@ -259,7 +272,7 @@ def test_connection_outside_the_grant_is_refused_by_the_gate_before_the_broker(
 
     response = call_tool(outside, grant)
 
-    message = "connection is not in grant ∩ declared connections"
+    message = NOT_GRANTED
     assert_refused(response, github, status=403, code="policy_denied", message=message)
     assert kinds(outside) == (["revoked", "created"] if revoked else ["created"])
     assert ConnectionEvent.objects.filter(kind=ConnectionEvent.Kind.USE_DENIED).count() == 0

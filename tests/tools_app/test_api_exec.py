@@ -21,6 +21,7 @@ from policies_app import governance
 from policies_app.governance import governance_cache
 from policies_app.models import ApprovalRequest, ServiceAccount
 from runner.defaults import SystemClock
+from runner.grants import GRANT_REFUSED, NOT_GRANTED
 from runner.pipeline import ToolRunner
 from runner.types import ErrorCode, FieldError
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
@@ -357,7 +358,7 @@ def test_connection_outside_the_grant_answers_403_policy_denied(github_caller):
 
     assert response.status_code == 403
     assert response.json()["error_code"] == "policy_denied"
-    assert response.json()["safe_message"] == "connection is not in grant ∩ declared connections"
+    assert response.json()["safe_message"] == NOT_GRANTED
 
 
 def test_another_callers_grant_answers_403_policy_denied(github_caller, tenant):
@@ -370,7 +371,7 @@ def test_another_callers_grant_answers_403_policy_denied(github_caller, tenant):
     response = exec_call(key, tool_id="github__get_user", connection_id=connection_id, grant_id=str(grant.pk))
 
     assert response.status_code == 403
-    assert response.json()["safe_message"] == "grant does not authorise this connection"
+    assert response.json()["safe_message"] == GRANT_REFUSED
 
 
 def test_granted_but_revoked_connection_answers_409_connection_unavailable(github_caller):
@@ -427,7 +428,7 @@ def test_expired_grant_answers_403_policy_denied(github_caller):
     response = exec_call(key, tool_id="github__get_user", connection_id=connection_id, grant_id=str(grant.pk))
 
     assert response.status_code == 403
-    assert response.json()["safe_message"] == "grant has expired"
+    assert response.json()["safe_message"] == "the grant has expired; ask the tenant for a new one"
 
 
 # --- request validation --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from config.runtime import bind_tools
 from runner.bound import BoundTool
 from runner.defaults import Unlimited
 from runner.errors import BrokerError
+from runner.grants import GRANT_REFUSED, NOT_GRANTED
 from runner.pipeline import ToolRunner, default_stages
 from runner.ports import GrantView, PolicyDecision
 from runner.types import (
@@ -515,7 +516,7 @@ def test_connection_outside_grant_and_declared_is_denied(
 
     assert (result.error_code, result.safe_message) == (
         ErrorCode.POLICY_DENIED,
-        "connection is not in grant ∩ declared connections",
+        NOT_GRANTED,
     )
     assert github.requests == []
     assert harness.broker.resolved == []
@@ -530,7 +531,7 @@ def test_grant_of_another_actor_is_denied(github: LoopbackServer) -> None:
 
     assert (result.error_code, result.safe_message) == (
         ErrorCode.POLICY_DENIED,
-        "grant does not authorise this connection",
+        GRANT_REFUSED,
     )
     assert github.requests == []
     assert harness.broker.resolved == []
