@@ -126,6 +126,9 @@ def test_grant_list_and_revoke_with_confirmation(acme, member):
 
     assert list(listed.context["grants"]) == [grant]
     assert "release bot" in listed.content.decode()
+    # the whole id, as a service sends it, selectable in one click (no truncated copy)
+    assert f'<code class="small copyable" data-grant-id="{grant.pk}"' in listed.content.decode()
+    assert f">{grant.pk}</code>" in listed.content.decode()
     assert url in listed.content.decode()
     assert "Revoke grant “for agent”?" in confirm.content.decode()
     assert revoked_after_get is None
