@@ -11,6 +11,7 @@ from django.urls import reverse
 from connections_app.web.activity import activity_chart, activity_per_day, chart_days
 from tests.factories import TenantFactory
 from tests.support.web import invocation, member_client
+from tools_app.models import ToolInvocation
 
 pytestmark = pytest.mark.django_db
 
@@ -187,3 +188,21 @@ def test_empty_activity_says_so(member):
     assert "No calls yet" in html
     assert "No calls in the last 14 days" in html
     assert "<svg" not in html
+
+
+@time_machine.travel(NOW, tick=False)
+def test_a_replay_and_a_running_call_are_shown_as_such_not_as_second_runs(acme, member):
+    client, _user = member
+    first = invocation(acme, "core__wait", NOW - timedelta(minutes=2), tool_call_id="same")
+    replay = invocation(acme, "core__wait", NOW - timedelta(minutes=1), ok=False, tool_call_id="same")
+    running = invocation(acme, "core__wait", NOW, tool_call_id="running")
+    ToolInvocation.objects.filter(pk=first.pk).update(duration_ms=812)
+    ToolInvocation.objects.filter(pk=replay.pk).update(decision="replayed", ok=True, error_code="", duration_ms=2)
+    ToolInvocation.objects.filter(pk=running.pk).update(state="pending", ended_at=None, duration_ms=None)
+
+    page = client.get(ACTIVITY).content.decode()
+
+    assert page.count("replay of an earlier run") == 1
+    assert page.count(">running</span>") == 1
+    assert "812 ms" in page
+    assert "2 ms" not in page  # a replay's own few milliseconds are not a run's duration
