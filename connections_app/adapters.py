@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 # "No such connection" and "another tenant's" answer alike: ids must not be probeable.
 NOT_AVAILABLE = "connection is not available"
 UNREADABLE = "the connection's credentials cannot be read; an operator has been alerted"
+EXPIRED = "the connection's credential has expired; the tenant must store a new one and grant it again"
 REFRESH_FAILED = "the connection's token has expired and could not be refreshed in time"
 # A token this close to expiry could die on its way to the provider: refresh it first.
 SYNC_REFRESH_SKEW = timedelta(seconds=30)
@@ -96,7 +97,7 @@ def _refusal(
         and connection.expires_at is not None
         and connection.expires_at <= now
     ):
-        return ErrorCode.CONNECTION_UNAVAILABLE, "connection has expired"
+        return ErrorCode.CONNECTION_UNAVAILABLE, EXPIRED
     return None
 
 

@@ -8,10 +8,12 @@ deleted, only revoked: grants and audit rows keep pointing at them.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from policies_app.models import Tenant
 
@@ -87,6 +89,31 @@ class Connection(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider} {self.label or self.credential_type} ({self.short_id})"
+
+    EXPIRED = "expired"
+
+    def status_at(self, now: datetime) -> str:
+        """The status a tenant and a caller see: an API key or app password past its expiry is `expired`.
+
+        (An OAuth token past its expiry is refreshed on its next use, so it stays `active`.)
+        """
+        if (
+            self.status == self.Status.ACTIVE
+            and self.credential_type != self.CredentialType.OAUTH2
+            and self.expires_at is not None
+            and self.expires_at <= now
+        ):
+            return self.EXPIRED
+        return str(self.status)
+
+    @property
+    def status_now(self) -> str:
+        return self.status_at(timezone.now())
+
+    @property
+    def status_label(self) -> str:
+        status = self.status_now
+        return "Expired" if status == self.EXPIRED else self.Status(status).label
 
     @property
     def short_id(self) -> str:

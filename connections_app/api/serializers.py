@@ -118,7 +118,11 @@ class ConnectionOutputSerializer(serializers.Serializer):
     credential_type = serializers.ChoiceField(choices=Connection.CredentialType.choices)
     label = serializers.CharField()
     scopes = serializers.ListField(child=serializers.CharField())
-    status = serializers.ChoiceField(choices=Connection.Status.choices)
+    status = serializers.ChoiceField(
+        source="status_now",
+        choices=[*Connection.Status.choices, (Connection.EXPIRED, "Expired")],
+        help_text="`expired`: an API key or app password past its expires_at; store a new one.",
+    )
     expires_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
     last_used_at = serializers.DateTimeField(allow_null=True)

@@ -438,6 +438,18 @@ def test_detail_answers_the_connection(acme, manager):
 NOT_FOUND = {"error_code": "not_found", "safe_message": "no such connection in this tenant"}
 
 
+def test_an_api_key_past_its_expiry_says_expired_and_an_oauth_token_stays_active(acme, manager):
+    past = timezone.now() - timedelta(minutes=1)
+    api_key = ConnectionFactory(tenant=acme)
+    oauth = ConnectionFactory(tenant=acme)
+    Connection.objects.filter(pk=api_key.pk).update(expires_at=past)
+    Connection.objects.filter(pk=oauth.pk).update(expires_at=past, credential_type="oauth2")  # refreshed on use
+
+    statuses = {row["id"]: row["status"] for row in manager.get(URL).json()["results"]}
+
+    assert statuses == {str(api_key.pk): "expired", str(oauth.pk): "active"}
+
+
 @pytest.mark.parametrize(
     "reference",
     ["foreign", "00000000-0000-0000-0000-000000000000", "not-a-uuid", "1%20OR%201=1", "%E2%80%AE", "%00"],

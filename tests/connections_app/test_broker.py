@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from config.runtime import runtime
-from connections_app.adapters import NOT_AVAILABLE, UNREADABLE, DatabaseConnectionBroker
+from connections_app.adapters import EXPIRED, NOT_AVAILABLE, UNREADABLE, DatabaseConnectionBroker
 from connections_app.crypto import KeyRing, seal_json
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.selectors import connection_events
@@ -176,8 +176,8 @@ def test_expired_api_key_connection_answers_409(github, caller, call_tool, conne
 
     response = call_tool(connection, grant)
 
-    assert_refused(response, github, status=409, code="connection_unavailable", message="connection has expired")
-    assert denials(connection.pk) == [(account.tenant_id, account.pk, TOOL, "connection has expired")]
+    assert_refused(response, github, status=409, code="connection_unavailable", message=EXPIRED)
+    assert denials(connection.pk) == [(account.tenant_id, account.pk, TOOL, EXPIRED)]
     assert last_used(connection) is None
 
 
