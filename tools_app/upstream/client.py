@@ -73,19 +73,23 @@ class UpstreamTarget:
         return (self.server_id, self.url, digest)
 
 
-@contextlib.asynccontextmanager
-async def connected(target: UpstreamTarget) -> AsyncIterator[tuple[Client, PinnedTransport]]:
-    """An initialised SDK client connected to the checked address (enter and exit in one task)."""
+async def pinned_transport(target: UpstreamTarget) -> PinnedTransport:
+    """A transport bound to the address the URL's host resolves to now, once checked."""
     endpoint = parse_endpoint(target.url)
     address = await resolve_checked(endpoint, allow_private=target.allow_private)
-    transport = PinnedTransport(address=address, hostname=endpoint.host)
+    return PinnedTransport(address=address, hostname=endpoint.host)
+
+
+@contextlib.asynccontextmanager
+async def connected(target: UpstreamTarget, transport: PinnedTransport) -> AsyncIterator[Client]:
+    """An initialised SDK client over `transport` (enter and exit in one task)."""
     timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=300.0)
     async with httpx2.AsyncClient(transport=transport, headers=dict(target.headers), timeout=timeout) as http:
         client = Client(
             streamable_http_client(target.url, http_client=http), mode="auto", cache=None, client_info=CLIENT_INFO
         )
         async with client:
-            yield client, transport
+            yield client
 
 
 def counters(transport: PinnedTransport) -> tuple[int, int, int]:
@@ -142,7 +146,8 @@ async def list_all_tools(target: UpstreamTarget, *, max_tools: int, max_pages: i
     """Every page of `tools/list`, as plain JSON (camelCase), refusing more than the bounds allow."""
     transport: PinnedTransport | None = None
     try:
-        async with connected(target) as (client, transport):
+        transport = await pinned_transport(target)
+        async with connected(target, transport) as client:
             tools: list[dict[str, Any]] = []
             cursor: str | None = None
             for _page in range(max_pages):
@@ -190,7 +195,8 @@ class UpstreamSession:
     async def _own(self) -> None:
         transport: PinnedTransport | None = None
         try:
-            async with connected(self.target) as (client, transport):
+            transport = await pinned_transport(self.target)
+            async with connected(self.target, transport) as client:
                 self.client, self.transport = client, transport
                 self._ready.set()
                 await self._closing.wait()
