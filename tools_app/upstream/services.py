@@ -404,17 +404,25 @@ def _actor_fields(user: AbstractBaseUser | None) -> Any:
 
 @transaction.atomic
 def mcp_tool_approve(
-    *, tool_id: str, user: AbstractBaseUser | None = None, via: str = "admin", expected_live_hash: str | None = None
+    *,
+    tool_id: str,
+    user: AbstractBaseUser | None = None,
+    via: str = "admin",
+    expected_live_hash: str | None = None,
+    only_if_unapproved: bool = False,
 ) -> McpTool:
     """Pin the live definition as the approved one, recording who and when.
 
     A drifted tool that was enabled before its quarantine is switched back on;
     a new tool stays off until an operator enables it. `expected_live_hash`
-    guards against approving a definition that changed while it was reviewed.
+    guards against approving a definition that changed while it was reviewed;
+    `only_if_unapproved` leaves an already approved tool (and its record) alone.
     """
     tool = McpTool.objects.select_for_update().select_related("tool", "server").filter(tool_id=tool_id).first()
     if tool is None:
         raise McpServerError(f"no MCP tool {tool_id!r}")
+    if only_if_unapproved and tool.status == McpTool.Status.APPROVED:
+        return tool
     if tool.status == McpTool.Status.REMOVED:
         raise McpServerError(f"{tool_id} was removed upstream; there is no live definition to approve")
     if expected_live_hash is not None and expected_live_hash != tool.live_hash:
