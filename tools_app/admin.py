@@ -20,6 +20,9 @@ from django.utils.safestring import SafeString
 from tools_app.models import Tool, ToolInvocation
 from tools_app.selectors import tool_ids_known
 from tools_app.services import tool_set_enabled
+from tools_app.upstream import admin as upstream_admin  # registers the MCP servers' and tools' admin
+
+__all__ = ["ToolAdmin", "ToolInvocationAdmin", "upstream_admin"]
 
 
 def _count(n: int, noun: str) -> str:

@@ -10,6 +10,7 @@ changes nothing but the server's last error.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from tools_app.upstream.vault import token_vault
 
 DISCOVER_TASK = "tools_app.upstream.discover_server"
 MIN_DISCOVER_SECONDS = 10
+PROVIDER_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
 class McpServerError(ValueError):
@@ -86,17 +88,8 @@ def allow_private_networks() -> bool:
 # --- registration ---------------------------------------------------------------------------
 
 
-@transaction.atomic
-def mcp_server_register(
-    *,
-    slug: str,
-    url: str,
-    provider: str = "",
-    operator_token: str | None = None,
-    discover_seconds: int = 300,
-    enabled: bool = True,
-) -> tuple[McpServer, bool]:
-    """Upsert a server by slug; returns (server, created). The token, when given, replaces the stored one."""
+def mcp_server_check(*, slug: str, url: str, provider: str, discover_seconds: int) -> None:
+    """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
         raise McpServerError(
             "the slug must match [a-z][a-z0-9]*(_[a-z0-9]+)* and have at most 32 characters (e.g. linear, acme_docs)"
@@ -109,8 +102,22 @@ def mcp_server_register(
         check_url_now(url, allow_private=allow_private_networks())
     except UpstreamAddressRefused as exc:
         raise McpServerError(f"URL refused: {exc}") from None
-    if provider and not SERVER_SLUG_PATTERN.match(provider.replace("-", "_")):
+    if provider and not PROVIDER_PATTERN.match(provider):
         raise McpServerError("the provider must be a simple name such as github or linear")
+
+
+@transaction.atomic
+def mcp_server_register(
+    *,
+    slug: str,
+    url: str,
+    provider: str = "",
+    operator_token: str | None = None,
+    discover_seconds: int = 300,
+    enabled: bool = True,
+) -> tuple[McpServer, bool]:
+    """Upsert a server by slug; returns (server, created). The token, when given, replaces the stored one."""
+    mcp_server_check(slug=slug, url=url, provider=provider, discover_seconds=discover_seconds)
     server = McpServer.objects.select_for_update().filter(slug=slug).first()
     created = server is None
     if server is None:
