@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from tests.tools_app.upstream.conftest import add
 from tools_app.models import McpServer, McpTool, Tool
-from tools_app.upstream.services import mcp_server_discover, mcp_server_register
+from tools_app.upstream.services import mcp_server_discover
 
 pytestmark = pytest.mark.django_db
 
