@@ -131,7 +131,7 @@ def compile_validator(schema: Mapping[str, Any]) -> Validator:
 
 def safe_label(name: str, limit: int = 80) -> str:
     """An upstream name fit for a message or a log line: printable ASCII, bounded."""
-    cleaned = "".join(ch if 32 < ord(ch) < 127 else "?" for ch in name)
+    cleaned = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in name)
     return repr(cleaned[:limit] + ("…" if len(cleaned) > limit else ""))
 
 
