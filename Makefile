@@ -46,6 +46,7 @@ format: install-dev
 
 bench: install-dev
 	$(BIN)/python -m bench.runner_overhead
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.mcp_gateway
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
