@@ -208,7 +208,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"bounded_upstream": {"()": "config.logfilters.BoundedUpstreamRecords"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["bounded_upstream"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
     # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.
@@ -216,6 +217,10 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
         "authlib": {"level": "WARNING"},
+        # The MCP SDK's HTTP client; its records (and the SDK's) are also cut by `bounded_upstream`.
+        "httpx2": {"level": "WARNING"},
+        "httpcore2": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
     },
 }
 
