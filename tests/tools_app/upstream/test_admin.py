@@ -127,3 +127,14 @@ def test_an_operator_confirms_or_tightens_an_effect_but_cannot_loosen_it(admin_c
     assert Tool.objects.get(pk="mcp__acme__slow").effect == "external_side_effect"
     assert "mcp__acme__slow: the upstream's hints suggest external_side_effect" in " ".join(_messages(tightened))
     assert McpTool.objects.get(pk=add_tool.pk).effect_confirmed_by == get_user_model().objects.get(username="admin")
+
+
+def test_the_kill_switch_does_not_turn_on_an_unapproved_upstream_tool(admin_client, discovered):
+    changelist = reverse("admin:tools_app_tool_changelist")
+
+    response = admin_client.post(
+        changelist, {"action": "enable_selected", "_selected_action": ["mcp__acme__add", "core__wait"]}, follow=True
+    )
+
+    assert "mcp__acme__add is pending review; approve its definition first" in _messages(response)
+    assert Tool.objects.get(pk="mcp__acme__add").is_enabled is False
