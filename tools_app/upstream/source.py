@@ -132,7 +132,7 @@ def _executor(upstream: _Upstream) -> Any:
             raise ToolFailure(f"upstream MCP server: {error.safe_message}") from None
         if result.is_error:
             raise ToolFailure("upstream MCP server: the tool reported an error")
-        value = _value_of(result)
+        value = _value_of(result, has_output_schema=upstream.pinned.output_schema is not None)
         # The runner checks outputs against a broker's credential; the operator token is ours to check.
         if (
             auth is not None
@@ -145,10 +145,11 @@ def _executor(upstream: _Upstream) -> Any:
     return execute
 
 
-def _value_of(result: types.CallToolResult) -> Any:
-    """structuredContent when the upstream sent it (output validation checks it), else the text blocks."""
-    if result.structured_content is not None:
-        return result.structured_content
+def _value_of(result: types.CallToolResult, *, has_output_schema: bool) -> Any:
+    """structuredContent when the pinned definition declares its schema (output validation checks it),
+    else the text blocks: structure nobody declared and reviewed has no allowlist to pass."""
+    if has_output_schema:
+        return result.structured_content if result.structured_content is not None else {}
     blocks = [{"type": "text", "text": block.text} for block in result.content if isinstance(block, types.TextContent)]
     return {"content": blocks}
 

@@ -290,3 +290,12 @@ def test_a_json_rpc_error_answers_execution_with_its_code_only(ready, upstream, 
         "upstream MCP server: the tool reported an error",
     }
     assert "add" not in body["safe_message"].removeprefix("upstream MCP server: ")
+
+
+def test_a_tool_without_an_output_schema_answers_its_text_blocks(ready, upstream, caller):
+    _account, key = caller
+
+    response = call(key, "mcp__acme__slow", {"ms": 5})
+
+    assert response.status_code == 200
+    assert response.json()["value"] == {"content": [{"type": "text", "text": "slept 5"}]}
