@@ -80,6 +80,8 @@ def check_definition(raw: Mapping[str, Any], bounds: DiscoveryBounds) -> None:
     if not isinstance(name, str) or not name or len(name) > 512:
         raise DefinitionRefused("a listed tool has no usable name")
     label = safe_label(name)
+    if b"\\u0000" in canonical_json(canonical_definition(raw)):
+        raise DefinitionRefused(f"tool {label}: the definition contains NUL characters")
     description = raw.get("description") or ""
     if not isinstance(description, str) or len(description) > bounds.max_description_chars:
         raise DefinitionRefused(f"tool {label}: description over {bounds.max_description_chars} characters")

@@ -121,3 +121,8 @@ def test_the_default_allowlist_keeps_declared_leaves_and_drops_the_rest():
         "owner": {"login": "o"},
     }
     assert default_allowlist(None) == ("content[].type", "content[].text")
+
+
+def test_nul_characters_are_refused_before_any_database_sees_them():
+    with pytest.raises(DefinitionRefused, match="NUL"):
+        check_definition({**BASE, "description": "a\x00b"}, DiscoveryBounds())
