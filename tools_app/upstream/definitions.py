@@ -92,21 +92,25 @@ def check_definition(raw: Mapping[str, Any], bounds: DiscoveryBounds) -> None:
     if not isinstance(input_schema, Mapping) or input_schema.get("type") != "object":
         raise DefinitionRefused(f"tool {label}: inputSchema must be a JSON Schema object of type object")
     for key in ("inputSchema", "outputSchema", "annotations"):
-        value = raw.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, Mapping):
-            raise DefinitionRefused(f"tool {label}: {key} must be an object")
-        if len(canonical_json(value)) > bounds.max_schema_bytes:
-            raise DefinitionRefused(f"tool {label}: {key} over {bounds.max_schema_bytes} bytes")
-        if key != "annotations":
-            for ref in _refs(value):
-                if not ref.startswith("#"):
-                    raise DefinitionRefused(f"tool {label}: {key} has a remote $ref (refused, never fetched)")
-            try:
-                compile_validator(value)
-            except JsonSchemaError:
-                raise DefinitionRefused(f"tool {label}: {key} is not a valid JSON Schema") from None
+        _check_part(raw.get(key), key, label, bounds)
+
+
+def _check_part(value: Any, key: str, label: str, bounds: DiscoveryBounds) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise DefinitionRefused(f"tool {label}: {key} must be an object")
+    if len(canonical_json(value)) > bounds.max_schema_bytes:
+        raise DefinitionRefused(f"tool {label}: {key} over {bounds.max_schema_bytes} bytes")
+    if key == "annotations":
+        return
+    for ref in _refs(value):
+        if not ref.startswith("#"):
+            raise DefinitionRefused(f"tool {label}: {key} has a remote $ref (refused, never fetched)")
+    try:
+        compile_validator(value)
+    except JsonSchemaError:
+        raise DefinitionRefused(f"tool {label}: {key} is not a valid JSON Schema") from None
 
 
 def _refs(node: Any) -> Iterator[str]:
