@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from policies_app.governance import governance_bump
 from policies_app.models import ToolPolicy
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
-from tests.support.api import api_client
+from tests.support.api import api_client, enable_tools
 from tests.tools_app.upstream.conftest import add
 from tools_app.models import McpTool, ToolInvocation
 from tools_app.services import tool_set_enabled
@@ -299,3 +301,19 @@ def test_a_tool_without_an_output_schema_answers_its_text_blocks(ready, upstream
 
     assert response.status_code == 200
     assert response.json()["value"] == {"content": [{"type": "text", "text": "slept 5"}]}
+
+
+def test_a_warm_upstream_call_costs_no_more_queries_than_a_builtin_one(ready, upstream, caller):
+    account, key = caller
+    enable_tools("core__get_current_time")
+    ToolPolicy.objects.filter(tenant=account.tenant).update(allowed_tools=["mcp__acme__add", "core__get_current_time"])
+    governance_bump()
+    for tool_id, args in (("mcp__acme__add", {"a": 1, "b": 1}), ("core__get_current_time", {})):
+        assert call(key, tool_id, args).status_code == 200  # warm caches and the pooled session
+
+    with CaptureQueriesContext(connection) as builtin:
+        call(key, "core__get_current_time", {})
+    with CaptureQueriesContext(connection) as upstream_call:
+        call(key, "mcp__acme__add", {"a": 1, "b": 1})
+
+    assert len(upstream_call.captured_queries) == len(builtin.captured_queries)
