@@ -54,6 +54,7 @@ bench: install-dev
 	$(BIN)/python -m bench.runner_overhead
 	$(BIN)/python -m bench.exec_throughput
 	$(BIN)/python -m bench.mcp_vs_rest
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.mcp_gateway
 
 clean:
 	rm -rf $(VENV) $(MCP1_VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -21,9 +21,10 @@ from runner.contracts import ToolDefinition
 from runner.defaults import LoggingEventSink, SystemClock
 from runner.errors import ContractError
 from runner.pipeline import ToolRunner, default_stages
-from runner.ports import PolicyDecider
+from runner.ports import PolicyDecider, ToolSource
 from tools_app.adapters import CatalogToolSource, DatabaseAuditSink, DatabaseIdempotencyStore
 from tools_app.registry import code_registry
+from tools_app.upstream.source import CompositeToolSource, McpToolSource
 
 
 def provider_base_urls() -> dict[str, str]:
@@ -49,13 +50,14 @@ class Runtime:
     """The runner and the ports interfaces need beside it (the catalog asks source and policy)."""
 
     runner: ToolRunner
-    source: CatalogToolSource
+    source: ToolSource
     policy: PolicyDecider
 
 
 def build_runtime() -> Runtime:
     clock = SystemClock()
-    source = CatalogToolSource(bind_tools(code_registry(), provider_base_urls()))
+    # Code tools first, then the approved tools of upstream MCP servers (ids are namespaced apart).
+    source = CompositeToolSource(CatalogToolSource(bind_tools(code_registry(), provider_base_urls())), McpToolSource())
     policy = DatabasePolicyDecider()
     stages = default_stages(
         source=source,

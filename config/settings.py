@@ -226,7 +226,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"bounded_upstream": {"()": "config.logfilters.BoundedUpstreamRecords"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["bounded_upstream"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
     # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.
@@ -234,6 +235,10 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
         "authlib": {"level": "WARNING"},
+        # The MCP SDK's HTTP client; its records (and the SDK's) are also cut by `bounded_upstream`.
+        "httpx2": {"level": "WARNING"},
+        "httpcore2": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
     },
 }
 
@@ -251,6 +256,8 @@ TOOLGATE_API_RATE_PER_SECOND = env.int("TOOLGATE_API_RATE_PER_SECOND", default=1
 TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=[])
 # /metrics: with a token, `Authorization: Bearer <token>` from anywhere; without, loopback only.
 TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
+# Upstream MCP servers on loopback/private addresses (tests, single-host installs); refused by default.
+TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS", default=False)
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the

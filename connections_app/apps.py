@@ -1,5 +1,8 @@
 from django.apps import AppConfig
 
+from connections_app.mcp_tokens import KeyRingTokenVault
+from tools_app.upstream.vault import install_token_vault
+
 
 class ConnectionsAppConfig(AppConfig):
     """Tenant connections to third-party accounts, their credentials and refresh."""
@@ -14,3 +17,4 @@ class ConnectionsAppConfig(AppConfig):
         from connections_app.metrics import RefreshCounters  # noqa: PLC0415
 
         REGISTRY.register(RefreshCounters())
+        install_token_vault(KeyRingTokenVault())  # MCP servers' operator tokens, sealed like connections

@@ -10,6 +10,7 @@ checked first and any problem refuses it with every offending name listed.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from runner.types import ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
 from tools_app.services import tool_sync
+from tools_app.upstream.services import McpServerError, mcp_tool_approve
 
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
 POLICY_FIELDS = ("name", "tenant", "service_account", "allowed_tools", "require_approval_for_effects", *BUDGET_FIELDS)
@@ -31,7 +33,8 @@ POLICY_FIELDS = ("name", "tenant", "service_account", "allowed_tools", "require_
 # inactive policy would come back active. A file without it means active.
 POLICY_KEYS = frozenset({*POLICY_FIELDS, "active"})
 TOP_LEVEL_KEYS = frozenset({"tools", "policies"})
-TOOL_KEYS = frozenset({"enabled"})
+TOOL_KEYS = frozenset({"enabled", "schema_hash"})
+SCHEMA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 VALID_EFFECTS = frozenset(effect.value for effect in ToolEffect)
 MAX_BUDGET = 2_147_483_647  # PositiveIntegerField's bound on every supported database
 MAX_NAME_LENGTH = ToolPolicy._meta.get_field("name").max_length
@@ -83,8 +86,8 @@ class _PolicyRow:
 def policy_export() -> dict[str, Any]:
     """The current tool switches and policies as the contract's document."""
     tools = {
-        tool_id: {"enabled": enabled}
-        for tool_id, enabled in Tool.objects.order_by("id").values_list("id", "is_enabled")
+        tool_id: {"enabled": enabled, "schema_hash": f"sha256:{schema_hash}"}
+        for tool_id, enabled, schema_hash in Tool.objects.order_by("id").values_list("id", "is_enabled", "schema_hash")
     }
     policies = [
         _policy_document(policy)
@@ -144,7 +147,7 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         policy.name: policy
         for policy in ToolPolicy.objects.select_for_update(of=("self",)).select_related("tenant", "service_account")
     }
-    switches, rows = _validate(document, existing=existing, prune=prune)
+    switches, rows, pins = _validate(document, existing=existing, prune=prune)
     report = ImportReport()
 
     tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
@@ -152,6 +155,7 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         tool_sync(specs=code_specs())
         report.tools_synced = True
         tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
+    _check_pins(pins, switches, tool_rows)
     for tool_id, enabled in sorted(switches.items()):
         tool = tool_rows[tool_id]
         if tool.is_enabled != enabled:
@@ -228,7 +232,7 @@ def _row_document(row: _PolicyRow) -> dict[str, Any]:
 
 def _validate(
     document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool
-) -> tuple[dict[str, bool], list[_PolicyRow]]:
+) -> tuple[dict[str, bool], list[_PolicyRow], dict[str, str]]:
     """The document's switches and policies, or PolicyFileError listing every problem found."""
     if not isinstance(document, dict):
         raise PolicyFileError(['the file must hold a JSON object with "tools" and "policies"'])
@@ -238,16 +242,19 @@ def _validate(
         raise PolicyFileError(problems)
 
     known_tools = set(code_registry()) | set(Tool.objects.values_list("id", flat=True))
-    switches = _validate_switches(document["tools"], known_tools=known_tools, problems=problems)
+    pins: dict[str, str] = {}
+    switches = _validate_switches(document["tools"], known_tools=known_tools, problems=problems, pins=pins)
     rows = _validate_policies(document["policies"], known_tools=known_tools, problems=problems)
     if not problems:
         _check_scopes(rows, existing=existing, prune=prune, problems=problems)
     if problems:
         raise PolicyFileError(problems)
-    return switches, rows
+    return switches, rows, pins
 
 
-def _validate_switches(tools: Any, *, known_tools: set[str], problems: list[str]) -> dict[str, bool]:
+def _validate_switches(
+    tools: Any, *, known_tools: set[str], problems: list[str], pins: dict[str, str]
+) -> dict[str, bool]:
     if not isinstance(tools, dict):
         problems.append('"tools" must be an object of tool id -> {"enabled": true|false}')
         return {}
@@ -255,11 +262,55 @@ def _validate_switches(tools: Any, *, known_tools: set[str], problems: list[str]
     for tool_id, entry in tools.items():
         if tool_id not in known_tools:
             problems.append(f"tools: unknown tool id {tool_id!r}")
-        elif not isinstance(entry, dict) or set(entry) != TOOL_KEYS or not isinstance(entry["enabled"], bool):
+        elif (
+            not isinstance(entry, dict)
+            or "enabled" not in entry
+            or not set(entry) <= TOOL_KEYS
+            or not isinstance(entry["enabled"], bool)
+        ):
             problems.append(f'tools: {tool_id!r} must be {{"enabled": true|false}}')
+        elif "schema_hash" in entry and not (
+            isinstance(entry["schema_hash"], str) and SCHEMA_HASH.match(entry["schema_hash"])
+        ):
+            problems.append(f'tools: {tool_id!r} has a schema_hash that is not "sha256:<64 hex digits>"')
         else:
             switches[tool_id] = entry["enabled"]
+            if "schema_hash" in entry:
+                pins[tool_id] = entry["schema_hash"].removeprefix("sha256:")
     return switches
+
+
+def _check_pins(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows: Mapping[str, Tool]) -> None:
+    """Pinned definitions: a hash must be the tool's current one; an MCP tool is enabled only by its hash.
+
+    Enabling an upstream tool whose live definition is not approved yet (new
+    or drifted) approves exactly the definition the file pins, so a reviewed
+    policy file in git is an approval. Any problem refuses the whole file.
+    """
+    problems = []
+    for tool_id, enabled in sorted(switches.items()):
+        tool = tool_rows[tool_id]
+        pinned = pins.get(tool_id)
+        if pinned is not None and pinned != tool.schema_hash:
+            problems.append(f"tools: {tool_id!r}: schema_hash differs from the tool's current definition")
+        elif enabled and tool.source == Tool.Source.MCP and pinned is None:
+            problems.append(f"tools: {tool_id!r} comes from an MCP server; enabling it requires its schema_hash")
+    if problems:
+        raise PolicyFileError(problems)
+    for tool_id, enabled in sorted(switches.items()):
+        if enabled and tool_rows[tool_id].source == Tool.Source.MCP:
+            try:
+                approved = mcp_tool_approve(tool_id=tool_id, via="policy import", only_if_unapproved=True)
+            except McpServerError as error:
+                raise PolicyFileError([f"tools: {error}"]) from None
+            if approved.tool.schema_hash != pins[tool_id]:
+                raise PolicyFileError(
+                    [
+                        f"tools: {tool_id!r}: the new definition's hints ask for a stricter effect "
+                        f"({approved.tool.effect}); export again and review that"
+                    ]
+                )
+            tool_rows[tool_id].is_enabled = approved.tool.is_enabled
 
 
 def _validate_policies(policies: Any, *, known_tools: set[str], problems: list[str]) -> list[_PolicyRow]:

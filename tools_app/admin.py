@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
@@ -20,6 +20,10 @@ from django.utils.safestring import SafeString
 from tools_app.models import Tool, ToolInvocation
 from tools_app.selectors import tool_ids_known
 from tools_app.services import tool_set_enabled
+from tools_app.upstream import admin as upstream_admin  # registers the MCP servers' and tools' admin
+from tools_app.upstream.services import mcp_tools_enable_check
+
+__all__ = ["ToolAdmin", "ToolInvocationAdmin", "upstream_admin"]
 
 
 def _count(n: int, noun: str) -> str:
@@ -71,6 +75,10 @@ class ToolAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Tool, form: ModelForm, change: bool) -> None:
         """The switch is the only editable field: flip it through the service, like the bulk actions."""
+        problems = mcp_tools_enable_check([obj.pk]) if obj.is_enabled else []
+        if problems:  # an upstream tool runs only with an approved definition
+            self.message_user(request, problems[0], messages.ERROR)
+            return
         tool_set_enabled(tool_ids=[obj.pk], enabled=obj.is_enabled)
 
     @admin.action(description="Enable selected tools", permissions=["change"])
@@ -83,6 +91,10 @@ class ToolAdmin(admin.ModelAdmin):
 
     def _switch(self, request: HttpRequest, queryset: QuerySet[Tool], *, enabled: bool) -> None:
         selected = list(queryset)
+        if enabled:
+            for problem in mcp_tools_enable_check(tool.pk for tool in selected):
+                self.message_user(request, problem, messages.ERROR)
+                selected = [tool for tool in selected if not problem.startswith(f"{tool.pk} ")]
         changed = tool_set_enabled(tool_ids=[tool.pk for tool in selected], enabled=enabled)
         verb = "Enabled" if enabled else "Disabled"
         for tool in selected:

@@ -6,10 +6,13 @@ from django.db import models
 from django.db.models import Q
 
 from runner.types import Decision, ErrorCode, ToolEffect
+from tools_app.upstream.models import McpServer, McpTool
+
+__all__ = ["McpServer", "McpTool", "Tool", "ToolInvocation"]
 
 
 class Tool(models.Model):
-    """One catalog row per tool id, synced from the code registry (and MCP later).
+    """One catalog row per tool id, synced from the code registry and from MCP discovery.
 
     `is_enabled` is the operator's kill switch, above every policy; new tools
     arrive disabled. A tool gone from code keeps its row (with `missing_since`)

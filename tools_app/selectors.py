@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from policies_app.governance import governance_cache
-from tools_app.models import Tool, ToolInvocation
+from tools_app.models import McpServer, Tool, ToolInvocation
 from tools_app.registry import code_registry
 
 
@@ -48,7 +48,9 @@ def tool_ids_known() -> list[str]:
 
 
 def tool_providers() -> list[str]:
-    """Providers the code's tools talk to (e.g. `github`): what a hand-entered credential may be for."""
-    return sorted(
-        {definition.contract.provider for definition in code_registry().values() if definition.contract.provider}
+    """Providers tools talk to (`github`, an MCP server's `--provider`): what a hand-entered credential may be for."""
+    code = {definition.contract.provider for definition in code_registry().values() if definition.contract.provider}
+    upstream = set(
+        McpServer.objects.filter(removed_at__isnull=True).exclude(provider="").values_list("provider", flat=True)
     )
+    return sorted(code | upstream)

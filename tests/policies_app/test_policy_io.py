@@ -86,12 +86,13 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
     document = policy_export()
 
     # then
+    pins = {tool_id: f"sha256:{digest}" for tool_id, digest in Tool.objects.values_list("id", "schema_hash")}
     assert document == {
         "tools": {
-            "core__get_current_time": {"enabled": False},
-            "core__wait": {"enabled": True},
-            "github__create_issue": {"enabled": False},
-            "github__get_user": {"enabled": False},
+            "core__get_current_time": {"enabled": False, "schema_hash": pins["core__get_current_time"]},
+            "core__wait": {"enabled": True, "schema_hash": pins["core__wait"]},
+            "github__create_issue": {"enabled": False, "schema_hash": pins["github__create_issue"]},
+            "github__get_user": {"enabled": False, "schema_hash": pins["github__get_user"]},
         },
         "policies": [
             {

@@ -1,0 +1,20 @@
+"""The key-ring vault for MCP servers' operator tokens (installed into tools_app at startup)."""
+
+from __future__ import annotations
+
+from connections_app.crypto import KeyRing, open_sealed, seal
+
+
+class KeyRingTokenVault:
+    """AES-GCM under TOOLGATE_ENCRYPTION_KEYS, bound to `{"mcp_server": <id>}`.
+
+    The binding's key differs from a connection's, so a connection blob pasted
+    into a server row (or the reverse) does not open.
+    """
+
+    def seal(self, token: str, *, server_id: str) -> tuple[bytes, str]:
+        sealed = seal(token.encode(), binding={"mcp_server": server_id}, ring=KeyRing.from_settings())
+        return sealed.blob, sealed.key_id
+
+    def open(self, blob: bytes, *, server_id: str) -> str:
+        return open_sealed(blob, binding={"mcp_server": server_id}, ring=KeyRing.from_settings()).decode()

@@ -1,0 +1,140 @@
+"""The operators' MCP pages, through real admin requests against a real upstream."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from tests.tools_app.upstream.conftest import add
+from tools_app.models import McpServer, McpTool, Tool
+from tools_app.upstream.services import mcp_server_discover
+
+pytestmark = pytest.mark.django_db
+
+SERVERS = reverse("admin:tools_app_mcpserver_changelist")
+TOOLS = reverse("admin:tools_app_mcptool_changelist")
+TOKEN = "op-token-admin-7a7a7a7a7a"
+
+
+def _messages(response) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+@pytest.fixture
+def discovered(registered):
+    mcp_server_discover(server_id=registered.pk)
+    return registered
+
+
+def test_an_operator_adds_a_server_with_a_write_only_token(admin_client, allow_private, upstream):
+    response = admin_client.post(
+        reverse("admin:tools_app_mcpserver_add"),
+        {
+            "slug": "acme",
+            "url": upstream.url,
+            "provider": "",
+            "discover_seconds": 120,
+            "enabled": "on",
+            "operator_token": TOKEN,
+        },
+    )
+
+    assert response.status_code == 302
+    server = McpServer.objects.get(slug="acme")
+    assert server.has_operator_token
+    assert server.discover_seconds == 120
+    page = admin_client.get(reverse("admin:tools_app_mcpserver_change", args=[server.pk]))
+    assert TOKEN not in page.content.decode()
+    assert "stored, encrypted under key" in page.content.decode()
+    listing = admin_client.get(SERVERS)
+    assert TOKEN not in listing.content.decode()
+
+
+def test_the_add_form_refuses_a_private_url_by_default(admin_client):
+    response = admin_client.post(
+        reverse("admin:tools_app_mcpserver_add"),
+        {"slug": "local", "url": "http://127.0.0.1:8000/mcp", "discover_seconds": 300, "enabled": "on"},
+    )
+
+    assert response.status_code == 200
+    assert "loopback, link-local or private" in response.content.decode()
+    assert not McpServer.objects.exists()
+
+
+def test_discover_now_reports_success_and_failure(admin_client, registered, upstream):
+    ok = admin_client.post(SERVERS, {"action": "discover_now", "_selected_action": [registered.pk]}, follow=True)
+
+    assert _messages(ok)[0].startswith("acme: ok (")
+    assert McpTool.objects.count() == 5
+    upstream.stop()
+    failed = admin_client.post(SERVERS, {"action": "discover_now", "_selected_action": [registered.pk]}, follow=True)
+    assert _messages(failed) == ["acme: failed: the upstream cannot be reached"]
+    changelist = admin_client.get(SERVERS)
+    assert "the upstream cannot be reached" in changelist.content.decode()
+
+
+def test_tools_filter_by_server_and_status(admin_client, discovered):
+    McpTool.objects.filter(upstream_name="add").update(status=McpTool.Status.DRIFTED)
+
+    drifted = admin_client.get(TOOLS, {"status__exact": "drifted"})
+    by_server = admin_client.get(TOOLS, {"server__id__exact": discovered.pk})
+
+    assert [row.tool_id for row in drifted.context["cl"].result_list] == ["mcp__acme__add"]
+    assert len(by_server.context["cl"].result_list) == 5
+
+
+def test_a_drifted_tool_shows_both_definitions_escaped_and_approval_records_who_and_when(
+    admin_client, admin_user, discovered, upstream
+):
+    add_tool = McpTool.objects.get(upstream_name="add")
+    approve_url = reverse("admin:tools_app_mcptool_approve", args=[add_tool.pk])
+    admin_client.post(approve_url, {"live_hash": add_tool.live_hash})
+    upstream.server.remove_tool("add")
+    upstream.server.add_tool(add, name="add", description="<script>alert(1)</script> Add.")
+    mcp_server_discover(server_id=discovered.pk)
+
+    page = admin_client.get(reverse("admin:tools_app_mcptool_change", args=[add_tool.pk])).content.decode()
+    review = admin_client.get(approve_url).content.decode()
+
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; Add." in page
+    assert "Add two integers." in page  # the approved side
+    assert "-  &quot;description&quot;: &quot;Add two integers.&quot;" in page  # the diff
+    assert "Approve this definition" in review
+    stale = admin_client.post(approve_url, {"live_hash": "0" * 64}, follow=True)
+    assert "changed while it was being reviewed" in _messages(stale)[0]
+    assert McpTool.objects.get(pk=add_tool.pk).status == McpTool.Status.DRIFTED
+
+    admin_client.post(approve_url, {"live_hash": McpTool.objects.get(pk=add_tool.pk).live_hash})
+
+    approved = McpTool.objects.get(pk=add_tool.pk)
+    assert approved.status == McpTool.Status.APPROVED
+    assert approved.approved_by == admin_user
+    assert approved.approved_via == "admin"
+    assert approved.approved_at is not None
+    assert approved.approved_definition["description"] == "<script>alert(1)</script> Add."
+
+
+def test_an_operator_confirms_or_tightens_an_effect_but_cannot_loosen_it(admin_client, discovered):
+    add_tool = McpTool.objects.get(upstream_name="add")
+    slow = McpTool.objects.get(upstream_name="slow")
+
+    admin_client.post(TOOLS, {"action": "confirm_suggested_effect", "_selected_action": [add_tool.pk, slow.pk]})
+    tightened = admin_client.post(TOOLS, {"action": "set_state_change", "_selected_action": [slow.pk]}, follow=True)
+
+    assert Tool.objects.get(pk="mcp__acme__add").effect == "read_only"
+    assert Tool.objects.get(pk="mcp__acme__slow").effect == "external_side_effect"
+    assert "mcp__acme__slow: the upstream's hints suggest external_side_effect" in " ".join(_messages(tightened))
+    assert McpTool.objects.get(pk=add_tool.pk).effect_confirmed_by == get_user_model().objects.get(username="admin")
+
+
+def test_the_kill_switch_does_not_turn_on_an_unapproved_upstream_tool(admin_client, discovered):
+    changelist = reverse("admin:tools_app_tool_changelist")
+
+    response = admin_client.post(
+        changelist, {"action": "enable_selected", "_selected_action": ["mcp__acme__add", "core__wait"]}, follow=True
+    )
+
+    assert "mcp__acme__add is pending review; approve its definition first" in _messages(response)
+    assert Tool.objects.get(pk="mcp__acme__add").is_enabled is False

@@ -1,0 +1,128 @@
+"""Canonical definitions, hashes, id mapping, effects and allowlists (pure functions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.redaction import compile_allowlist, redact
+from runner.types import ToolEffect
+from tools_app.upstream.definitions import (
+    DefinitionRefused,
+    DiscoveryBounds,
+    check_definition,
+    default_allowlist,
+    definition_hash,
+    suggested_effect,
+    tool_id_for,
+    tool_ids_for,
+)
+
+BASE = {"name": "add", "description": "Add.", "inputSchema": {"type": "object"}}
+
+
+def test_the_hash_ignores_key_order_and_absent_fields_but_not_content():
+    reordered = {
+        "inputSchema": {"type": "object"},
+        "description": "Add.",
+        "name": "add",
+        "title": None,
+        "_meta": {"x": 1},
+    }
+
+    assert definition_hash(BASE) == definition_hash(reordered)
+    assert definition_hash(BASE) != definition_hash({**BASE, "description": "Add. "})
+    assert definition_hash(BASE) != definition_hash({**BASE, "annotations": {"readOnlyHint": True}})
+    assert definition_hash(BASE) != definition_hash({**BASE, "outputSchema": {"type": "object"}})
+
+
+def test_fitting_names_are_used_as_is_and_others_map_deterministically():
+    assert tool_id_for("acme", "create_issue-v2") == "mcp__acme__create_issue-v2"
+    mapped = tool_id_for("acme", "files/read")
+    assert mapped == tool_id_for("acme", "files/read")
+    assert mapped.startswith("mcp__acme__files_read_")
+    long = tool_id_for("acme", "x" * 80)
+    assert len(long) == 64
+    assert long != tool_id_for("acme", "x" * 81)
+    assert tool_id_for("acme", "_private").startswith("mcp__acme__private_")
+
+
+def test_two_names_on_one_id_refuse_the_listing_naming_both(monkeypatch):
+    monkeypatch.setattr("tools_app.upstream.definitions.MAPPED_HASH_CHARS", 0)
+
+    with pytest.raises(DefinitionRefused) as refused:
+        tool_ids_for("acme", ["a.b", "a b"])
+
+    assert "'a.b'" in str(refused.value)
+    assert "'a b'" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"inputSchema": {"type": "string"}}, "must be a JSON Schema object of type object"),
+        ({"inputSchema": {"type": "object", "properties": {"a": {"$ref": "https://evil/x"}}}}, "remote \\$ref"),
+        ({"outputSchema": {"type": "object", "$defs": {"a": {"$dynamicRef": "https://e/x"}}}}, "remote \\$ref"),
+        ({"inputSchema": {"type": "object", "properties": {"a": {"type": 5}}}}, "not a valid JSON Schema"),
+        ({"inputSchema": {"type": "object", "description": "x" * 70_000}}, "inputSchema over 65536 bytes"),
+        ({"name": ""}, "no usable name"),
+    ],
+)
+def test_definitions_outside_the_bounds_are_refused(change, message):
+    with pytest.raises(DefinitionRefused, match=message):
+        check_definition({**BASE, **change}, DiscoveryBounds())
+
+
+def test_local_refs_are_fine():
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}, "$defs": {"n": {"type": "integer"}}}
+
+    check_definition({**BASE, "inputSchema": schema}, DiscoveryBounds())
+
+
+@pytest.mark.parametrize(
+    ("annotations", "effect"),
+    [
+        (None, ToolEffect.EXTERNAL_SIDE_EFFECT),
+        ({}, ToolEffect.EXTERNAL_SIDE_EFFECT),
+        ({"readOnlyHint": True}, ToolEffect.READ_ONLY),
+        ({"readOnlyHint": False, "openWorldHint": False}, ToolEffect.STATE_CHANGE),
+        ({"destructiveHint": True}, ToolEffect.EXTERNAL_SIDE_EFFECT),
+    ],
+)
+def test_hints_suggest_an_effect_and_no_hints_mean_the_most_restrictive(annotations, effect):
+    assert suggested_effect(annotations) is effect
+
+
+def test_the_default_allowlist_keeps_declared_leaves_and_drops_the_rest():
+    schema = {
+        "type": "object",
+        "properties": {
+            "number": {"type": "integer"},
+            "labels": {"type": "array", "items": {"type": "string"}},
+            "owner": {"type": "object", "properties": {"login": {"type": "string"}}},
+            "items": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+            "blob": {"type": "object"},
+        },
+    }
+    paths = default_allowlist(schema)
+    value = {
+        "number": 1,
+        "labels": ["a"],
+        "owner": {"login": "o", "token": "t"},
+        "items": [{"id": 1, "secret": 2}],
+        "blob": {"k": "v"},
+        "extra": "dropped",
+    }
+
+    assert paths == ("items[].id", "labels", "number", "owner.login")
+    assert redact(value, compile_allowlist(paths)) == {
+        "items": [{"id": 1}],
+        "labels": ["a"],
+        "number": 1,
+        "owner": {"login": "o"},
+    }
+    assert default_allowlist(None) == ("content[].type", "content[].text")
+
+
+def test_nul_characters_are_refused_before_any_database_sees_them():
+    with pytest.raises(DefinitionRefused, match="NUL"):
+        check_definition({**BASE, "description": "a\x00b"}, DiscoveryBounds())

@@ -1,0 +1,331 @@
+"""The operators' view of upstream MCP servers and the definitions they offer.
+
+Servers: add and edit (the operator token is write-only), "discover now",
+status and last error. Tools: filtered by server and status, approved and live
+definitions side by side with their diff, "approve this definition" (who and
+when are recorded), and confirming or tightening the effect the upstream's
+hints suggest. Every write goes through tools_app.upstream.services; every
+string an upstream sent is escaped.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from runner.types import ToolEffect
+from tools_app.upstream.definitions import safe_label
+from tools_app.upstream.models import McpServer, McpTool
+from tools_app.upstream.services import (
+    DiscoveryFailed,
+    McpServerError,
+    mcp_server_check,
+    mcp_server_discover,
+    mcp_server_register,
+    mcp_server_remove,
+    mcp_server_set_token,
+    mcp_tool_approve,
+    mcp_tool_set_effect,
+)
+
+APPROVE_TEMPLATE = "admin/tools_app/mcptool/approve.html"
+ERROR_PREVIEW_CHARS = 120
+
+
+class McpServerForm(forms.ModelForm):
+    """The token is write-only: a blank field keeps the stored one; nothing is ever rendered back."""
+
+    operator_token = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Bearer token for servers without a provider. Stored encrypted; leave blank to keep the current one.",
+    )
+    clear_operator_token = forms.BooleanField(required=False, label="Remove the stored operator token")
+    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="The server's streamable-HTTP endpoint.")
+
+    class Meta:
+        model = McpServer
+        fields = ("slug", "url", "provider", "discover_seconds", "enabled")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            mcp_server_check(
+                slug=data.get("slug", ""),
+                url=data.get("url", ""),
+                provider=data.get("provider", ""),
+                discover_seconds=data.get("discover_seconds") or 0,
+            )
+        except McpServerError as error:
+            raise forms.ValidationError(str(error)) from None
+        return data
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    form = McpServerForm
+    list_display = (
+        "slug",
+        "url",
+        "provider",
+        "enabled",
+        "discover_seconds",
+        "last_discovery_at",
+        "last_discovery_status",
+        "last_error_preview",
+        "has_operator_token",
+        "removed_at",
+    )
+    list_filter = ("enabled", "last_discovery_status", "provider")
+    search_fields = ("slug", "url")
+    actions = ("discover_now", "remove_selected")
+    readonly_fields = (
+        "token_state",
+        "last_discovery_at",
+        "last_discovery_status",
+        "last_discovery_error",
+        "protocol_version",
+        "removed_at",
+        "created_at",
+        "updated_at",
+    )
+
+    def get_fields(self, request: HttpRequest, obj: McpServer | None = None) -> list[str]:
+        fields = ["slug", "url", "provider", "discover_seconds", "enabled", "operator_token"]
+        if obj is not None:
+            fields += ["clear_operator_token", *self.readonly_fields]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: McpServer | None = None) -> tuple[str, ...]:
+        return ("slug", *self.readonly_fields) if obj is not None else ()
+
+    def has_delete_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
+        return False  # removal marks tools removed; their ids stay in the audit log
+
+    @admin.display(description="last error")
+    def last_error_preview(self, server: McpServer) -> str:
+        error = server.last_discovery_error
+        return error if len(error) <= ERROR_PREVIEW_CHARS else error[:ERROR_PREVIEW_CHARS] + "…"
+
+    @admin.display(description="operator token", boolean=True)
+    def has_operator_token(self, server: McpServer) -> bool:
+        return server.has_operator_token
+
+    @admin.display(description="operator token")
+    def token_state(self, server: McpServer) -> str:
+        return f"stored, encrypted under key {server.operator_token_key_id}" if server.has_operator_token else "none"
+
+    def save_model(self, request: HttpRequest, obj: McpServer, form: forms.ModelForm, change: bool) -> None:
+        """Through the service, like the command: schedule, tool rows and the governance generation follow."""
+        data = form.cleaned_data
+        token = data.get("operator_token") or None
+        server, _created = mcp_server_register(
+            slug=obj.slug,
+            url=data["url"],
+            provider=data.get("provider", ""),
+            operator_token=token,
+            discover_seconds=data["discover_seconds"],
+            enabled=data.get("enabled", True),
+        )
+        if data.get("clear_operator_token") and not token:
+            mcp_server_set_token(server=server, token="")
+        obj.pk = server.pk
+
+    @admin.action(description="Discover now", permissions=["change"])
+    def discover_now(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        for server in queryset.order_by("slug"):
+            try:
+                report = mcp_server_discover(server_id=server.pk)
+            except DiscoveryFailed as failure:
+                self.message_user(request, f"{failure.slug}: failed: {failure.safe_message}", messages.ERROR)
+                continue
+            self.message_user(request, report.summary(), messages.SUCCESS)
+
+    @admin.action(description="Remove selected servers (their tools are marked removed)", permissions=["change"])
+    def remove_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        for server in queryset.order_by("slug"):
+            mcp_server_remove(slug=server.slug)
+            self.log_change(request, server, "Removed; its tools are marked removed.")
+        self.message_user(request, f"Removed {queryset.count()} server(s).")
+
+
+@admin.register(McpTool)
+class McpToolAdmin(admin.ModelAdmin):
+    list_display = (
+        "tool_id",
+        "server",
+        "upstream_label",
+        "status",
+        "enabled",
+        "effect",
+        "suggested_effect",
+        "approved_at",
+        "approved_by",
+        "approved_via",
+        "last_seen_at",
+    )
+    list_filter = ("status", "server", "suggested_effect")
+    search_fields = ("tool__id", "upstream_name")
+    list_select_related = ("server", "tool", "approved_by")
+    actions = ("confirm_suggested_effect", "set_state_change", "set_external_side_effect")
+    fields = (
+        "tool_id_link",
+        "server",
+        "upstream_label",
+        "status",
+        "enabled",
+        "effect",
+        "suggested_effect",
+        "effect_confirmed_at",
+        "effect_confirmed_by",
+        "approve_link",
+        "comparison",
+        "approved_hash",
+        "live_hash",
+        "approved_at",
+        "approved_by",
+        "approved_via",
+        "first_seen_at",
+        "last_seen_at",
+        "drifted_at",
+        "removed_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tools come from discovery
+
+    def has_delete_permission(self, request: HttpRequest, obj: McpTool | None = None) -> bool:
+        return False
+
+    @admin.display(description="upstream name")
+    def upstream_label(self, tool: McpTool) -> str:
+        return safe_label(tool.upstream_name).strip("'")
+
+    @admin.display(description="enabled", boolean=True)
+    def enabled(self, tool: McpTool) -> bool:
+        return tool.tool.is_enabled
+
+    @admin.display(description="effect in force")
+    def effect(self, tool: McpTool) -> str:
+        return tool.tool.effect
+
+    @admin.display(description="tool")
+    def tool_id_link(self, tool: McpTool) -> SafeString:
+        url = reverse("admin:tools_app_tool_change", args=[tool.tool_id])
+        return format_html('<a href="{}">{}</a> (kill switch and catalog row)', url, tool.tool_id)
+
+    @admin.display(description="review")
+    def approve_link(self, tool: McpTool) -> SafeString | str:
+        if tool.status in (McpTool.Status.PENDING, McpTool.Status.DRIFTED):
+            url = reverse("admin:tools_app_mcptool_approve", args=[tool.pk])
+            return format_html('<a class="button" href="{}">Review and approve the live definition</a>', url)
+        return "nothing to approve" if tool.status == McpTool.Status.APPROVED else "removed upstream"
+
+    @admin.display(description="approved vs live definition")
+    def comparison(self, tool: McpTool) -> SafeString:
+        return definition_comparison(tool)
+
+    # --- approval ---------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        custom = [
+            path(
+                "<path:object_id>/approve/",
+                self.admin_site.admin_view(self.approve_view),
+                name="tools_app_mcptool_approve",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def approve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: what would be pinned; POST (with the live hash shown): pin it, recording who and when."""
+        tool = self.get_object(request, unquote(object_id))
+        if tool is None:
+            raise Http404("no such MCP tool")
+        if not self.has_change_permission(request, tool):
+            raise Http404("no such MCP tool")
+        if request.method == "POST":
+            try:
+                mcp_tool_approve(
+                    tool_id=tool.tool_id,
+                    user=request.user,  # type: ignore[arg-type]
+                    via="admin",
+                    expected_live_hash=request.POST.get("live_hash", ""),
+                )
+            except McpServerError as error:
+                self.message_user(request, str(error), messages.ERROR)
+            else:
+                self.log_change(request, tool, f"Approved definition {tool.live_hash[:12]}.")
+                self.message_user(request, f"Approved the live definition of {tool.tool_id}.", messages.SUCCESS)
+            return HttpResponseRedirect(reverse("admin:tools_app_mcptool_change", args=[tool.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "tool": tool,
+            "comparison": definition_comparison(tool),
+            "title": f"Approve {tool.tool_id}",
+        }
+        return TemplateResponse(request, APPROVE_TEMPLATE, context)
+
+    # --- effects ----------------------------------------------------------------------------
+
+    @admin.action(description="Confirm the effect the upstream's hints suggest", permissions=["change"])
+    def confirm_suggested_effect(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
+        for tool in queryset:
+            self._set_effect(request, tool, ToolEffect(tool.suggested_effect))
+
+    @admin.action(description="Set effect: state_change", permissions=["change"])
+    def set_state_change(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
+        for tool in queryset:
+            self._set_effect(request, tool, ToolEffect.STATE_CHANGE)
+
+    @admin.action(description="Set effect: external_side_effect (most restrictive)", permissions=["change"])
+    def set_external_side_effect(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
+        for tool in queryset:
+            self._set_effect(request, tool, ToolEffect.EXTERNAL_SIDE_EFFECT)
+
+    def _set_effect(self, request: HttpRequest, tool: McpTool, effect: ToolEffect) -> None:
+        try:
+            mcp_tool_set_effect(tool_id=tool.tool_id, effect=effect, user=request.user)  # type: ignore[arg-type]
+        except McpServerError as error:
+            self.message_user(request, str(error), messages.ERROR)
+            return
+        self.log_change(request, tool, f"Effect set to {effect.value}.")
+        self.message_user(request, f"{tool.tool_id}: effect is {effect.value}.", messages.SUCCESS)
+
+
+def _pretty(definition: Any) -> str:
+    return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False) if definition else ""
+
+
+def definition_comparison(tool: McpTool) -> SafeString:
+    """Approved and live definitions side by side, then a unified diff (escaped: upstream text)."""
+    approved, live = _pretty(tool.approved_definition), _pretty(tool.live_definition)
+    diff = "\n".join(
+        difflib.unified_diff(approved.splitlines(), live.splitlines(), "approved", "live", lineterm="", n=2)
+    )
+    rows = format_html(
+        '<table class="mcp-definition-comparison"><thead><tr><th>approved</th><th>live</th></tr></thead>'
+        "<tbody><tr><td><pre>{}</pre></td><td><pre>{}</pre></td></tr></tbody></table>",
+        approved or "(never approved)",
+        live,
+    )
+    if not diff:
+        return format_html("{}<p>The live definition is the approved one.</p>", rows)
+    lines = format_html_join("\n", "{}", ((line,) for line in diff.splitlines()))
+    return format_html('{}<h3>Diff</h3><pre class="mcp-definition-diff">{}</pre>', rows, lines)

@@ -1,0 +1,320 @@
+"""Talking to upstream MCP servers: one-shot listing for discovery, pooled sessions for calls.
+
+Everything here runs on the runner's background event loop (see
+`runner.pipeline.BackgroundLoop`). An SDK client must be entered and exited in
+the same task, so each pooled session has an owner task that holds it open
+until it is closed (idle, lost, or replaced); calls from other tasks on the
+loop share it (MCP multiplexes requests over one session).
+
+Failures become `UpstreamError`s with a kind and a message written here:
+nothing an upstream says (error text, stack traces, bodies) is passed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
+
+from tools_app.upstream.netguard import PinnedTransport, UpstreamAddressRefused, parse_endpoint, resolve_checked
+
+logger = logging.getLogger(__name__)
+
+CLIENT_INFO = types.Implementation(name="toolgate", version="1")
+CONNECT_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 300.0
+CLOSE_TIMEOUT_S = 5.0
+SESSION_TERMINATED = "Session terminated"
+
+
+class UpstreamError(Exception):
+    """A failed exchange with an upstream. `kind` says which; the message is Toolgate's own."""
+
+    UNREACHABLE = "unreachable"
+    REFUSED = "refused"  # the address check refused the URL
+    AUTH = "auth"  # HTTP 401/403
+    PROTOCOL = "protocol"  # a JSON-RPC error
+    HTTP = "http"  # another HTTP error status
+    TIMEOUT = "timeout"
+    TOO_LARGE = "too_large"
+    LOST = "lost"  # the session is gone (restart, 404); the request did not run
+
+    def __init__(self, kind: str, safe_message: str) -> None:
+        super().__init__(safe_message)
+        self.kind = kind
+        self.safe_message = safe_message
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    """Where to connect and with which credential headers (never printed, never logged)."""
+
+    server_id: str
+    url: str
+    allow_private: bool
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    @property
+    def pool_key(self) -> tuple[str, str, str]:
+        """One pooled session per server and credential: the digest tells credentials apart."""
+        digest = hashlib.sha256(repr(sorted(self.headers)).encode()).hexdigest()
+        return (self.server_id, self.url, digest)
+
+
+async def pinned_transport(target: UpstreamTarget) -> PinnedTransport:
+    """A transport bound to the address the URL's host resolves to now, once checked."""
+    endpoint = parse_endpoint(target.url)
+    address = await resolve_checked(endpoint, allow_private=target.allow_private)
+    return PinnedTransport(address=address, hostname=endpoint.host)
+
+
+@contextlib.asynccontextmanager
+async def connected(target: UpstreamTarget, transport: PinnedTransport) -> AsyncIterator[Client]:
+    """An initialised SDK client over `transport` (enter and exit in one task)."""
+    timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=300.0)
+    async with httpx2.AsyncClient(transport=transport, headers=dict(target.headers), timeout=timeout) as http:
+        client = Client(
+            streamable_http_client(target.url, http_client=http), mode="auto", cache=None, client_info=CLIENT_INFO
+        )
+        async with client:
+            yield client
+
+
+def counters(transport: PinnedTransport) -> tuple[int, int, int]:
+    return (transport.auth_rejections, transport.oversized, transport.not_found)
+
+
+def classify(
+    exc: BaseException, transport: PinnedTransport | None, before: tuple[int, int, int] = (0, 0, 0)
+) -> UpstreamError:
+    """Turn whatever the SDK or httpx2 raised into an UpstreamError with a message of ours."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, UpstreamError):
+        return leaf
+    if isinstance(leaf, UpstreamAddressRefused):
+        return UpstreamError(UpstreamError.REFUSED, str(leaf))
+    if transport is not None and transport.auth_rejections > before[0]:
+        return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
+    if transport is not None and transport.oversized > before[1]:
+        return UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large")
+    if isinstance(leaf, MCPError):
+        session_gone = transport is not None and transport.not_found > before[2]
+        if leaf.code == INVALID_REQUEST and (session_gone or leaf.error.message == SESSION_TERMINATED):
+            return UpstreamError(UpstreamError.LOST, "the upstream no longer knows the session")
+        if leaf.code == CONNECTION_CLOSED:
+            return UpstreamError(UpstreamError.UNREACHABLE, "the connection to the upstream closed")
+        if leaf.code == INTERNAL_ERROR and leaf.error.message == "Server returned an error response":
+            return UpstreamError(UpstreamError.HTTP, "the upstream answered with an HTTP error")
+        return UpstreamError(UpstreamError.PROTOCOL, f"the upstream answered a protocol error ({int(leaf.code)})")
+    if isinstance(leaf, httpx2.TimeoutException | TimeoutError):
+        return UpstreamError(UpstreamError.TIMEOUT, "the upstream did not answer in time")
+    if isinstance(leaf, httpx2.ConnectError | ConnectionError | OSError):
+        return UpstreamError(UpstreamError.UNREACHABLE, "the upstream cannot be reached")
+    if isinstance(leaf, httpx2.HTTPError):
+        return UpstreamError(UpstreamError.UNREACHABLE, "the connection to the upstream failed")
+    return UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+# --- discovery: one short-lived session ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    tools: list[dict[str, Any]]
+    protocol_version: str
+
+
+async def list_all_tools(target: UpstreamTarget, *, max_tools: int, max_pages: int) -> Listing:
+    """Every page of `tools/list`, as plain JSON (camelCase), refusing more than the bounds allow."""
+    transport: PinnedTransport | None = None
+    try:
+        transport = await pinned_transport(target)
+        async with connected(target, transport) as client:
+            tools: list[dict[str, Any]] = []
+            cursor: str | None = None
+            for _page in range(max_pages):
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools)
+                if len(tools) > max_tools:
+                    raise UpstreamError(UpstreamError.TOO_LARGE, f"the server lists more than {max_tools} tools")
+                cursor = page.next_cursor
+                if not cursor:
+                    return Listing(tools=tools, protocol_version=str(client.protocol_version or ""))
+            raise UpstreamError(UpstreamError.TOO_LARGE, f"the listing goes past {max_pages} pages")
+    except Exception as exc:
+        raise classify(exc, transport) from None
+
+
+# --- calls: pooled sessions -------------------------------------------------------------
+
+
+class UpstreamSession:
+    """One live session, held open by its owner task until closed."""
+
+    def __init__(self, target: UpstreamTarget) -> None:
+        self.target = target
+        self.client: Client | None = None
+        self.transport: PinnedTransport | None = None
+        self.dead = False
+        self.last_used = time.monotonic()
+        self._absorbed: set[str] = set()
+        self._ready = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._error: UpstreamError | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._own(), name=f"mcp-session-{self.target.server_id}")
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await self._ready.wait()
+        except TimeoutError:
+            self.close_soon()
+            raise UpstreamError(UpstreamError.TIMEOUT, "connecting to the upstream timed out") from None
+        if self._error is not None:
+            raise self._error
+
+    async def _own(self) -> None:
+        transport: PinnedTransport | None = None
+        try:
+            transport = await pinned_transport(self.target)
+            async with connected(self.target, transport) as client:
+                self.client, self.transport = client, transport
+                self._ready.set()
+                await self._closing.wait()
+        except Exception as exc:
+            self._error = classify(exc, transport)
+            logger.debug("mcp session for server %s ended: %s", self.target.server_id, self._error.kind)
+        finally:
+            self.dead = True
+            self._ready.set()
+
+    def close_soon(self) -> None:
+        self.dead = True
+        self._closing.set()
+
+    async def close(self) -> None:
+        self.close_soon()
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await asyncio.shield(self._task)
+
+    async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """`tools/call` of a pinned tool; the SDK validates nothing against a live listing."""
+        client, transport = self.client, self.transport
+        if client is None or transport is None or self.dead:
+            raise UpstreamError(UpstreamError.LOST, "the session is closed")
+        if pinned.name not in self._absorbed:
+            # The SDK lists tools after a first call to validate output against the *live* schema.
+            # Absorbing the pinned definition (without its output schema: Toolgate validates
+            # against the pinned one itself) means it never fetches or trusts the live listing.
+            blank = pinned.model_copy(update={"output_schema": None})
+            client.session._absorb_tool_listing(types.ListToolsResult(tools=[blank]), complete=False)
+            self._absorbed.add(pinned.name)
+        self.last_used = time.monotonic()
+        before = counters(transport)
+        try:
+            return await client.call_tool(pinned.name, dict(arguments))
+        except Exception as exc:
+            error = classify(exc, transport, before)
+            if self.dead and error.kind == UpstreamError.UNREACHABLE:
+                # The session itself died (restart, connection refused): the request never ran.
+                error = UpstreamError(UpstreamError.LOST, error.safe_message)
+            raise error from None
+        finally:
+            self.last_used = time.monotonic()
+
+
+class SessionPool:
+    """Pooled sessions of one event loop: one per server and credential, closed when idle."""
+
+    def __init__(self, *, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self._idle_timeout_s = idle_timeout_s
+        self._sessions: dict[tuple[str, str, str], UpstreamSession] = {}
+        self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+
+    async def session(self, target: UpstreamTarget) -> UpstreamSession:
+        self._close_idle()
+        key = target.pool_key
+        session = self._sessions.get(key)
+        if session is not None and not session.dead:
+            return session
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            session = self._sessions.get(key)
+            if session is not None and not session.dead:
+                return session
+            session = UpstreamSession(target)
+            await session.open()
+            self._sessions[key] = session
+            return session
+
+    async def discard(self, session: UpstreamSession) -> None:
+        key = session.target.pool_key
+        if self._sessions.get(key) is session:
+            del self._sessions[key]
+        await session.close()
+
+    async def call(
+        self, target: UpstreamTarget, pinned: types.Tool, arguments: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        """Call over the pooled session; a lost session is replaced and the call sent once more.
+
+        Only a session the upstream no longer knows (or that died before the
+        request left) is retried: a request that may have run is never resent.
+        """
+        session = await self.session(target)
+        try:
+            return await session.call(pinned, arguments)
+        except UpstreamError as error:
+            if error.kind != UpstreamError.LOST:
+                raise
+            await self.discard(session)
+        session = await self.session(target)
+        return await session.call(pinned, arguments)
+
+    def _close_idle(self) -> None:
+        now = time.monotonic()
+        for key, session in list(self._sessions.items()):
+            if session.dead or now - session.last_used > self._idle_timeout_s:
+                del self._sessions[key]
+                session.close_soon()
+
+    async def close_all(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SessionPool] = weakref.WeakKeyDictionary()
+
+
+def pool_for_running_loop() -> SessionPool:
+    """The pool of the loop this coroutine runs on (each forked process has its own loop)."""
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = _pools[loop] = SessionPool()
+    return pool

@@ -1,0 +1,238 @@
+"""Upstream tool definitions: canonical form, hashes, bounds, id mapping, effects.
+
+Pure functions (no Django, no I/O), so discovery, approval, binding and policy
+files all agree byte for byte on what "the same definition" means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import validators
+from jsonschema.exceptions import SchemaError as JsonSchemaError
+from jsonschema.protocols import Validator
+from referencing import Registry
+
+from runner.contracts import TOOL_ID_MAX_LENGTH
+from runner.schema import canonical_json
+from runner.types import ToolEffect
+
+SERVER_SLUG_PATTERN = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+SERVER_SLUG_MAX_LENGTH = 32
+# A name used as is must fit OpenAI's function-name alphabet and the tool id pattern.
+DIRECT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+MAPPED_HASH_CHARS = 8
+# The fields of an upstream tool that make up its definition: what an operator reviews and pins.
+DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+EFFECT_STRICTNESS = {ToolEffect.READ_ONLY: 0, ToolEffect.STATE_CHANGE: 1, ToolEffect.EXTERNAL_SIDE_EFFECT: 2}
+
+
+class DefinitionRefused(ValueError):
+    """An upstream definition (or listing) that must not be stored; the message names the tool."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryBounds:
+    """What one server's listing may hold; over any bound the whole discovery fails, nothing changes."""
+
+    max_tools: int = 500
+    max_pages: int = 50
+    max_description_chars: int = 8_192
+    max_schema_bytes: int = 65_536
+    total_timeout_s: float = 30.0
+
+
+def canonical_definition(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The reviewed fields of a listed tool, absent ones left out (so null and missing hash alike)."""
+    return {key: raw[key] for key in DEFINITION_FIELDS if raw.get(key) is not None}
+
+
+def definition_hash(definition: Mapping[str, Any]) -> str:
+    """sha256 hex of the canonical definition: equal hashes, equal definitions."""
+    return hashlib.sha256(canonical_json(canonical_definition(definition))).hexdigest()
+
+
+def pinned_schema_hash(
+    *, tool_id: str, definition: Mapping[str, Any], effect: str, provider: str | None, requires_connection: bool
+) -> str:
+    """The Tool row's `schema_hash` (policy files pin it): the definition plus what Toolgate adds to it.
+
+    The operator's effect is part of it, so tightening an effect is a reviewable change in git too.
+    """
+    payload = {
+        "name": tool_id,
+        "upstream": canonical_definition(definition),
+        "effect": effect,
+        "provider": provider,
+        "requires_connection": requires_connection,
+    }
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def check_definition(raw: Mapping[str, Any], bounds: DiscoveryBounds) -> None:
+    """Refuse a definition over the bounds, with a remote `$ref`, or with an invalid schema."""
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or len(name) > 512:
+        raise DefinitionRefused("a listed tool has no usable name")
+    label = safe_label(name)
+    if b"\\u0000" in canonical_json(canonical_definition(raw)):
+        raise DefinitionRefused(f"tool {label}: the definition contains NUL characters")
+    description = raw.get("description") or ""
+    if not isinstance(description, str) or len(description) > bounds.max_description_chars:
+        raise DefinitionRefused(f"tool {label}: description over {bounds.max_description_chars} characters")
+    title = raw.get("title") or ""
+    if not isinstance(title, str) or len(title) > bounds.max_description_chars:
+        raise DefinitionRefused(f"tool {label}: title over {bounds.max_description_chars} characters")
+    input_schema = raw.get("inputSchema")
+    if not isinstance(input_schema, Mapping) or input_schema.get("type") != "object":
+        raise DefinitionRefused(f"tool {label}: inputSchema must be a JSON Schema object of type object")
+    for key in ("inputSchema", "outputSchema", "annotations"):
+        _check_part(raw.get(key), key, label, bounds)
+
+
+def _check_part(value: Any, key: str, label: str, bounds: DiscoveryBounds) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise DefinitionRefused(f"tool {label}: {key} must be an object")
+    if len(canonical_json(value)) > bounds.max_schema_bytes:
+        raise DefinitionRefused(f"tool {label}: {key} over {bounds.max_schema_bytes} bytes")
+    if key == "annotations":
+        return
+    for ref in _refs(value):
+        if not ref.startswith("#"):
+            raise DefinitionRefused(f"tool {label}: {key} has a remote $ref (refused, never fetched)")
+    try:
+        compile_validator(value)
+    except JsonSchemaError:
+        raise DefinitionRefused(f"tool {label}: {key} is not a valid JSON Schema") from None
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in REF_KEYWORDS and isinstance(value, str):
+                yield value
+            elif key in REF_KEYWORDS:
+                yield ""  # a non-string $ref is as unusable as a remote one
+            else:
+                yield from _refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _refs(item)
+
+
+def compile_validator(schema: Mapping[str, Any]) -> Validator:
+    """A validator compiled once per definition, with an empty registry: nothing is ever fetched."""
+    validator_class = validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    validator: Validator = validator_class(schema, registry=Registry())
+    return validator
+
+
+def safe_label(name: str, limit: int = 80) -> str:
+    """An upstream name fit for a message or a log line: printable ASCII, bounded."""
+    cleaned = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in name)
+    return repr(cleaned[:limit] + ("…" if len(cleaned) > limit else ""))
+
+
+def tool_id_for(slug: str, upstream_name: str) -> str:
+    """`mcp__<slug>__<name>`, or a deterministic mapping when the name does not fit.
+
+    A name outside `[A-Za-z0-9_-]` (or starting with `_`/`-`), or an id over 64
+    characters, becomes its sanitised prefix plus 8 hex digits of the name's
+    sha256: stable across runs, and different names almost never meet (when
+    they do, discovery refuses naming both).
+    """
+    prefix = f"mcp__{slug}__"
+    direct = prefix + upstream_name
+    if DIRECT_NAME_PATTERN.match(upstream_name) and len(direct) <= TOOL_ID_MAX_LENGTH:
+        return direct
+    digest = hashlib.sha256(upstream_name.encode("utf-8", "surrogatepass")).hexdigest()[:MAPPED_HASH_CHARS]
+    sanitised = re.sub(r"[^A-Za-z0-9_-]", "_", upstream_name).lstrip("_-")
+    room = TOOL_ID_MAX_LENGTH - len(prefix) - MAPPED_HASH_CHARS - 1
+    stem = sanitised[:room].rstrip("_-") or "tool"
+    return f"{prefix}{stem}_{digest}"
+
+
+def tool_ids_for(slug: str, names: Iterable[str]) -> dict[str, str]:
+    """upstream name -> tool id for one listing; two names on one id refuse the listing, naming both."""
+    ids: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    for name in names:
+        tool_id = tool_id_for(slug, name)
+        if tool_id in owners:
+            raise DefinitionRefused(
+                f"tools {safe_label(owners[tool_id])} and {safe_label(name)} both map to the id {tool_id}"
+            )
+        owners[tool_id] = name
+        ids[name] = tool_id
+    return ids
+
+
+def suggested_effect(annotations: Mapping[str, Any] | None) -> ToolEffect:
+    """What the upstream's hints suggest; an operator confirms it or picks a stricter effect.
+
+    Hints are untrusted and default to the most dangerous reading (MCP's own
+    defaults: not read-only, destructive, open world), so no hints means
+    `external_side_effect`.
+    """
+    hints = annotations or {}
+    if hints.get("readOnlyHint") is True:
+        return ToolEffect.READ_ONLY
+    if hints.get("openWorldHint") is False:
+        return ToolEffect.STATE_CHANGE
+    return ToolEffect.EXTERNAL_SIDE_EFFECT
+
+
+def at_least_as_strict(effect: ToolEffect, floor: ToolEffect) -> bool:
+    return EFFECT_STRICTNESS[effect] >= EFFECT_STRICTNESS[floor]
+
+
+def stricter(first: ToolEffect, second: ToolEffect) -> ToolEffect:
+    return first if EFFECT_STRICTNESS[first] >= EFFECT_STRICTNESS[second] else second
+
+
+def default_allowlist(output_schema: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The redaction allowlist a pinned definition gets: every declared field, else the text blocks.
+
+    The output schema's top-level properties, expanded to their declared leaves
+    (the runner refuses a path that selects a whole object); an object without
+    declared properties has no field anyone reviewed and is dropped.
+    """
+    if not output_schema or not isinstance(output_schema.get("properties"), Mapping):
+        return ("content[].type", "content[].text")
+    paths: list[str] = []
+    _leaf_paths(output_schema, "", paths, depth=0)
+    return tuple(paths)
+
+
+def _leaf_paths(schema: Mapping[str, Any], path: str, out: list[str], *, depth: int) -> None:
+    if depth > 8:
+        return
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping) and properties:
+        for name, child in sorted(properties.items()):
+            if isinstance(name, str) and "." not in name and "[" not in name and isinstance(child, Mapping):
+                _leaf_paths(child, f"{path}.{name}" if path else name, out, depth=depth + 1)
+        return
+    kind = schema.get("type")
+    if kind == "array" or (isinstance(kind, list) and "array" in kind):
+        items = schema.get("items")
+        if isinstance(items, Mapping) and isinstance(items.get("properties"), Mapping):
+            _leaf_paths(items, f"{path}[]", out, depth=depth + 1)
+        elif path and not (isinstance(items, Mapping) and _is_object(items)):
+            out.append(path)  # a list of scalars is kept whole by a leaf path
+        return
+    if path and not _is_object(schema):
+        out.append(path)
+
+
+def _is_object(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind)

@@ -1,0 +1,117 @@
+"""Registered upstream MCP servers and the definitions pinned for each of their tools."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from runner.types import ToolEffect
+
+EFFECT_CHOICES = [(effect.value, effect.value) for effect in ToolEffect]
+
+
+class McpServer(models.Model):
+    """An operator-registered streamable-HTTP MCP server whose tools Toolgate governs.
+
+    The operator token (for servers without a per-tenant `provider`) is sealed
+    with the key ring and bound to this row, so a blob copied to another server
+    does not open. A removed server keeps its row: its tools' ids stay in audit
+    rows and policy history, and `mcp_server add` brings it back.
+    """
+
+    class DiscoveryStatus(models.TextChoices):
+        NEVER = "never", "Never run"
+        OK = "ok", "OK"
+        FAILED = "failed", "Failed"
+
+    slug = models.CharField(max_length=32, unique=True)
+    url = models.URLField(max_length=2000)
+    provider = models.CharField(
+        max_length=64, blank=True, help_text="Tools need a tenant connection of this provider (else the token below)."
+    )
+    operator_token_sealed = models.BinaryField(null=True, blank=True, editable=False)
+    operator_token_key_id = models.CharField(max_length=64, blank=True, editable=False)
+    discover_seconds = models.PositiveIntegerField(default=300)
+    enabled = models.BooleanField(default=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+    last_discovery_at = models.DateTimeField(null=True, blank=True)
+    last_discovery_status = models.CharField(
+        max_length=16, choices=DiscoveryStatus.choices, default=DiscoveryStatus.NEVER
+    )
+    last_discovery_error = models.CharField(max_length=500, blank=True)
+    protocol_version = models.CharField(max_length=32, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name = "MCP server"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(discover_seconds__gte=10), name="mcpserver_discover_min_10s"),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def has_operator_token(self) -> bool:
+        return bool(self.operator_token_sealed)
+
+
+class McpTool(models.Model):
+    """One upstream tool: its live definition (last listed) beside the approved one.
+
+    Only the approved definition is ever bound into the runner. A live
+    definition that differs from the approved one quarantines the tool
+    (disabled, `drifted`) until an operator approves it; the approved copy is
+    kept, so the admin can show both side by side.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending review"
+        APPROVED = "approved", "Approved"
+        DRIFTED = "drifted", "Drifted (quarantined)"
+        REMOVED = "removed", "Removed upstream"
+
+    server = models.ForeignKey(McpServer, on_delete=models.PROTECT, related_name="tools")
+    tool = models.OneToOneField("tools_app.Tool", on_delete=models.PROTECT, related_name="mcp")
+    upstream_name = models.CharField(max_length=512)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    live_definition = models.JSONField()
+    live_hash = models.CharField(max_length=64)
+    approved_definition = models.JSONField(null=True, blank=True)
+    approved_hash = models.CharField(max_length=64, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_via = models.CharField(max_length=150, blank=True, help_text="admin, policy import, or a command")
+    suggested_effect = models.CharField(max_length=32, choices=EFFECT_CHOICES)
+    effect_confirmed_at = models.DateTimeField(null=True, blank=True)
+    effect_confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    drifted_at = models.DateTimeField(null=True, blank=True)
+    enabled_before_quarantine = models.BooleanField(default=False)
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["server__slug", "upstream_name"]
+        verbose_name = "MCP tool"
+        constraints = [
+            models.UniqueConstraint(fields=["server", "upstream_name"], name="mcptool_unique_name_per_server"),
+            models.CheckConstraint(
+                condition=~models.Q(status="approved") | ~models.Q(approved_hash=""),
+                name="mcptool_approved_has_hash",
+            ),
+        ]
+        indexes = [models.Index(fields=["status"], name="mcptool_status")]
+
+    def __str__(self) -> str:
+        return self.tool_id
+
+    @property
+    def is_quarantined(self) -> bool:
+        return self.status == self.Status.DRIFTED

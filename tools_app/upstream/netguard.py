@@ -1,0 +1,187 @@
+"""Where an upstream MCP server may be, and connecting only to the address that was checked.
+
+A URL must be http(s) without user info. Its host is resolved once per
+connection; every address must be public unless
+TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS is true, and the connection then goes to
+that checked address (with the original Host header and TLS server name), so
+a DNS answer that changes between the check and the connect (rebinding) cannot
+point Toolgate at an internal service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx2
+
+# An upstream answer larger than this is cut off before it is parsed: the SDK caps only SSE events.
+MAX_UPSTREAM_RESPONSE_BYTES = 16 * 1024 * 1024
+AUTH_REJECTED_STATUSES = frozenset({401, 403})
+
+
+class UpstreamAddressRefused(ValueError):
+    """The URL or the address it resolves to is not allowed; the message is safe to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    scheme: str
+    host: str
+    port: int
+
+
+def parse_endpoint(url: str) -> Endpoint:
+    """The scheme, host and port of an upstream URL, or UpstreamAddressRefused."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise UpstreamAddressRefused("the URL is malformed") from None
+    if parts.scheme not in ("http", "https"):
+        raise UpstreamAddressRefused("the URL must use http or https")
+    if not parts.hostname:
+        raise UpstreamAddressRefused("the URL has no host")
+    if parts.username is not None or parts.password is not None:
+        raise UpstreamAddressRefused("the URL must not carry credentials; use --secret-env")
+    return Endpoint(parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80))
+
+
+def is_private_address(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return bool(
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+        or getattr(ip, "is_site_local", False)
+    )
+
+
+def check_addresses(addresses: list[str], *, allow_private: bool) -> str:
+    """The address to connect to: the first, once every address passed the check."""
+    if not addresses:
+        raise UpstreamAddressRefused("the host does not resolve")
+    if not allow_private:
+        for address in addresses:
+            if is_private_address(address):
+                raise UpstreamAddressRefused(
+                    "the URL points at a loopback, link-local or private address "
+                    "(set TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS=true to allow it)"
+                )
+    return addresses[0]
+
+
+def literal_address(host: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None
+
+
+def check_url_now(url: str, *, allow_private: bool) -> None:
+    """Registration-time check: scheme, user info, and the addresses the host resolves to now.
+
+    A host that does not resolve yet is accepted here (discovery will say so);
+    the connect-time check is the one that counts.
+    """
+    endpoint = parse_endpoint(url)
+    literal = literal_address(endpoint.host)
+    if literal is not None:
+        check_addresses([literal], allow_private=allow_private)
+        return
+    try:
+        infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return
+    check_addresses(_unique(str(info[4][0]) for info in infos), allow_private=allow_private)
+
+
+async def resolve_checked(endpoint: Endpoint, *, allow_private: bool) -> str:
+    """Resolve once, check every address, return the one to connect to."""
+    literal = literal_address(endpoint.host)
+    if literal is not None:
+        return check_addresses([literal], allow_private=allow_private)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise UpstreamAddressRefused("the host does not resolve") from None
+    return check_addresses(_unique(str(info[4][0]) for info in infos), allow_private=allow_private)
+
+
+def _unique(addresses: object) -> list[str]:
+    seen: list[str] = []
+    for address in addresses:  # type: ignore[attr-defined]
+        if address not in seen:
+            seen.append(address)
+    return seen
+
+
+class ResponseTooLarge(httpx2.StreamError):
+    """The upstream's answer went past MAX_UPSTREAM_RESPONSE_BYTES."""
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, cap: int, on_overflow: object) -> None:
+        self._inner = inner
+        self._cap = cap
+        self._on_overflow = on_overflow
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        received = 0
+        async for chunk in self._inner:
+            received += len(chunk)
+            if received > self._cap:
+                self._on_overflow()  # type: ignore[operator]
+                raise ResponseTooLarge("the upstream's response is too large")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class PinnedTransport(httpx2.AsyncBaseTransport):
+    """Sends every request to the checked address, caps response bodies, counts auth refusals.
+
+    The counters let a caller tell "the upstream refused the credential" (401/403)
+    and "the answer was too large" apart from other failures, which the SDK
+    folds into one generic JSON-RPC error.
+    """
+
+    def __init__(self, *, address: str, hostname: str, max_response_bytes: int = MAX_UPSTREAM_RESPONSE_BYTES) -> None:
+        self._inner = httpx2.AsyncHTTPTransport(trust_env=False)
+        self._address = address
+        self._hostname = hostname
+        self._max_response_bytes = max_response_bytes
+        self.auth_rejections = 0
+        self.not_found = 0
+        self.oversized = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.url = request.url.copy_with(host=self._address)
+        request.extensions = {**request.extensions, "sni_hostname": self._hostname}
+        response = await self._inner.handle_async_request(request)
+        if response.status_code in AUTH_REJECTED_STATUSES:
+            self.auth_rejections += 1
+        elif response.status_code == 404:
+            self.not_found += 1
+        return httpx2.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=_CappedStream(response.stream, self._max_response_bytes, self._count_oversized),  # type: ignore[arg-type]
+            extensions=response.extensions,
+            request=request,
+        )
+
+    def _count_oversized(self) -> None:
+        self.oversized += 1
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -1,0 +1,487 @@
+"""Writes of the upstream MCP sources: registration, discovery, approval, effects, removal.
+
+Discovery is one function (`mcp_server_discover`) whichever interface asks
+(command, admin, beat). It lists the server outside any assumption of trust,
+checks the whole listing against the bounds first, and only then writes, in
+one transaction under the server's row lock: a listing that breaks a bound
+changes nothing but the server's last error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from policies_app.governance import governance_bump
+from runner.pipeline import BackgroundLoop
+from runner.types import ToolEffect
+from tools_app.models import Tool
+from tools_app.upstream.client import UpstreamError, UpstreamTarget, list_all_tools
+from tools_app.upstream.definitions import (
+    SERVER_SLUG_MAX_LENGTH,
+    SERVER_SLUG_PATTERN,
+    DefinitionRefused,
+    DiscoveryBounds,
+    at_least_as_strict,
+    canonical_definition,
+    check_definition,
+    definition_hash,
+    pinned_schema_hash,
+    safe_label,
+    stricter,
+    suggested_effect,
+    tool_ids_for,
+)
+from tools_app.upstream.models import McpServer, McpTool
+from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now
+from tools_app.upstream.vault import token_vault
+
+DISCOVER_TASK = "tools_app.upstream.discover_server"
+MIN_DISCOVER_SECONDS = 10
+PROVIDER_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+class McpServerError(ValueError):
+    """A registration or review request that was refused; the message is safe to show."""
+
+
+class DiscoveryFailed(Exception):
+    """A server could not be listed (or its listing was refused); nothing about its tools changed."""
+
+    def __init__(self, slug: str, safe_message: str) -> None:
+        super().__init__(f"{slug}: {safe_message}")
+        self.slug = slug
+        self.safe_message = safe_message
+
+
+@dataclass
+class DiscoveryReport:
+    slug: str
+    protocol_version: str = ""
+    new: list[str] = field(default_factory=list)
+    drifted: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        counts = ", ".join(
+            f"{len(getattr(self, name))} {name}" for name in ("new", "drifted", "removed", "returned", "unchanged")
+        )
+        return f"{self.slug}: ok ({self.protocol_version or 'unknown protocol'}): {counts}"
+
+
+def allow_private_networks() -> bool:
+    return bool(settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS)
+
+
+# --- registration ---------------------------------------------------------------------------
+
+
+def mcp_server_check(*, slug: str, url: str, provider: str, discover_seconds: int) -> None:
+    """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
+    if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
+        raise McpServerError(
+            "the slug must match [a-z][a-z0-9]*(_[a-z0-9]+)* and have at most 32 characters (e.g. linear, acme_docs)"
+        )
+    if discover_seconds < MIN_DISCOVER_SECONDS:
+        raise McpServerError(f"the discovery interval must be at least {MIN_DISCOVER_SECONDS} seconds")
+    if len(url) > 2000:
+        raise McpServerError("the URL is longer than 2000 characters")
+    try:
+        check_url_now(url, allow_private=allow_private_networks())
+    except UpstreamAddressRefused as exc:
+        raise McpServerError(f"URL refused: {exc}") from None
+    if provider and not PROVIDER_PATTERN.match(provider):
+        raise McpServerError("the provider must be a simple name such as github or linear")
+
+
+@transaction.atomic
+def mcp_server_register(
+    *,
+    slug: str,
+    url: str,
+    provider: str = "",
+    operator_token: str | None = None,
+    discover_seconds: int = 300,
+    enabled: bool = True,
+) -> tuple[McpServer, bool]:
+    """Upsert a server by slug; returns (server, created). The token, when given, replaces the stored one."""
+    mcp_server_check(slug=slug, url=url, provider=provider, discover_seconds=discover_seconds)
+    server = McpServer.objects.select_for_update().filter(slug=slug).first()
+    created = server is None
+    if server is None:
+        server = McpServer(slug=slug)
+    server.url = url
+    server.provider = provider
+    server.discover_seconds = discover_seconds
+    server.enabled = enabled
+    server.removed_at = None
+    server.save()
+    if operator_token is not None:
+        mcp_server_set_token(server=server, token=operator_token)
+    _sync_schedule(server)
+    _refresh_tool_rows(server)
+    governance_bump()
+    return server, created
+
+
+def mcp_server_set_token(*, server: McpServer, token: str) -> None:
+    """Seal the operator token under the key ring, bound to this row ("" clears it)."""
+    if token:
+        blob, key_id = token_vault().seal(token, server_id=str(server.pk))
+        server.operator_token_sealed, server.operator_token_key_id = blob, key_id
+    else:
+        server.operator_token_sealed, server.operator_token_key_id = None, ""
+    server.save(update_fields=["operator_token_sealed", "operator_token_key_id", "updated_at"])
+
+
+def _sync_schedule(server: McpServer) -> None:
+    """One beat entry per server, at its interval; a removed or disabled server has none."""
+    name = f"mcp-discover:{server.slug}"
+    if server.removed_at is not None or not server.enabled:
+        PeriodicTask.objects.filter(name=name).delete()
+        return
+    interval, _ = IntervalSchedule.objects.get_or_create(every=server.discover_seconds, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.update_or_create(
+        name=name,
+        defaults={
+            "task": DISCOVER_TASK,
+            "interval": interval,
+            "args": json.dumps([server.pk]),
+            "enabled": True,
+            "expires": None,
+        },
+    )
+
+
+@transaction.atomic
+def mcp_server_remove(*, slug: str) -> McpServer:
+    """Mark the server and its tools removed (never deleted: audit rows keep their ids)."""
+    server = McpServer.objects.select_for_update().filter(slug=slug).first()
+    if server is None:
+        raise McpServerError(f"no MCP server {slug!r}")
+    now = timezone.now()
+    server.removed_at = now
+    server.enabled = False
+    server.save(update_fields=["removed_at", "enabled", "updated_at"])
+    for tool in McpTool.objects.select_for_update().filter(server=server).exclude(status=McpTool.Status.REMOVED):
+        _mark_removed(tool, now)
+    _sync_schedule(server)
+    governance_bump()
+    return server
+
+
+# --- discovery ------------------------------------------------------------------------------
+
+_process_locks: dict[int, threading.Lock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def _process_lock(server_id: int) -> threading.Lock:
+    """Beside the row lock: serialises discoveries within a process, where SQLite has no row locks."""
+    with _process_locks_guard:
+        return _process_locks.setdefault(server_id, threading.Lock())
+
+
+def server_target(server: McpServer) -> UpstreamTarget:
+    """Where to reach the server with its operator token (discovery and tenant-less calls)."""
+    headers: tuple[tuple[str, str], ...] = ()
+    if server.operator_token_sealed:
+        token = token_vault().open(bytes(server.operator_token_sealed), server_id=str(server.pk))
+        headers = (("Authorization", f"Bearer {token}"),)
+    return UpstreamTarget(
+        server_id=str(server.pk), url=server.url, allow_private=allow_private_networks(), headers=headers
+    )
+
+
+def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None) -> DiscoveryReport:
+    """List the server now and reconcile its tools; DiscoveryFailed (recorded on the row) otherwise."""
+    bounds = bounds or DiscoveryBounds()
+    with _process_lock(server_id):
+        slug = McpServer.objects.filter(pk=server_id).values_list("slug", flat=True).first() or str(server_id)
+        try:
+            with transaction.atomic():
+                server = McpServer.objects.select_for_update().get(pk=server_id)
+                if server.removed_at is not None or not server.enabled:
+                    raise McpServerError("the server is disabled or removed")
+                listing = BackgroundLoop.shared().run(
+                    list_all_tools(server_target(server), max_tools=bounds.max_tools, max_pages=bounds.max_pages),
+                    timeout_s=bounds.total_timeout_s,
+                )
+                report = _reconcile(server, listing.tools, bounds)
+                report.protocol_version = listing.protocol_version
+                server.last_discovery_at = timezone.now()
+                server.last_discovery_status = McpServer.DiscoveryStatus.OK
+                server.last_discovery_error = ""
+                server.protocol_version = listing.protocol_version[:32]
+                server.save()
+                governance_bump()
+                return report
+        except Exception as exc:  # every failure is recorded and named; none escapes as a traceback
+            message = _failure_message(exc, bounds)
+            McpServer.objects.filter(pk=server_id).update(
+                last_discovery_at=timezone.now(),
+                last_discovery_status=McpServer.DiscoveryStatus.FAILED,
+                last_discovery_error=message[:500],
+            )
+            raise DiscoveryFailed(slug, message) from None
+
+
+def _failure_message(exc: BaseException, bounds: DiscoveryBounds) -> str:
+    if isinstance(exc, UpstreamError):
+        return exc.safe_message
+    if isinstance(exc, DefinitionRefused | McpServerError):
+        return str(exc)
+    if type(exc).__name__ == "ToolTimedOut":
+        return f"the listing took longer than {bounds.total_timeout_s:g} s"
+    if isinstance(exc, McpServer.DoesNotExist):
+        return "no such server"
+    return f"discovery failed ({type(exc).__name__})"
+
+
+def _reconcile(server: McpServer, listed: list[dict[str, Any]], bounds: DiscoveryBounds) -> DiscoveryReport:
+    """Check the whole listing, then write: new → pending, changed → drifted, gone → removed."""
+    names = [raw.get("name") for raw in listed]
+    for raw in listed:
+        check_definition(raw, bounds)
+    if len(set(names)) != len(names):
+        duplicate = next(name for name in names if names.count(name) > 1)
+        raise DefinitionRefused(f"the server lists the tool {safe_label(str(duplicate))} twice")
+    ids = tool_ids_for(server.slug, [str(name) for name in names])
+    foreign = (
+        Tool.objects.filter(pk__in=ids.values()).exclude(mcp__server=server).values_list("pk", flat=True).order_by("pk")
+    )
+    for tool_id in foreign:
+        owner = next(name for name, mapped in ids.items() if mapped == tool_id)
+        raise DefinitionRefused(f"tool {safe_label(owner)} maps to {tool_id}, which another tool already has")
+
+    now = timezone.now()
+    report = DiscoveryReport(slug=server.slug)
+    rows = McpTool.objects.select_for_update().select_related("tool").filter(server=server)
+    existing = {tool.upstream_name: tool for tool in rows}
+    taken_ids = {tool.tool_id for tool in existing.values()}
+    for raw in listed:
+        name = str(raw["name"])
+        tool = existing.get(name)
+        if tool is None:
+            if ids[name] in taken_ids:  # a row of another name already holds the mapped id
+                raise DefinitionRefused(f"tool {safe_label(name)} maps to {ids[name]}, which another tool already has")
+            _create_tool(server, name, ids[name], canonical_definition(raw), now)
+            report.new.append(ids[name])
+        else:
+            _update_tool(tool, server, canonical_definition(raw), now, report)
+    listed_names = {str(name) for name in names}
+    for name, tool in existing.items():
+        if name not in listed_names and tool.status != McpTool.Status.REMOVED:
+            _mark_removed(tool, now)
+            report.removed.append(tool.tool_id)
+    return report
+
+
+def _update_tool(
+    tool: McpTool, server: McpServer, definition: dict[str, Any], now: Any, report: DiscoveryReport
+) -> None:
+    """A listed tool we know: refresh the live copy, quarantine it if it no longer matches the approved one."""
+    live_hash = definition_hash(definition)
+    tool.last_seen_at = now
+    was_removed = tool.status == McpTool.Status.REMOVED
+    changed = live_hash != tool.live_hash
+    tool.live_definition, tool.live_hash = definition, live_hash
+    tool.suggested_effect = suggested_effect(definition.get("annotations")).value
+    if was_removed:
+        tool.removed_at = None
+        report.returned.append(tool.tool_id)
+    if tool.approved_hash and live_hash != tool.approved_hash:
+        if tool.status != McpTool.Status.DRIFTED:
+            _quarantine(tool, now)
+            report.drifted.append(tool.tool_id)
+    elif tool.approved_hash:
+        if tool.status == McpTool.Status.DRIFTED and tool.enabled_before_quarantine:
+            tool.tool.is_enabled = True  # the upstream went back to exactly what was approved
+        tool.status = McpTool.Status.APPROVED
+        tool.enabled_before_quarantine = False
+    else:
+        tool.status = McpTool.Status.PENDING
+    if not (changed or was_removed) and tool.tool_id not in report.drifted:
+        report.unchanged.append(tool.tool_id)
+    tool.save()
+    _write_tool_row(tool, server, now=now, missing=False)
+
+
+def _create_tool(server: McpServer, name: str, tool_id: str, definition: dict[str, Any], now: Any) -> McpTool:
+    effect = ToolEffect.EXTERNAL_SIDE_EFFECT  # the most restrictive until an operator confirms the hints
+    tool_row, _ = Tool.objects.update_or_create(
+        pk=tool_id,
+        defaults={
+            "source": Tool.Source.MCP,
+            "is_enabled": False,
+            "effect": effect.value,
+            "schema_changed_at": now,
+            "missing_since": None,
+            **_row_fields(tool_id, definition, effect.value, server),
+        },
+    )
+    return McpTool.objects.create(
+        server=server,
+        tool=tool_row,
+        upstream_name=name,
+        status=McpTool.Status.PENDING,
+        live_definition=definition,
+        live_hash=definition_hash(definition),
+        suggested_effect=suggested_effect(definition.get("annotations")).value,
+        first_seen_at=now,
+        last_seen_at=now,
+    )
+
+
+def _row_fields(tool_id: str, definition: dict[str, Any], effect: str, server: McpServer) -> dict[str, Any]:
+    provider = server.provider or None
+    return {
+        "description": spec_description(definition),
+        "input_schema": definition.get("inputSchema") or {"type": "object"},
+        "provider": server.provider,
+        "requires_connection": bool(server.provider),
+        "schema_hash": pinned_schema_hash(
+            tool_id=tool_id,
+            definition=definition,
+            effect=effect,
+            provider=provider,
+            requires_connection=bool(server.provider),
+        ),
+    }
+
+
+def spec_description(definition: dict[str, Any]) -> str:
+    """What a model reads: the description, else the title, else the name (never empty)."""
+    return str(definition.get("description") or definition.get("title") or definition.get("name") or "MCP tool")
+
+
+def _write_tool_row(tool: McpTool, server: McpServer, *, now: Any, missing: bool) -> None:
+    """Mirror the live definition into the catalog row (policy files pin its schema_hash)."""
+    row = tool.tool
+    fields = _row_fields(tool.tool_id, tool.live_definition, row.effect, server)
+    if fields["schema_hash"] != row.schema_hash:
+        row.schema_changed_at = now
+    for key, value in fields.items():
+        setattr(row, key, value)
+    row.source = Tool.Source.MCP
+    row.missing_since = now if missing else None
+    if tool.status != McpTool.Status.APPROVED:
+        row.is_enabled = False
+    row.save()
+
+
+def _quarantine(tool: McpTool, now: Any) -> None:
+    tool.enabled_before_quarantine = tool.tool.is_enabled
+    tool.status = McpTool.Status.DRIFTED
+    tool.drifted_at = now
+
+
+def _mark_removed(tool: McpTool, now: Any) -> None:
+    tool.status = McpTool.Status.REMOVED
+    tool.removed_at = now
+    tool.save(update_fields=["status", "removed_at"])
+    Tool.objects.filter(pk=tool.tool_id).update(missing_since=now, is_enabled=False, updated_at=now)
+
+
+def _refresh_tool_rows(server: McpServer) -> None:
+    """A changed provider changes every tool's definition as Toolgate offers it: re-hash the rows."""
+    now = timezone.now()
+    for tool in McpTool.objects.select_related("tool").filter(server=server):
+        _write_tool_row(tool, server, now=now, missing=tool.status == McpTool.Status.REMOVED)
+
+
+# --- review ----------------------------------------------------------------------------------
+
+
+def _actor_fields(user: AbstractBaseUser | None) -> Any:
+    return user if user is not None and user.is_authenticated else None
+
+
+@transaction.atomic
+def mcp_tool_approve(
+    *,
+    tool_id: str,
+    user: AbstractBaseUser | None = None,
+    via: str = "admin",
+    expected_live_hash: str | None = None,
+    only_if_unapproved: bool = False,
+) -> McpTool:
+    """Pin the live definition as the approved one, recording who and when.
+
+    A drifted tool that was enabled before its quarantine is switched back on;
+    a new tool stays off until an operator enables it. `expected_live_hash`
+    guards against approving a definition that changed while it was reviewed;
+    `only_if_unapproved` leaves an already approved tool (and its record) alone.
+    """
+    tool = McpTool.objects.select_for_update().select_related("tool", "server").filter(tool_id=tool_id).first()
+    if tool is None:
+        raise McpServerError(f"no MCP tool {tool_id!r}")
+    if only_if_unapproved and tool.status == McpTool.Status.APPROVED:
+        return tool
+    if tool.status == McpTool.Status.REMOVED:
+        raise McpServerError(f"{tool_id} was removed upstream; there is no live definition to approve")
+    if expected_live_hash is not None and expected_live_hash != tool.live_hash:
+        raise McpServerError(f"{tool_id}: the live definition changed while it was being reviewed; review it again")
+    was_drifted = tool.status == McpTool.Status.DRIFTED
+    now = timezone.now()
+    tool.approved_definition = tool.live_definition
+    tool.approved_hash = tool.live_hash
+    tool.approved_at = now
+    tool.approved_by = _actor_fields(user)
+    tool.approved_via = via[:150]
+    tool.status = McpTool.Status.APPROVED
+    tool.drifted_at = None
+    row = tool.tool
+    # Hints of the new definition that ask for more caution raise the effect; none lower it.
+    effect = stricter(ToolEffect(row.effect), ToolEffect(tool.suggested_effect))
+    if was_drifted and tool.enabled_before_quarantine:
+        row.is_enabled = True
+    tool.enabled_before_quarantine = False
+    tool.save()
+    row.effect = effect.value
+    _write_tool_row(tool, tool.server, now=now, missing=False)
+    governance_bump()
+    return tool
+
+
+@transaction.atomic
+def mcp_tool_set_effect(*, tool_id: str, effect: ToolEffect, user: AbstractBaseUser | None = None) -> McpTool:
+    """Confirm the hints' effect or tighten it; loosening below what the hints suggest is refused."""
+    tool = McpTool.objects.select_for_update().select_related("tool", "server").filter(tool_id=tool_id).first()
+    if tool is None:
+        raise McpServerError(f"no MCP tool {tool_id!r}")
+    floor = ToolEffect(tool.suggested_effect)
+    if not at_least_as_strict(effect, floor):
+        raise McpServerError(
+            f"{tool_id}: the upstream's hints suggest {floor.value}; "
+            "an operator may confirm that or pick a stricter effect"
+        )
+    tool.effect_confirmed_at = timezone.now()
+    tool.effect_confirmed_by = _actor_fields(user)
+    tool.save(update_fields=["effect_confirmed_at", "effect_confirmed_by"])
+    row = tool.tool
+    row.effect = effect.value
+    _write_tool_row(tool, tool.server, now=timezone.now(), missing=tool.status == McpTool.Status.REMOVED)
+    governance_bump()
+    return tool
+
+
+def mcp_tools_enable_check(tool_ids: Iterable[str]) -> list[str]:
+    """Problems with switching these MCP tools on: only an approved, present definition may run."""
+    problems = []
+    for tool in McpTool.objects.filter(tool_id__in=list(tool_ids)).order_by("tool_id"):
+        if tool.status != McpTool.Status.APPROVED:
+            problems.append(f"{tool.tool_id} is {tool.get_status_display().lower()}; approve its definition first")
+    return problems

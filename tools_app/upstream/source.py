@@ -1,0 +1,301 @@
+"""The runner's view of upstream MCP tools: approved definitions bound as BoundTools.
+
+`McpToolSource` is a ToolSource beside the code registry's (config/runtime.py
+composes them). It binds only approved definitions: a drifted tool keeps its
+approved binding but is switched off (quarantined), so a call is refused by the
+kill switch before anything reaches the upstream; a tool never approved is not
+in the source at all. Validators are compiled once per definition hash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import mcp_types as types
+from jsonschema.protocols import Validator
+from pydantic import BaseModel
+
+from policies_app.governance import governance_cache
+from runner.bound import BoundTool
+from runner.capabilities import AuthCapability, BearerAuth, ClockCapability, ToolCapabilities
+from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
+from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolFailure
+from runner.ports import ToolSource
+from runner.redaction import carries_credential, compile_allowlist, credential_fragments
+from runner.types import FieldError, ToolEffect, ToolInvocationContext, ToolSpec
+from tools_app.selectors import enabled_tool_ids
+from tools_app.upstream.client import UpstreamError, UpstreamTarget, pool_for_running_loop
+from tools_app.upstream.definitions import compile_validator, default_allowlist, pinned_schema_hash
+from tools_app.upstream.models import McpServer, McpTool
+from tools_app.upstream.services import allow_private_networks, spec_description
+from tools_app.upstream.vault import token_vault
+
+logger = logging.getLogger(__name__)
+
+MAX_ERRORS = 20
+UNREADABLE_TOKEN = "the MCP server's operator token cannot be read; an operator has been alerted"  # noqa: S105
+
+
+class McpArguments(ToolArgs):
+    """Arguments of an upstream tool, already checked against its pinned input schema."""
+
+    arguments: dict[str, Any]
+
+
+@lru_cache(maxsize=4096)
+def _validator(definition_hash: str, which: str, schema_json: str) -> Validator:
+    """Compiled once per (definition, schema): compiling costs ~10x a validation."""
+    return compile_validator(json.loads(schema_json))
+
+
+def schema_errors(validator: Validator, instance: Any) -> tuple[FieldError, ...]:
+    """Where and why `instance` breaks the schema, never echoing its values."""
+    errors = []
+    for error in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))[:MAX_ERRORS]:
+        path = ".".join(str(part) for part in error.absolute_path)
+        errors.append(FieldError(path=path, message=_message(error)))
+    return tuple(errors)
+
+
+def _message(error: Any) -> str:
+    keyword = str(error.validator)
+    if keyword == "type":
+        expected = error.validator_value
+        expected = "/".join(map(str, expected)) if isinstance(expected, list) else str(expected)
+        return f"must be of type {expected[:40]}"
+    if keyword == "required":
+        return "a required property is missing"
+    if keyword == "additionalProperties":
+        return "has properties the schema does not allow"
+    if keyword in ("enum", "const"):
+        return "is not one of the allowed values"
+    return f"does not satisfy the schema's {keyword[:40]!r} rule"
+
+
+@dataclass(frozen=True, slots=True)
+class McpBoundTool(BoundTool):
+    """A BoundTool whose schemas are the pinned upstream JSON Schemas, not pydantic models."""
+
+    input_validator: Any = None
+    output_validator: Any = None
+    operator_auth: AuthCapability | None = None
+
+    def validate_input(self, raw_args: Any) -> BaseModel:
+        errors = schema_errors(self.input_validator, raw_args)
+        if errors:
+            raise InputInvalid(errors)
+        return McpArguments.model_construct(arguments=raw_args)
+
+    def validate_output(self, raw_output: Any) -> dict[str, Any]:
+        if not isinstance(raw_output, dict):
+            raise OutputInvalid((FieldError(path="", message="output is not an object"),))
+        if self.output_validator is not None:
+            errors = schema_errors(self.output_validator, raw_output)
+            if errors:
+                raise OutputInvalid(errors)
+        return raw_output
+
+    def capabilities(self, *, clock: ClockCapability, auth: AuthCapability | None) -> ToolCapabilities:
+        return ToolCapabilities(clock=clock, http=None, auth=auth or self.operator_auth)
+
+
+@dataclass(frozen=True, slots=True)
+class _Upstream:
+    """What `execute` needs to reach one tool: the server, the pinned tool, the token if any."""
+
+    server_id: str
+    url: str
+    pinned: types.Tool
+    operator_auth: AuthCapability | None
+    token_unreadable: bool
+
+    def target(self, auth: AuthCapability | None) -> UpstreamTarget:
+        headers = tuple(sorted(auth.headers().items())) if auth is not None else ()
+        return UpstreamTarget(
+            server_id=self.server_id, url=self.url, allow_private=allow_private_networks(), headers=headers
+        )
+
+
+def _executor(upstream: _Upstream) -> Any:
+    async def execute(args: McpArguments, ctx: ToolInvocationContext, caps: ToolCapabilities) -> Any:
+        if upstream.token_unreadable:
+            raise ToolFailure(UNREADABLE_TOKEN)
+        auth = caps.auth
+        try:
+            result = await pool_for_running_loop().call(upstream.target(auth), upstream.pinned, args.arguments)
+        except UpstreamError as error:
+            raise ToolFailure(f"upstream MCP server: {error.safe_message}") from None
+        if result.is_error:
+            raise ToolFailure("upstream MCP server: the tool reported an error")
+        value = _value_of(result, has_output_schema=upstream.pinned.output_schema is not None)
+        # The runner checks outputs against a broker's credential; the operator token is ours to check.
+        if (
+            auth is not None
+            and auth is upstream.operator_auth
+            and carries_credential(value, credential_fragments(auth.headers(), auth.access_token()))
+        ):
+            raise CapabilityError("the upstream's answer carries the server's credential; it was withheld")
+        return value
+
+    return execute
+
+
+def _value_of(result: types.CallToolResult, *, has_output_schema: bool) -> Any:
+    """structuredContent when the pinned definition declares its schema (output validation checks it),
+    else the text blocks: structure nobody declared and reviewed has no allowlist to pass."""
+    if has_output_schema:
+        return result.structured_content if result.structured_content is not None else {}
+    blocks = [{"type": "text", "text": block.text} for block in result.content if isinstance(block, types.TextContent)]
+    return {"content": blocks}
+
+
+def bind_mcp_tool(
+    tool: McpTool, server: McpServer, operator_auth: AuthCapability | None, unreadable: bool
+) -> McpBoundTool:
+    """Bind the approved definition (never the live one) of one upstream tool."""
+    definition = tool.approved_definition or {}
+    effect = ToolEffect(tool.tool.effect)
+    provider = server.provider or None
+    requires_connection = bool(server.provider)
+    input_schema = definition.get("inputSchema") or {"type": "object"}
+    output_schema = definition.get("outputSchema")
+    contract = ToolContract(
+        name=tool.tool_id,
+        description=spec_description(definition),
+        input_model=McpArguments,
+        output_model=ToolOutput,
+        effect=effect,
+        redaction_allowlist=default_allowlist(output_schema),
+        requires_connection=requires_connection,
+        provider=provider,
+        capabilities=frozenset({"auth"}) if requires_connection else frozenset(),
+    )
+    spec = ToolSpec(
+        name=tool.tool_id,
+        description=contract.description,
+        input_schema=input_schema,
+        effect=effect,
+        requires_connection=requires_connection,
+        provider=provider,
+        # what /mcp offers as outputSchema: the value is cut to this schema's declared fields
+        output_schema=output_schema if isinstance(output_schema, dict) else None,
+        schema_hash=pinned_schema_hash(
+            tool_id=tool.tool_id,
+            definition=definition,
+            effect=effect.value,
+            provider=provider,
+            requires_connection=requires_connection,
+        ),
+    )
+    pinned = types.Tool.model_validate(definition)
+    upstream = _Upstream(
+        server_id=str(server.pk),
+        url=server.url,
+        pinned=pinned,
+        operator_auth=None if requires_connection else operator_auth,
+        token_unreadable=unreadable and not requires_connection,
+    )
+    return McpBoundTool(
+        definition=ToolDefinition(contract=contract, execute=_executor(upstream)),
+        spec=spec,
+        allowlist=compile_allowlist(contract.redaction_allowlist or ()),
+        input_validator=_validator(tool.approved_hash, "input", json.dumps(input_schema, sort_keys=True)),
+        output_validator=(
+            _validator(tool.approved_hash, "output", json.dumps(output_schema, sort_keys=True))
+            if output_schema
+            else None
+        ),
+        operator_auth=upstream.operator_auth,
+    )
+
+
+def _operator_auth(server: McpServer) -> tuple[AuthCapability | None, bool]:
+    if not server.operator_token_sealed:
+        return None, False
+    try:
+        token = token_vault().open(bytes(server.operator_token_sealed), server_id=str(server.pk))
+    except Exception as exc:  # a missing key or a tampered blob: the operator's problem, never the caller's
+        logger.error("mcp server %s: operator token cannot be opened (%s)", server.slug, type(exc).__name__)
+        return None, True
+    return BearerAuth(token), False
+
+
+def load_bound_mcp_tools() -> dict[str, McpBoundTool]:
+    """Approved (and quarantined) tools of enabled servers, bound; pending and removed ones are absent."""
+    rows = (
+        McpTool.objects.select_related("tool", "server")
+        .filter(
+            status__in=(McpTool.Status.APPROVED, McpTool.Status.DRIFTED),
+            server__enabled=True,
+            server__removed_at__isnull=True,
+        )
+        .exclude(approved_hash="")
+        .order_by("tool_id")
+    )
+    auth_by_server: dict[int, tuple[AuthCapability | None, bool]] = {}
+    bound: dict[str, McpBoundTool] = {}
+    for row in rows:
+        if row.server_id not in auth_by_server:
+            auth_by_server[row.server_id] = _operator_auth(row.server)
+        operator_auth, unreadable = auth_by_server[row.server_id]
+        try:
+            bound[row.tool_id] = bind_mcp_tool(row, row.server, operator_auth, unreadable)
+        except Exception as exc:  # one bad pinned definition must not take the catalog down
+            logger.error("mcp tool %s cannot be bound (%s)", row.tool_id, type(exc).__name__)
+    return bound
+
+
+def approved_tool_ids() -> frozenset[str]:
+    """MCP tools whose approved definition is the live one: the only ones the switch may turn on."""
+    return frozenset(
+        McpTool.objects.filter(status=McpTool.Status.APPROVED)
+        .exclude(approved_hash="")
+        .values_list("tool_id", flat=True)
+    )
+
+
+class McpToolSource:
+    """Bound upstream tools, rebuilt when the governance generation moves."""
+
+    def _tools(self) -> Mapping[str, McpBoundTool]:
+        return governance_cache.get("mcp-bound-tools", load_bound_mcp_tools)
+
+    def get(self, tool_id: str) -> BoundTool | None:
+        if not tool_id.startswith("mcp__"):
+            return None
+        return self._tools().get(tool_id)
+
+    def list(self) -> Sequence[BoundTool]:
+        return list(self._tools().values())
+
+    def is_enabled(self, tool_id: str) -> bool:
+        """The kill switch, and an approved definition equal to the live one (a drifted tool is off)."""
+        return tool_id in enabled_tool_ids() and tool_id in governance_cache.get("mcp-approved", approved_tool_ids)
+
+
+class CompositeToolSource:
+    """Several sources as one catalog; ids are namespaced, so the first that knows an id answers."""
+
+    def __init__(self, *sources: ToolSource) -> None:
+        self._sources = sources
+
+    def get(self, tool_id: str) -> BoundTool | None:
+        for source in self._sources:
+            tool = source.get(tool_id)
+            if tool is not None:
+                return tool
+        return None
+
+    def list(self) -> Sequence[BoundTool]:
+        return [tool for source in self._sources for tool in source.list()]
+
+    def is_enabled(self, tool_id: str) -> bool:
+        for source in self._sources:
+            if source.get(tool_id) is not None:
+                return source.is_enabled(tool_id)
+        return False
