@@ -80,7 +80,7 @@ class Backend(Protocol):
         """The caller's catalog, exactly as `GET /api/v1/tools` derives it."""
         ...
 
-    def call_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+    def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
         """Run one call through the runner; None when `name` is not in the caller's catalog."""
         ...
 
@@ -263,7 +263,7 @@ def _call_tool(params: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
     if not isinstance(meta, Mapping):
         raise _Refused(INVALID_PARAMS, "_meta must be an object")
     toolgate_meta = {key: value for key, value in meta.items() if key.startswith(META_PREFIX)}
-    result = backend.call_tool(name, arguments, toolgate_meta)
+    result = backend.run_tool(name, arguments, toolgate_meta)
     if result is None:
         raise _Refused(INVALID_PARAMS, "unknown tool")
     return call_result(result)

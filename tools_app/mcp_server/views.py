@@ -188,7 +188,7 @@ class CallerBackend:
     def list_tools(self) -> list[ToolSpec]:
         return tool_catalog(source=self._runtime.source, policy=self._runtime.policy, caller=self._caller)
 
-    def call_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+    def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
         """Run the call like `POST /api/v1/tools/exec`; None hides a refused tool outside the catalog.
 
         The call goes through the runner even then, so it is audited like any
