@@ -228,7 +228,7 @@ TOOL_USE_CONTENT = [
 ]
 
 
-def _message(content: list[dict[str, Any]], stop_reason: str) -> dict[str, Any]:
+def _message(content: list[dict[str, Any]], stop_reason: str | None) -> dict[str, Any]:
     return {
         "id": "msg_1",
         "type": "message",
@@ -290,7 +290,7 @@ def _sse(events: list[dict[str, Any]]) -> bytes:
 def test_anthropic_stream_parsed_by_the_sdk_assembles_like_the_whole_message(model):
     # given a streamed tool-use answer, its input split mid-token
     events = [
-        {"type": "message_start", "message": _message([], None)},  # type: ignore[arg-type]
+        {"type": "message_start", "message": _message([], None)},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me check."}},
         {"type": "content_block_stop", "index": 0},
