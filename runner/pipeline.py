@@ -79,6 +79,7 @@ from runner.types import (
     ErrorCode,
     EventKind,
     FieldError,
+    MalformedArgs,
     ToolEvent,
     ToolExecResult,
     ToolInvocationContext,
@@ -323,9 +324,16 @@ class BudgetStage:
 
 
 class ValidateInputStage:
-    """(5) Strict validation against the contract's input model."""
+    """(5) Strict validation against the contract's input model.
+
+    Arguments a wire decoder could not parse arrive as `MalformedArgs` and are
+    answered here with the decoder's code (`invalid_json`), after the lookup,
+    policy and grant have been decided like for any call.
+    """
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        if isinstance(call.raw_args, MalformedArgs):
+            return call.fail(call.raw_args.error_code, call.raw_args.safe_message)
         try:
             call.args = call.bound.validate_input(call.raw_args)
         except InputInvalid as exc:

@@ -117,6 +117,20 @@ class FieldError:
 
 
 @dataclass(frozen=True, slots=True)
+class MalformedArgs:
+    """Arguments a wire decoder could not turn into an object, handed to the runner in place of args.
+
+    A model's malformed call still runs through the pipeline (seed 000 §8): it
+    is looked up, decided and audited like any call, and the input stage
+    answers it with this code and message instead of validating. It keeps no
+    trace of the raw text, which may hold anything the model echoed.
+    """
+
+    error_code: ErrorCode
+    safe_message: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolExecResult:
     """What `ToolRunner.exec` answers, for every outcome."""
 

@@ -53,6 +53,7 @@ def test_schema_generates_and_validates_without_warnings(tmp_path):
         "/api/v1/invocations",
         "/api/v1/invocations/{tool_call_id}",
         "/api/v1/tools",
+        "/api/v1/tools/calls",
         "/api/v1/tools/exec",
         "/api/v1/tools/{tool_id}",
     ]
@@ -235,6 +236,21 @@ def test_known_outcomes_match_their_documented_schemas(bearer, wsgi_inside_the_t
         (exec_op.Case(body={"tool_id": "core__nope"}), 404),
         (OPERATIONS["GET /api/v1/tools"].Case(), 200),
         (OPERATIONS["GET /api/v1/tools"].Case(query={"format": "openai"}), 200),
+        (OPERATIONS["GET /api/v1/tools"].Case(query={"format": "openai_responses"}), 200),
+        (OPERATIONS["GET /api/v1/tools"].Case(query={"format": "anthropic"}), 200),
+        (
+            OPERATIONS["POST /api/v1/tools/calls"].Case(
+                body={
+                    "format": "anthropic",
+                    "message": [
+                        {"type": "tool_use", "id": "toolu_s2", "name": "core__get_current_time", "input": {}},
+                        {"type": "tool_use", "id": "toolu_s3", "name": "core__wait", "input": {"ms": 1}},
+                    ],
+                }
+            ),
+            200,
+        ),
+        (OPERATIONS["POST /api/v1/tools/calls"].Case(body={"format": "openai", "message": []}), 422),
         (OPERATIONS["GET /api/v1/tools/{tool_id}"].Case(path_parameters={"tool_id": "core__get_current_time"}), 200),
         (OPERATIONS["GET /api/v1/invocations"].Case(query={"ok": "true", "limit": 1}), 200),
         (OPERATIONS["GET /api/v1/invocations/{tool_call_id}"].Case(path_parameters={"tool_call_id": "s1"}), 200),

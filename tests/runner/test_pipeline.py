@@ -14,7 +14,7 @@ from runner.errors import BrokerError
 from runner.grants import effective_connection_ids
 from runner.pipeline import CLAIM_LEASE_GRACE_S, ToolRunner, args_digest
 from runner.ports import Claimed, Conflict, Replay
-from runner.types import Budgets, Decision, ErrorCode, EventKind, ToolExecResult
+from runner.types import Budgets, Decision, ErrorCode, EventKind, MalformedArgs, ToolExecResult
 from tests.runner import tools
 from tests.runner.fakes import ACTOR, CONNECTION, GRANT, OTHER_CONNECTION, T0, TENANT, grant, make_harness
 
@@ -120,6 +120,29 @@ def test_invalid_args_answer_validation_with_paths_and_no_values():
     assert result.error_code is ErrorCode.VALIDATION
     assert sorted(e.path for e in result.errors) == ["(unknown field)", "text"]
     assert "CANARY" not in repr(result)
+
+
+def test_malformed_args_are_answered_at_the_input_stage_after_policy_and_audited():
+    # given a decoder's verdict on arguments it could not parse
+    h = make_harness(tools.ALL)
+    malformed = MalformedArgs(error_code=ErrorCode.INVALID_JSON, safe_message="Invalid tool arguments JSON")
+
+    # when
+    result = h.exec("test__echo", malformed)
+    denied = make_harness(tools.ALL, allowed=set()).exec("test__echo", malformed)
+
+    # then the tool did not run, the policy was asked, and one audit row says invalid_json
+    assert (result.ok, result.error_code, result.safe_message) == (
+        False,
+        ErrorCode.INVALID_JSON,
+        "Invalid tool arguments JSON",
+    )
+    assert result.executed is False
+    assert [call[0] for call in h.policy.asked] == ["test__echo"]
+    [record] = h.audit.records
+    assert (record.error_code, record.decision, record.executed) == (ErrorCode.INVALID_JSON, Decision.ALLOW, False)
+    assert [event.kind for event in h.events.events] == [EventKind.TOOL_CALL_RESULT]
+    assert denied.error_code is ErrorCode.POLICY_DENIED  # malformed args never skip the policy
 
 
 def test_strict_validation_refuses_coercion():

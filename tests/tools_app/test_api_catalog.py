@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from anthropic.types import ToolParam
+from openai.types.responses import FunctionToolParam
+from pydantic import TypeAdapter
 from rest_framework.test import APIClient
 
 from config.runtime import runtime
@@ -12,6 +15,8 @@ from tests.support.api import api_client, enable_tools
 pytestmark = pytest.mark.django_db
 
 CANARY = "canary-5d1e0b"
+ANTHROPIC_TOOL = TypeAdapter(ToolParam)
+RESPONSES_TOOL = TypeAdapter(FunctionToolParam)
 
 
 def public_spec(tool_id: str) -> dict:
@@ -61,6 +66,35 @@ def test_catalog_in_openai_format(key):
     }
 
 
+def test_catalog_in_anthropic_format_has_exactly_the_messages_api_keys(key):
+    response = api_client(key).get("/api/v1/tools", {"format": "anthropic"})
+
+    assert response.status_code == 200
+    spec = public_spec("github__get_user")
+    tools = response.json()["tools"]
+    assert [tool["name"] for tool in tools] == ["core__get_current_time", "github__get_user"]
+    assert tools[1] == {"name": spec["name"], "description": spec["description"], "input_schema": spec["input_schema"]}
+    for tool in tools:
+        assert ANTHROPIC_TOOL.validate_python(tool) == tool
+
+
+def test_catalog_in_openai_responses_format_is_flat_and_strict_where_allowed(key):
+    response = api_client(key).get("/api/v1/tools", {"format": "openai_responses"})
+
+    assert response.status_code == 200
+    clock, user = response.json()["tools"]
+    assert user == {
+        "type": "function",
+        "name": "github__get_user",
+        "description": public_spec("github__get_user")["description"],
+        "parameters": public_spec("github__get_user")["input_schema"],
+        "strict": True,  # no properties, closed
+    }
+    assert clock["strict"] is False  # an optional timezone with a default: strict mode would require it
+    for tool in (clock, user):
+        assert RESPONSES_TOOL.validate_python(tool) == tool
+
+
 def test_unknown_catalog_format_answers_422_without_echoing_it(key):
     response = api_client(key).get("/api/v1/tools", {"format": CANARY})
 
@@ -68,7 +102,7 @@ def test_unknown_catalog_format_answers_422_without_echoing_it(key):
     assert response.json() == {
         "error_code": "validation",
         "safe_message": "the request is invalid",
-        "errors": [{"path": "format", "message": "the only format is openai"}],
+        "errors": [{"path": "format", "message": "must be openai, openai_responses or anthropic"}],
     }
 
 

@@ -326,8 +326,24 @@ class OpenAIToolOutputSerializer(serializers.Serializer):
     function = OpenAIFunctionOutputSerializer()
 
 
+@extend_schema_serializer(component_name="OpenAIResponsesTool")
+class OpenAIResponsesToolOutputSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["function"])
+    name = serializers.CharField()
+    description = serializers.CharField()
+    parameters = serializers.DictField()
+    strict = serializers.BooleanField(help_text="True when strict mode accepts the schema unchanged.")
+
+
+@extend_schema_serializer(component_name="AnthropicTool")
+class AnthropicToolOutputSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    input_schema = serializers.DictField()
+
+
 class CatalogEntriesField(serializers.ListField):
-    """`tools[]`: ToolSpecs, or OpenAI tool entries with `?format=openai` (see the schema extension below)."""
+    """`tools[]`: ToolSpecs, or a model API's tool entries with `?format=` (see the schema extension below)."""
 
 
 class CatalogEntriesFieldExtension(OpenApiSerializerFieldExtension):
@@ -339,6 +355,8 @@ class CatalogEntriesFieldExtension(OpenApiSerializerFieldExtension):
         shapes = [
             auto_schema.resolve_serializer(ToolSpecOutputSerializer, direction).ref,
             auto_schema.resolve_serializer(OpenAIToolOutputSerializer, direction).ref,
+            auto_schema.resolve_serializer(OpenAIResponsesToolOutputSerializer, direction).ref,
+            auto_schema.resolve_serializer(AnthropicToolOutputSerializer, direction).ref,
         ]
         return {"type": "array", "items": {"anyOf": shapes}}
 
@@ -350,10 +368,13 @@ class ToolCatalogOutputSerializer(serializers.Serializer):
 
 class ToolCatalogQuerySerializer(StrictQuerySerializer):
     format = serializers.ChoiceField(
-        choices=["openai"],
+        choices=["openai", "openai_responses", "anthropic"],
         required=False,
-        error_messages={"invalid_choice": "the only format is openai"},
-        help_text="`openai` returns the entries as OpenAI function-calling tools.",
+        error_messages={"invalid_choice": "must be openai, openai_responses or anthropic"},
+        help_text=(
+            "`openai`: Chat Completions function tools; `openai_responses`: Responses API function tools; "
+            "`anthropic`: Messages API tools. Absent: Toolgate's ToolSpecs."
+        ),
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from django.urls import URLPattern, path
 
+from tools_app.api.calls import ToolCallsView
 from tools_app.api.views import (
     ApprovalDetailView,
     InvocationDetailView,
@@ -24,8 +25,9 @@ from tools_app.api.views import (
 def urlpatterns_for(runtime_provider: Callable[[], ToolRuntime]) -> list[URLPattern]:
     return [
         path("tools", ToolCatalogView.as_view(runtime_provider=runtime_provider), name="tool-list"),
-        # before tools/<tool_id>, which would otherwise take "exec" for a tool id
+        # before tools/<tool_id>, which would otherwise take "exec" or "calls" for a tool id
         path("tools/exec", ToolExecView.as_view(runtime_provider=runtime_provider), name="tool-exec"),
+        path("tools/calls", ToolCallsView.as_view(runtime_provider=runtime_provider), name="tool-calls"),
         path("tools/<str:tool_id>", ToolDetailView.as_view(runtime_provider=runtime_provider), name="tool-detail"),
         path("invocations", InvocationListView.as_view(), name="invocation-list"),
         path("invocations/<str:tool_call_id>", InvocationDetailView.as_view(), name="invocation-detail"),

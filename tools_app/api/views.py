@@ -26,8 +26,8 @@ from policies_app.authentication import ToolsExecScope, request_caller
 from policies_app.selectors import approval_for_caller
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
-from runner.types import ErrorCode
-from runner.wire.openai import encode_tools
+from runner.types import ErrorCode, ToolSpec
+from runner.wire import anthropic, openai, openai_responses
 from tools_app.api import ToolCallFailed
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from tools_app.api.pagination import StrictLimitOffsetPagination
@@ -59,6 +59,14 @@ class ToolRuntime(Protocol):
 
     @property
     def policy(self) -> PolicyDecider: ...
+
+
+# The catalog in a model API's own tool format (`?format=`), each from its wire adapter.
+CATALOG_ENCODERS: dict[str, Callable[[list[ToolSpec]], list[dict[str, Any]]]] = {
+    "openai": openai.encode_tools,
+    "openai_responses": openai_responses.encode_tools,
+    "anthropic": anthropic.encode_tools,
+}
 
 
 # --- schema pieces shared by the operations ---------------------------------------------
@@ -183,8 +191,9 @@ class ToolCatalogView(ToolsApiView):
         query.is_valid(raise_exception=True)
         runtime = self.runtime()
         specs = tool_catalog(source=runtime.source, policy=runtime.policy, caller=request_caller(request))
-        if query.validated_data.get("format") == "openai":
-            return Response({"tools": encode_tools(specs)})
+        encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
+        if encoder is not None:
+            return Response({"tools": encoder(specs)})
         return Response({"tools": [spec.public_dict() for spec in specs]})
 
 

@@ -1,0 +1,153 @@
+"""OpenAI Responses API function-calling wire format: an adapter beside runner/wire/openai.py.
+
+The Responses API flattens a function tool (`{"type": "function", "name",
+"description", "parameters", "strict"}`, no nested `function`), returns calls
+as `function_call` items of the response's `output` list, and takes results
+as `function_call_output` items of the next request's `input`. This module is
+the only place that knows those shapes (WIRE_FORMATS_ARE_ADAPTERS).
+
+`strict` is true only when the schema is one OpenAI's strict mode accepts as
+is: every object closed and every property required, and only keywords strict
+mode supports. Anything else is sent with `strict: false`, because a schema
+rewritten to fit strict mode (optional fields made nullable) would no longer be
+the schema the runner validates against.
+
+Standard library and the runner package only: no Django, no HTTP client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from runner.types import ToolExecResult, ToolInvocationRecord, ToolSpec
+from runner.wire.openai import WireFormatError, _optional_str, _plain_copy, _to_record
+
+__all__ = [
+    "STRICT_KEYWORDS",
+    "decode_output_function_calls",
+    "encode_tool",
+    "encode_tool_result",
+    "encode_tools",
+    "strict_compatible",
+]
+
+# Keywords OpenAI's strict mode (Structured Outputs) supports; any other keyword means strict: false.
+STRICT_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "description",
+        "$defs",
+        "$ref",
+        "anyOf",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+    }
+)
+# Keywords whose value maps names to subschemas (the names are data, not keywords).
+_SCHEMA_MAPS = ("properties", "$defs")
+
+
+# --- encoder -------------------------------------------------------------------
+
+
+def encode_tool(spec: ToolSpec) -> dict[str, Any]:
+    """One flat function tool of a Responses request; `parameters` is a copy the caller may edit."""
+    return {
+        "type": "function",
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": _plain_copy(spec.input_schema),
+        "strict": strict_compatible(spec.input_schema),
+    }
+
+
+def encode_tools(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+    """The request's `tools[]` for the catalog's specs, in the order given."""
+    return [encode_tool(spec) for spec in specs]
+
+
+def strict_compatible(schema: Mapping[str, Any]) -> bool:
+    """Whether strict mode accepts `schema` unchanged: closed objects, all properties required, known keywords."""
+    if schema.get("type") != "object":
+        return False
+    return _strict_node(schema)
+
+
+def _strict_node(node: Any) -> bool:
+    if isinstance(node, list):
+        return all(_strict_node(item) for item in node)
+    if not isinstance(node, Mapping):
+        return True
+    if not STRICT_KEYWORDS.issuperset(node):
+        return False
+    types = node.get("type")
+    is_object = types == "object" or (isinstance(types, list) and "object" in types)
+    if is_object or "properties" in node:
+        properties = node.get("properties", {})
+        if node.get("additionalProperties") is not False:
+            return False
+        if not isinstance(properties, Mapping) or set(node.get("required", [])) != set(properties):
+            return False
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS:
+            if not isinstance(value, Mapping) or not all(_strict_node(child) for child in value.values()):
+                return False
+        elif key in ("items", "anyOf", "additionalProperties") and not _strict_node(value):
+            return False
+    return True
+
+
+# --- decoder -------------------------------------------------------------------
+
+
+def decode_output_function_calls(output: Sequence[Any]) -> list[ToolInvocationRecord]:
+    """Records for the `function_call` items of a response's `output` list, in order.
+
+    The record's id is the item's `call_id`, the id a `function_call_output`
+    answers (the item's own `id`, `fc_...`, names the output item instead).
+    Other items (reasoning, messages) are skipped.
+    """
+    if not isinstance(output, list):
+        raise WireFormatError("output must be a list")
+    records = []
+    for index, item in enumerate(output):
+        where = f"output[{index}]"
+        if not isinstance(item, Mapping):
+            raise WireFormatError(f"{where} must be an object")
+        if item.get("type") != "function_call":
+            continue
+        call_id = _optional_str(item.get("call_id"), f"{where}.call_id")
+        name = _optional_str(item.get("name"), f"{where}.name")
+        arguments = _optional_str(item.get("arguments"), f"{where}.arguments")
+        records.append(
+            _to_record(index=index, tool_call_id=call_id or None, name=name or "", arguments=arguments or "")
+        )
+    return records
+
+
+# --- tool result ---------------------------------------------------------------
+
+
+def encode_tool_result(result: ToolExecResult, *, call_id: str | None = None) -> dict[str, Any]:
+    """The `function_call_output` input item answering one call; errors are answered too."""
+    if result.ok:
+        output = json.dumps(result.value)
+    else:
+        error_code = result.error_code.value if result.error_code is not None else None
+        output = json.dumps({"ok": False, "error_code": error_code, "message": result.safe_message})
+    return {"type": "function_call_output", "call_id": call_id or result.tool_call_id, "output": output}

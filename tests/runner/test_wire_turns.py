@@ -1,0 +1,166 @@
+"""A model's whole turn in, result messages out: shape refusals, per-call malformed args, id mapping."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import TypeAdapter
+
+from runner.types import ErrorCode, MalformedArgs, ToolExecResult
+from runner.wire.openai import WireFormatError
+from runner.wire.turns import (
+    MAX_CALLS_PER_TURN,
+    ModelCall,
+    WireFormat,
+    decode_turn,
+    encode_results,
+    toolgate_call_id,
+)
+
+CANARY = "secret-canary-13"
+CHAT_MESSAGE = TypeAdapter(ChatCompletionMessageParam)
+
+
+def _chat_call(call_id: Any, name: Any, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _chat(*tool_calls: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": list(tool_calls)}
+
+
+def test_ids_that_fit_are_kept_and_others_map_deterministically():
+    odd = "functions.core__wait:0"
+
+    assert toolgate_call_id("call_AbC-9") == "call_AbC-9"
+    assert toolgate_call_id(odd) == "tc_" + hashlib.sha256(odd.encode()).hexdigest()
+    assert toolgate_call_id(odd) == toolgate_call_id(odd)
+    assert toolgate_call_id("x" * 129) == "tc_" + hashlib.sha256(b"x" * 129).hexdigest()
+    assert len(toolgate_call_id("é" * 500)) == 67
+
+
+def test_chat_turn_decodes_calls_with_malformed_args_kept_as_their_own_call():
+    message = _chat(
+        _chat_call("call_1", "core__wait", '{"ms": 1}'),
+        _chat_call("functions.core__wait:1", "core__wait", f'{{"ms": "{CANARY}"'),
+        _chat_call("call_3", "core__get_current_time", ""),
+    )
+
+    calls = decode_turn(WireFormat.OPENAI, message)
+
+    assert calls == [
+        ModelCall("call_1", "call_1", "core__wait", {"ms": 1}),
+        ModelCall(
+            "functions.core__wait:1",
+            toolgate_call_id("functions.core__wait:1"),
+            "core__wait",
+            MalformedArgs(ErrorCode.INVALID_JSON, "Invalid tool arguments JSON"),
+        ),
+        ModelCall("call_3", "call_3", "core__get_current_time", {}),
+    ]
+    assert CANARY not in repr(calls)
+
+
+def test_oversized_args_become_a_validation_call():
+    message = _chat(_chat_call("call_1", "core__wait", json.dumps({"pad": "x" * 9000})))
+
+    [call] = decode_turn(WireFormat.OPENAI, message)
+
+    assert call.args == MalformedArgs(ErrorCode.VALIDATION, "tool arguments must be at most 8192 bytes serialized")
+
+
+@pytest.mark.parametrize(
+    ("wire_format", "message", "problem"),
+    [
+        (WireFormat.OPENAI, [], "message must be an object"),
+        (WireFormat.OPENAI, _chat(_chat_call(None, "core__wait", "{}")), "message.tool_calls[0] has no call id"),
+        (WireFormat.OPENAI, _chat(_chat_call("c", "", "{}")), "message.tool_calls[0] has no tool name"),
+        (WireFormat.OPENAI, _chat(_chat_call("c", "x" * 129, "{}")), "over 128 characters"),
+        (WireFormat.OPENAI, _chat(_chat_call("c" * 513, "t", "{}")), "call id over 512 characters"),
+        (
+            WireFormat.OPENAI,
+            _chat(_chat_call("c", "t", "{}"), _chat_call("c", "t", "{}")),
+            "message.tool_calls[1] repeats the call id of an earlier call",
+        ),
+        (
+            WireFormat.OPENAI,
+            _chat({"id": "c", "type": "custom", "custom": {"name": "t", "input": CANARY}}),
+            "message.tool_calls[0] is not a function tool call",
+        ),
+        (WireFormat.OPENAI, _chat(_chat_call("c", "t", 5)), "message.tool_calls[0].function.arguments"),
+        (WireFormat.OPENAI_RESPONSES, {"type": "function_call"}, "output list"),
+        (WireFormat.OPENAI_RESPONSES, [{"type": "function_call", "name": "t", "arguments": "{}"}], "has no call id"),
+        (WireFormat.ANTHROPIC, "text", "content list"),
+        (WireFormat.ANTHROPIC, [{"type": "tool_use", "id": "toolu_1", "input": {}}], "message[0] has no tool name"),
+    ],
+)
+def test_a_body_that_is_not_a_turn_is_refused_whole(wire_format, message, problem):
+    with pytest.raises(WireFormatError) as raised:
+        decode_turn(wire_format, message)
+
+    assert problem in str(raised.value)
+    assert CANARY not in str(raised.value)
+
+
+def test_too_many_calls_are_refused():
+    message = _chat(*(_chat_call(f"c{i}", "t", "{}") for i in range(MAX_CALLS_PER_TURN + 1)))
+
+    with pytest.raises(WireFormatError, match="at most 16 tool calls"):
+        decode_turn(WireFormat.OPENAI, message)
+
+
+def test_a_turn_without_tool_calls_has_no_calls():
+    assert decode_turn(WireFormat.OPENAI, {"role": "assistant", "content": "Hi"}) == []
+    assert decode_turn(WireFormat.ANTHROPIC, [{"type": "text", "text": "Hi"}]) == []
+    assert encode_results(WireFormat.ANTHROPIC, [], []) == []
+
+
+def test_responses_and_anthropic_accept_the_whole_response_or_message():
+    output = [{"type": "function_call", "call_id": "call_A", "name": "t__x", "arguments": "{}", "id": "fc_1"}]
+    content = [{"type": "tool_use", "id": "toolu_1", "name": "t__x", "input": {"a": 1}}]
+
+    assert decode_turn(WireFormat.OPENAI_RESPONSES, {"output": output}) == decode_turn(
+        WireFormat.OPENAI_RESPONSES, output
+    )
+    assert decode_turn(WireFormat.ANTHROPIC, {"role": "assistant", "content": content}) == [
+        ModelCall("toolu_1", "toolu_1", "t__x", {"a": 1})
+    ]
+
+
+def test_results_answer_the_models_own_ids_in_each_format():
+    calls = [ModelCall("a:1", toolgate_call_id("a:1"), "t__x", {}), ModelCall("b", "b", "t__x", {})]
+    results = [
+        ToolExecResult(tool_call_id=toolgate_call_id("a:1"), tool_id="t__x", ok=True, value={"v": 1}),
+        ToolExecResult(
+            tool_call_id="b", tool_id="t__x", ok=False, error_code=ErrorCode.POLICY_DENIED, safe_message="no"
+        ),
+    ]
+    denied = json.dumps({"ok": False, "error_code": "policy_denied", "message": "no"})
+
+    chat = encode_results(WireFormat.OPENAI, calls, results)
+    responses = encode_results(WireFormat.OPENAI_RESPONSES, calls, results)
+    anthropic = encode_results(WireFormat.ANTHROPIC, calls, results)
+
+    assert chat == [
+        {"role": "tool", "tool_call_id": "a:1", "content": '{"v": 1}'},
+        {"role": "tool", "tool_call_id": "b", "content": denied},
+    ]
+    for message in chat:
+        assert CHAT_MESSAGE.validate_python(message) == message
+    assert responses == [
+        {"type": "function_call_output", "call_id": "a:1", "output": '{"v": 1}'},
+        {"type": "function_call_output", "call_id": "b", "output": denied},
+    ]
+    assert anthropic == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a:1", "content": '{"v": 1}', "is_error": False},
+                {"type": "tool_result", "tool_use_id": "b", "content": denied, "is_error": True},
+            ],
+        }
+    ]

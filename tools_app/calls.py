@@ -1,0 +1,72 @@
+"""Run a model's whole tool-calling turn: decode it, run each call through `tool_exec`, encode the answers.
+
+A service beside tools_app/services.py (`tool_exec` stays the one way into the
+runner). Decoding and encoding are the wire adapters' (runner/wire/turns.py);
+this module only strings them together with the caller's out-of-band fields.
+
+The calls run one after another, in the model's order, in the request's
+thread. The runner is synchronous and reads and writes through the ORM in its
+calling thread; worker threads would each need their own database connection
+(closed when done), could not see a transaction the request holds, and would
+contend for the embedded default's single SQLite writer. Ordered execution also
+keeps the audit trail in the model's order. The cost is latency: the answer
+takes the sum of the calls' runtimes, bounded by `MAX_CALLS_PER_TURN` calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies_app.selectors import Caller
+from runner.pipeline import ToolRunner
+from runner.types import ToolExecResult
+from runner.wire.turns import ModelCall, WireFormat, decode_turn, encode_results
+from tools_app.services import ExecRequest, tool_exec
+
+
+@dataclass(frozen=True, slots=True)
+class CallsRequest:
+    """`POST /api/v1/tools/calls`, shape-checked: the model's turn and the out-of-band fields of every call."""
+
+    wire_format: WireFormat
+    message: object
+    run_id: str | None = None
+    connection_id: str | None = None
+    connection_ids: list[str] | None = None
+    grant_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallsOutcome:
+    """What the turn's calls came to: the messages to append, and each call with its result."""
+
+    results: list[dict[str, object]]
+    calls: list[tuple[ModelCall, ToolExecResult]]
+
+
+def tool_calls_run(*, runner: ToolRunner, caller: Caller, request: CallsRequest) -> CallsOutcome:
+    """Run every call of the turn through the pipeline under the model's call id; `WireFormatError` if it is no turn.
+
+    A malformed call reaches the runner as `MalformedArgs` and comes back as
+    its own refusal (audited like any call); it does not stop the others.
+    """
+    calls = decode_turn(request.wire_format, request.message)
+    results = [
+        tool_exec(
+            runner=runner,
+            caller=caller,
+            request=ExecRequest(
+                tool_id=call.tool_id,
+                args=call.args,
+                tool_call_id=call.tool_call_id,
+                run_id=request.run_id,
+                connection_id=request.connection_id,
+                connection_ids=request.connection_ids,
+                grant_id=request.grant_id,
+            ),
+        )
+        for call in calls
+    ]
+    return CallsOutcome(
+        results=encode_results(request.wire_format, calls, results), calls=list(zip(calls, results, strict=True))
+    )
