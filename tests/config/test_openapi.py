@@ -164,11 +164,13 @@ def wsgi_inside_the_test_transaction():
 
 
 # A schema cannot list what exists in a tenant (a provider some tool needs, a service account,
-# a connection) nor say "in the future". The contract answers those 422 with `errors` naming
-# the field; any other refusal of schema-valid data is still a failure.
+# a connection) nor say "in the future"; nor does it spell out a model's assistant turn, whose
+# shape its vendor's API defines per `format`. The contract answers those 422 with `errors`
+# naming the field; any other refusal of schema-valid data is still a failure.
 UNKNOWN_REFERENCES = {
     "POST /api/v1/connections": re.compile(r"provider|expires_at"),
     "POST /api/v1/grants": re.compile(r"service_account|connection_ids\.[0-9]+"),
+    "POST /api/v1/tools/calls": re.compile(r"message(\..+)?"),
 }
 
 

@@ -172,7 +172,16 @@ def test_anthropic_turn_answers_one_user_turn_with_is_error(key):
             {"format": "openai", "message": {}, "connection_id": "c1"},
             [{"path": "grant_id", "message": "required whenever connection_id is given"}],
         ),
-        ({"format": "openai", "message": {}, "tool_calls": []}, [{"path": "tool_calls", "message": "unknown field"}]),
+        (  # an unknown key is never echoed: a caller may put anything in one
+            {"format": "openai", "message": {}, "tool_calls": []},
+            [
+                {
+                    "path": "(unknown field)",
+                    "message": "unknown field; the fields are: format, message, run_id, connection_id, connection_ids, "
+                    "grant_id",
+                }
+            ],
+        ),
     ],
 )
 def test_a_body_that_is_not_a_turn_answers_422_and_runs_nothing(key, body, errors):

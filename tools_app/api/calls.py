@@ -20,6 +20,7 @@ from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_respons
 from tools_app.api.serializers import (
     ERROR_CODES,
     MAX_CONNECTION_IDS,
+    GrantWithConnectionRule,
     StrictInputSerializer,
     _id_field,
     _reference_field,
@@ -31,7 +32,7 @@ WIRE_FORMATS = [wire_format.value for wire_format in WireFormat]
 
 
 @extend_schema_serializer(component_name="ToolCalls")
-class CallsInputSerializer(StrictInputSerializer):
+class CallsInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
     """The model's turn as its API returned it, and the out-of-band fields every call of it uses."""
 
     format = serializers.ChoiceField(
@@ -58,11 +59,6 @@ class CallsInputSerializer(StrictInputSerializer):
     grant_id = _reference_field(
         required=False, allow_null=True, help_text="The execution grant; required with a connection_id."
     )
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs.get("connection_id") and not attrs.get("grant_id"):
-            raise serializers.ValidationError({"grant_id": "required whenever connection_id is given"})
-        return attrs
 
 
 class CallOutcomeOutputSerializer(serializers.Serializer):

@@ -221,7 +221,21 @@ class PageQuerySerializer(StrictQuerySerializer):
 
 
 @extend_schema_serializer(component_name="Exec")
-class ExecInputSerializer(StrictInputSerializer):
+class GrantWithConnectionRule:
+    """Inputs that name a connection out of band must name the grant that allows it (and say so in the schema)."""
+
+    SCHEMA_RULES: Mapping[str, Any] = {  # the rule of `validate` below
+        "if": {"properties": {"connection_id": {"type": "string"}}, "required": ["connection_id"]},
+        "then": {"properties": {"grant_id": {"type": "string"}}, "required": ["grant_id"]},
+    }
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("connection_id") and not attrs.get("grant_id"):
+            raise serializers.ValidationError({"grant_id": "required whenever connection_id is given"})
+        return attrs
+
+
+class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
     """`POST /api/v1/tools/exec`. An empty `connection_ids` declares nothing, so it means the default."""
 
     tool_id = StrictCharField(max_length=128, trim_whitespace=False, help_text="The tool to run.")
@@ -247,16 +261,6 @@ class ExecInputSerializer(StrictInputSerializer):
         if size > MAX_ARGS_BYTES:
             raise serializers.ValidationError(f"args must be at most {MAX_ARGS_BYTES} bytes serialized")
         return value
-
-    SCHEMA_RULES = {  # the rule of `validate` below
-        "if": {"properties": {"connection_id": {"type": "string"}}, "required": ["connection_id"]},
-        "then": {"properties": {"grant_id": {"type": "string"}}, "required": ["grant_id"]},
-    }
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs.get("connection_id") and not attrs.get("grant_id"):
-            raise serializers.ValidationError({"grant_id": "required whenever connection_id is given"})
-        return attrs
 
 
 class FieldErrorSerializer(PrototypeFieldsSerializer):
