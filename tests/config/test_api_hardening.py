@@ -538,5 +538,5 @@ def test_an_empty_query_value_is_a_value_not_an_absence(key):
     response = APIClient().get("/api/v1/tools?format=", **authorised(key))
 
     assert assert_envelope(response, 422, "validation")["errors"] == [
-        {"path": "format", "message": "the only format is openai"}
+        {"path": "format", "message": "must be openai, openai_responses or anthropic"}
     ]
