@@ -14,8 +14,18 @@ test_deployment.py checks the numbers against each other.
 """
 
 import os
+import shutil
+import tempfile
 
 from runner.pipeline import REQUEST_TIMEOUT_S
+
+# Prometheus counters of every worker, summed at scrape time (config/metrics.py): each worker writes
+# its own mmap'd files here. Set before any worker imports prometheus_client; emptied at each start so
+# a restart does not add up the last run's counts twice.
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="toolgate-prometheus-")
+
+from prometheus_client import multiprocess
 
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
@@ -33,4 +43,16 @@ limit_request_fields = 10000
 timeout = int(REQUEST_TIMEOUT_S) + 15
 graceful_timeout = 30
 
-accesslog = "-"
+# One JSON line per request comes from the application (config/logging.py); gunicorn's own would be a second.
+accesslog = None
+
+
+def on_starting(server) -> None:
+    directory = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory, exist_ok=True)
+
+
+def child_exit(server, worker) -> None:
+    """A dead worker's live gauges go; its counters stay in the sum (prometheus_client multiprocess)."""
+    multiprocess.mark_process_dead(worker.pid)

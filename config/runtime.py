@@ -20,9 +20,11 @@ from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition
 from runner.defaults import LoggingEventSink, SystemClock
 from runner.errors import ContractError
+from runner.observe import instrument
 from runner.pipeline import ToolRunner, default_stages
 from runner.ports import PolicyDecider
 from tools_app.adapters import CatalogToolSource, DatabaseAuditSink, DatabaseIdempotencyStore
+from tools_app.metrics import PrometheusCallObserver
 from tools_app.registry import code_registry
 
 
@@ -69,6 +71,13 @@ def build_runtime() -> Runtime:
         idempotency=DatabaseIdempotencyStore(),
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
     )
+    # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.
+    observers = [
+        PrometheusCallObserver(
+            max_tools=settings.TOOLGATE_METRICS_MAX_TOOLS, max_tenants=settings.TOOLGATE_METRICS_MAX_TENANTS
+        )
+    ]
+    stages = instrument(stages, observers=observers)
     return Runtime(runner=ToolRunner(stages, clock), source=source, policy=policy)
 
 

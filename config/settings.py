@@ -251,6 +251,10 @@ TOOLGATE_API_RATE_PER_SECOND = env.int("TOOLGATE_API_RATE_PER_SECOND", default=1
 TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=[])
 # /metrics: with a token, `Authorization: Bearer <token>` from anywhere; without, loopback only.
 TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
+# Cardinality bounds of the per-tool and per-tenant series, per process (later values share `other`;
+# 0 tenants drops the tenant label).
+TOOLGATE_METRICS_MAX_TOOLS = env.int("TOOLGATE_METRICS_MAX_TOOLS", default=200)
+TOOLGATE_METRICS_MAX_TENANTS = env.int("TOOLGATE_METRICS_MAX_TENANTS", default=100)
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the
