@@ -11,9 +11,17 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import before_task_publish, task_postrun, task_prerun
+
+from config import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("toolgate")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# A task's log lines carry its id and the id of the request that queued it (config/logs.py).
+before_task_publish.connect(logs.task_headers_bound, weak=False)
+task_prerun.connect(logs.task_context_bound, weak=False)
+task_postrun.connect(logs.task_context_cleared, weak=False)

@@ -13,6 +13,7 @@ from functools import cache
 
 from django.conf import settings
 
+from config.logs import LogContextObserver
 from connections_app.adapters import DatabaseConnectionBroker
 from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
 from runner.bound import BoundTool, bind_tool
@@ -75,7 +76,8 @@ def build_runtime() -> Runtime:
     observers = [
         PrometheusCallObserver(
             max_tools=settings.TOOLGATE_METRICS_MAX_TOOLS, max_tenants=settings.TOOLGATE_METRICS_MAX_TENANTS
-        )
+        ),
+        LogContextObserver(),
     ]
     stages = instrument(stages, observers=observers)
     return Runtime(runner=ToolRunner(stages, clock), source=source, policy=policy)

@@ -17,7 +17,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from config import devsecrets
+from config import devsecrets, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -84,6 +84,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.logs.request_log",  # first: its request id is on every line, its one line ends the request
     "django.middleware.security.SecurityMiddleware",
     "config.middleware.refuse_nul_in_urls",  # PostgreSQL refuses NUL: never let one reach a lookup
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from gunicorn too: no separate web server needed
@@ -222,15 +223,24 @@ CONTENT_SECURITY_POLICY = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# JSON lines (default, for log shippers) or `console` (key=value text for a terminal).
+LOG_FORMAT = env.str("LOG_FORMAT", default="json")
+logs.configure_structlog()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"structured": logs.formatter(LOG_FORMAT)},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
-    # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.
     "loggers": {
+        # Django's default config gives "django" a console handler of its own: every line twice.
+        "django": {"handlers": [], "propagate": True},
+        # 4xx warnings repeat the request's own line (config/logs.py); 5xx keep their traceback.
+        "django.request": {"level": "ERROR"},
+        "django.server": {"level": "ERROR"},
+        "axes": {"level": "WARNING"},  # its version banner on every command
+        # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
+        # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
         "authlib": {"level": "WARNING"},
