@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 from config import devsecrets, logs
@@ -265,6 +266,9 @@ TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 # 0 tenants drops the tenant label).
 TOOLGATE_METRICS_MAX_TOOLS = env.int("TOOLGATE_METRICS_MAX_TOOLS", default=200)
 TOOLGATE_METRICS_MAX_TENANTS = env.int("TOOLGATE_METRICS_MAX_TENANTS", default=100)
+# Audit rows older than this many days are pruned daily by beat (0 = keep forever); see tools_app/audit.py.
+TOOLGATE_AUDIT_RETENTION_DAYS = env.int("TOOLGATE_AUDIT_RETENTION_DAYS", default=0)
+TOOLGATE_AUDIT_RETENTION_HOUR_UTC = env.int("TOOLGATE_AUDIT_RETENTION_HOUR_UTC", default=3)
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the
@@ -303,6 +307,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": float(TOOLGATE_REFRESH_SWEEP_SECONDS)},  # a late sweep is replaced by the next
     }
 }
+if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
+    CELERY_BEAT_SCHEDULE["audit-retention"] = {
+        "task": "tools_app.tasks.audit_retention",
+        "schedule": crontab(minute=17, hour=TOOLGATE_AUDIT_RETENTION_HOUR_UTC),
+        "options": {"expires": 3600.0},  # a run missed by an hour waits for the next day
+    }
 
 # --- REST API (CONTRACT.md §4) -----------------------------------------------------
 # The API's JSON parser enforces the 64 KiB body limit itself (config/api.py); this
