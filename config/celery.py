@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import before_task_publish, task_postrun, task_prerun
+from celery.signals import before_task_publish, task_postrun, task_prerun, worker_init, worker_process_init
 
 from config import logs
+from config.tracing import tracing_configure
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -25,3 +26,6 @@ app.autodiscover_tasks()
 before_task_publish.connect(logs.task_headers_bound, weak=False)
 task_prerun.connect(logs.task_context_bound, weak=False)
 task_postrun.connect(logs.task_context_cleared, weak=False)
+# Traces (off unless OTEL_* asks): in the worker (solo pool) and each forked child (prefork); once per process.
+worker_init.connect(lambda **_: tracing_configure(), weak=False)
+worker_process_init.connect(lambda **_: tracing_configure(), weak=False)

@@ -14,6 +14,7 @@ from functools import cache
 from django.conf import settings
 
 from config.logs import LogContextObserver
+from config.tracing import OtelStageTracer, tracing_provider
 from connections_app.adapters import DatabaseConnectionBroker
 from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
 from runner.bound import BoundTool, bind_tool
@@ -79,7 +80,8 @@ def build_runtime() -> Runtime:
         ),
         LogContextObserver(),
     ]
-    stages = instrument(stages, observers=observers)
+    provider = tracing_provider()  # None unless OTEL_* turned tracing on: then no tracer, no cost
+    stages = instrument(stages, observers=observers, tracer=OtelStageTracer(provider) if provider else None)
     return Runtime(runner=ToolRunner(stages, clock), source=source, policy=policy)
 
 

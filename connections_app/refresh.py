@@ -35,6 +35,7 @@ from connections_app.metrics import refresh_counted
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.oauth import TokenRequestFailed, oauth_client, token_credentials, token_expiry, token_request
 from connections_app.services import connection_credentials_open, connection_event_record, seal_credentials_into
+from policies_app.tracing import tracer
 
 logger = logging.getLogger(__name__)
 MIN_HTTP_TIMEOUT_S = 0.05  # below this, a token request cannot succeed: do not start one
@@ -73,6 +74,18 @@ def connection_refresh(
     broker: it needs the token and will use the sibling's fresh one).
     `deadline` (time.monotonic()) bounds lock wait and token request together.
     """
+    with tracer.start_as_current_span("oauth.refresh", attributes={"toolgate.connection_id": connection_id}):
+        return _refresh(connection_id, fresh_for, refresh_window, http_timeout_s, lock_wait_ms, deadline)
+
+
+def _refresh(  # noqa: PLR0917 - the public function's arguments, passed on
+    connection_id: str,
+    fresh_for: timedelta,
+    refresh_window: timedelta,
+    http_timeout_s: float,
+    lock_wait_ms: int | None,
+    deadline: float | None,
+) -> RefreshResult:
     try:
         with transaction.atomic():
             row = _lock(connection_id, lock_wait_ms)
