@@ -112,6 +112,7 @@ class PrometheusCallObserver:
     def __init__(self, *, max_tools: int, max_tenants: int) -> None:
         self._tool = LabelCap(max_tools)
         self._tenant = LabelCap(max_tenants) if max_tenants > 0 else None
+        self._stage_histograms: dict[str, Histogram] = {}  # `labels()` takes a lock; a stage's child never changes
 
     def tool_label(self, call: Call) -> str:
         if call.tool is None:  # the lookup failed: the id is whatever the caller sent
@@ -125,7 +126,10 @@ class PrometheusCallObserver:
         return None
 
     def stage_finished(self, stage: str, seconds: float) -> None:
-        STAGE_SECONDS.labels(stage).observe(seconds)
+        histogram = self._stage_histograms.get(stage)
+        if histogram is None:
+            histogram = self._stage_histograms[stage] = STAGE_SECONDS.labels(stage)
+        histogram.observe(seconds)
 
     def call_finished(self, call: Call, result: ToolExecResult, seconds: float) -> None:
         tool = self.tool_label(call)
