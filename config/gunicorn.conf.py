@@ -61,3 +61,8 @@ def child_exit(server, worker) -> None:
     from prometheus_client import multiprocess  # noqa: PLC0415
 
     multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server) -> None:
+    """The counts die with the server: leave no files behind in the temporary directory."""
+    shutil.rmtree(PROMETHEUS_MULTIPROC_DIR, ignore_errors=True)
