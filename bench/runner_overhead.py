@@ -5,7 +5,9 @@ runner's event loop thread and waiting for it (the floor of any async tool call
 made from a sync Django view). Measured: `ToolRunner.exec` of
 core__get_current_time with in-memory ports (no database), i.e. lookup, policy,
 budgets, gate, pydantic validation, capabilities, output validation, redaction,
-size budget, events and the audit record.
+size budget, events and the audit record. Then the same runner observed as
+config/runtime.py observes it (Prometheus counters and histograms, log
+context), and traced to an in-memory exporter (what tracing on costs).
 
     python -m bench.runner_overhead        (or: make bench)
 
@@ -23,6 +25,13 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
 
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+from config.logs import LogContextObserver  # noqa: E402
+from config.tracing import OtelStageTracer  # noqa: E402
+from runner.observe import instrument  # noqa: E402
 from runner.pipeline import BackgroundLoop, ToolRunner, default_stages  # noqa: E402
 from runner.types import ToolInvocationContext  # noqa: E402
 from tests.runner.fakes import (  # noqa: E402
@@ -34,6 +43,7 @@ from tests.runner.fakes import (  # noqa: E402
     FixedClock,
     ListEvents,
 )
+from tools_app.metrics import PrometheusCallObserver  # noqa: E402
 from tools_app.registry import code_registry  # noqa: E402
 
 ROUNDS = 7
@@ -63,8 +73,9 @@ def main() -> None:
     loop = BackgroundLoop.shared()
     source = FakeSource([code_registry()["core__get_current_time"]])
     clock = FixedClock()
-    runner = ToolRunner(
-        default_stages(
+
+    def stages() -> list:
+        return default_stages(
             source=source,
             policy=FakePolicy(allowed={"core__get_current_time"}),
             limiter=FakeLimiter(),
@@ -74,17 +85,32 @@ def main() -> None:
             events=ListEvents(),
             clock=clock,
             loop=loop,
-        ),
-        clock,
-    )
+        )
+
+    runner = ToolRunner(stages(), clock)
+    observers = [PrometheusCallObserver(max_tools=200, max_tenants=100), LogContextObserver()]
+    observed = ToolRunner(instrument(stages(), observers=observers), clock)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    traced = ToolRunner(instrument(stages(), observers=observers, tracer=OtelStageTracer(provider)), clock)
     ctx = ToolInvocationContext(run_id="r", tool_call_id="c", tenant_id="t", actor_id="a")
 
     baseline = _per_call_us(lambda: loop.run(_nothing(), timeout_s=1))
     measured = _per_call_us(lambda: runner.exec("core__get_current_time", {"timezone": "UTC"}, ctx))
+    with_metrics = _per_call_us(lambda: observed.exec("core__get_current_time", {"timezone": "UTC"}, ctx))
+
+    def traced_call() -> None:
+        traced.exec("core__get_current_time", {"timezone": "UTC"}, ctx)
+        exporter.clear()
+
+    with_traces = _per_call_us(traced_call)
 
     print(f"baseline  loop round trip          {baseline:8.1f} µs/call")
     print(f"runner    exec (12 stages, fakes)  {measured:8.1f} µs/call")
     print(f"ratio     runner / baseline        {measured / baseline:8.2f}x")
+    print(f"observed  + metrics and log context {with_metrics:7.1f} µs/call (+{with_metrics - measured:.1f})")
+    print(f"traced    + spans (in memory)      {with_traces:8.1f} µs/call (+{with_traces - measured:.1f})")
 
 
 if __name__ == "__main__":

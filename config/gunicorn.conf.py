@@ -14,8 +14,20 @@ test_deployment.py checks the numbers against each other.
 """
 
 import os
+import shutil
+import tempfile
 
 from runner.pipeline import REQUEST_TIMEOUT_S
+
+# Prometheus counters of every worker, summed at scrape time (config/metrics.py): each worker writes
+# its own mmap'd files here. gunicorn puts raw_env into the environment before it forks any worker
+# (prometheus_client reads it when first imported); on_starting empties the directory so a restart
+# does not add up the last run's counts twice. Reading the variable here changes nothing in the
+# process that merely loads this file.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(
+    tempfile.gettempdir(), f"toolgate-prometheus-{os.getpid()}"
+)
+raw_env = [f"PROMETHEUS_MULTIPROC_DIR={PROMETHEUS_MULTIPROC_DIR}"]
 
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
@@ -33,4 +45,24 @@ limit_request_fields = 10000
 timeout = int(REQUEST_TIMEOUT_S) + 15
 graceful_timeout = 30
 
-accesslog = "-"
+# One JSON line per request comes from the application (config/logs.py); gunicorn's own would be a second.
+accesslog = None
+
+
+def on_starting(server) -> None:
+    shutil.rmtree(PROMETHEUS_MULTIPROC_DIR, ignore_errors=True)
+    os.makedirs(PROMETHEUS_MULTIPROC_DIR, exist_ok=True)
+
+
+def child_exit(server, worker) -> None:
+    """A dead worker's live gauges go; its counters stay in the sum (prometheus_client multiprocess)."""
+    # Imported here, not at the top: the master must not import prometheus_client before raw_env is
+    # in its environment, or every worker it forks would inherit single-process counters.
+    from prometheus_client import multiprocess  # noqa: PLC0415
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server) -> None:
+    """The counts die with the server: leave no files behind in the temporary directory."""
+    shutil.rmtree(PROMETHEUS_MULTIPROC_DIR, ignore_errors=True)

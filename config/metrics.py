@@ -6,16 +6,25 @@ scraper anywhere presents `Authorization: Bearer <token>`; without one, only
 a process on the same machine may read it. A request that came through a
 proxy (it carries a forwarding header) is never "on the same machine", even
 when the proxy itself connects from loopback.
+
+Under gunicorn (`PROMETHEUS_MULTIPROC_DIR` set, config/gunicorn.conf.py) each
+worker counts into its own mmap'd files and a scrape of any worker sums them
+all; series read from the database at scrape time (the approval queue) are
+added once, whatever the number of processes.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
+from functools import cache
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
-from django_prometheus.exports import ExportToDjangoView
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
+
+from policies_app.metrics import PendingApprovals
 
 LOOPBACK = frozenset({"127.0.0.1", "::1"})
 FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP", "HTTP_FORWARDED")
@@ -37,7 +46,20 @@ def metrics(request: HttpRequest) -> HttpResponse:
             "forbidden",
             "metrics answer only on loopback; set TOOLGATE_METRICS_TOKEN to let a scraper elsewhere read them",
         )
-    return ExportToDjangoView(request)
+    body = b"".join(generate_latest(registry) for registry in registries())
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+@cache
+def registries() -> tuple[CollectorRegistry, ...]:
+    """What a scrape reads: this process's (or every gunicorn worker's) counters, then the database's."""
+    scrape_time = CollectorRegistry(auto_describe=False)
+    scrape_time.register(PendingApprovals())
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY, scrape_time
+    workers = CollectorRegistry(auto_describe=False)
+    multiprocess.MultiProcessCollector(workers)
+    return workers, scrape_time
 
 
 def _bearer_matches(request: HttpRequest, token: str) -> bool:

@@ -13,6 +13,8 @@ from functools import cache
 
 from django.conf import settings
 
+from config.logs import LogContextObserver
+from config.tracing import OtelStageTracer, tracing_provider
 from connections_app.adapters import DatabaseConnectionBroker
 from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
 from runner.bound import BoundTool, bind_tool
@@ -20,9 +22,11 @@ from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition
 from runner.defaults import LoggingEventSink, SystemClock
 from runner.errors import ContractError
+from runner.observe import instrument
 from runner.pipeline import ToolRunner, default_stages
 from runner.ports import PolicyDecider, ToolSource
 from tools_app.adapters import CatalogToolSource, DatabaseAuditSink, DatabaseIdempotencyStore
+from tools_app.metrics import PrometheusCallObserver
 from tools_app.registry import code_registry
 from tools_app.upstream.source import CompositeToolSource, McpToolSource
 
@@ -71,6 +75,15 @@ def build_runtime() -> Runtime:
         idempotency=DatabaseIdempotencyStore(),
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
     )
+    # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.
+    observers = [
+        PrometheusCallObserver(
+            max_tools=settings.TOOLGATE_METRICS_MAX_TOOLS, max_tenants=settings.TOOLGATE_METRICS_MAX_TENANTS
+        ),
+        LogContextObserver(),
+    ]
+    provider = tracing_provider()  # None unless OTEL_* turned tracing on: then no tracer, no cost
+    stages = instrument(stages, observers=observers, tracer=OtelStageTracer(provider) if provider else None)
     return Runtime(runner=ToolRunner(stages, clock), source=source, policy=policy)
 
 

@@ -15,9 +15,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from config import devsecrets
+from config import devsecrets, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.logs.request_log",  # first: its request id is on every line, its one line ends the request
     "django.middleware.security.SecurityMiddleware",
     "config.middleware.refuse_nul_in_urls",  # PostgreSQL refuses NUL: never let one reach a lookup
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from gunicorn too: no separate web server needed
@@ -222,16 +224,27 @@ CONTENT_SECURITY_POLICY = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# JSON lines (default, for log shippers) or `console` (key=value text for a terminal).
+LOG_FORMAT = env.str("LOG_FORMAT", default="json")
+logs.configure_structlog()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {"structured": logs.formatter(LOG_FORMAT)},
     "filters": {"bounded_upstream": {"()": "config.logfilters.BoundedUpstreamRecords"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["bounded_upstream"]}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "structured", "filters": ["bounded_upstream"]}
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
-    # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.
     "loggers": {
+        # Django's default config gives "django" a console handler of its own: every line twice.
+        "django": {"handlers": [], "propagate": True},
+        # 4xx warnings repeat the request's own line (config/logs.py); 5xx keep their traceback.
+        "django.request": {"level": "ERROR"},
+        "django.server": {"level": "ERROR"},
+        "axes": {"level": "WARNING"},  # its version banner on every command
+        # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
+        # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
         "authlib": {"level": "WARNING"},
@@ -258,6 +271,13 @@ TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=
 TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 # Upstream MCP servers on loopback/private addresses (tests, single-host installs); refused by default.
 TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS", default=False)
+# Cardinality bounds of the per-tool and per-tenant series, per process (later values share `other`;
+# 0 tenants drops the tenant label).
+TOOLGATE_METRICS_MAX_TOOLS = env.int("TOOLGATE_METRICS_MAX_TOOLS", default=200)
+TOOLGATE_METRICS_MAX_TENANTS = env.int("TOOLGATE_METRICS_MAX_TENANTS", default=100)
+# Audit rows older than this many days are pruned daily by beat (0 = keep forever); see tools_app/audit.py.
+TOOLGATE_AUDIT_RETENTION_DAYS = env.int("TOOLGATE_AUDIT_RETENTION_DAYS", default=0)
+TOOLGATE_AUDIT_RETENTION_HOUR_UTC = env.int("TOOLGATE_AUDIT_RETENTION_HOUR_UTC", default=3)
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the
@@ -296,6 +316,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": float(TOOLGATE_REFRESH_SWEEP_SECONDS)},  # a late sweep is replaced by the next
     }
 }
+if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
+    CELERY_BEAT_SCHEDULE["audit-retention"] = {
+        "task": "tools_app.tasks.audit_retention",
+        "schedule": crontab(minute=17, hour=TOOLGATE_AUDIT_RETENTION_HOUR_UTC),
+        "options": {"expires": 3600.0},  # a run missed by an hour waits for the next day
+    }
 
 # --- REST API (CONTRACT.md §4) -----------------------------------------------------
 # The API's JSON parser enforces the 64 KiB body limit itself (config/api.py); this

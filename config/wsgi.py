@@ -4,5 +4,8 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from config.tracing import tracing_configure
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+tracing_configure()  # before the application loads its middleware; nothing unless OTEL_* asks for it
 application = get_wsgi_application()

@@ -37,6 +37,7 @@ from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import ConnectionServiceError, connection_event_record, seal_credentials_into
 from policies_app.models import Tenant
+from policies_app.tracing import trace_context_injected
 
 STATE_TTL = timedelta(minutes=10)
 SESSION_KEY = "toolgate_oauth_flows"
@@ -109,6 +110,7 @@ def oauth_client(provider: OAuthProvider, *, redirect_uri: str | None = None, ti
         follow_redirects=False,
         verify=_tls_context(),
     )
+    client.event_hooks["request"].append(trace_context_injected)  # httpx2: not seen by the httpx instrumentation
     client.register_compliance_hook("access_token_response", _refuse_server_errors)
     client.register_compliance_hook("refresh_token_response", _refuse_server_errors)
     return client

@@ -7,8 +7,8 @@ once when another process already refreshed it. The token endpoint is called
 with the refresh token read under that lock, and the rotated tokens are written
 before the lock is released, so no refresh token is ever presented twice.
 
-Outcomes are recorded as ConnectionEvents (the audit trail, and the source of
-the `/metrics` refresh counters):
+Outcomes are recorded as ConnectionEvents (the audit trail) and counted for
+`/metrics` (`toolgate_oauth_refresh_total`) once their transaction commits:
 - `invalid_grant`: re-read first (a sibling holding a newer token means we lost
   a race we should not have had), otherwise `needs_reauth`;
 - timeouts, network errors and 5xx are transient: the row stays `active`
@@ -31,9 +31,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from connections_app.crypto import CredentialError
+from connections_app.metrics import refresh_counted
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.oauth import TokenRequestFailed, oauth_client, token_credentials, token_expiry, token_request
 from connections_app.services import connection_credentials_open, connection_event_record, seal_credentials_into
+from policies_app.tracing import tracer
 
 logger = logging.getLogger(__name__)
 MIN_HTTP_TIMEOUT_S = 0.05  # below this, a token request cannot succeed: do not start one
@@ -72,6 +74,18 @@ def connection_refresh(
     broker: it needs the token and will use the sibling's fresh one).
     `deadline` (time.monotonic()) bounds lock wait and token request together.
     """
+    with tracer.start_as_current_span("oauth.refresh", attributes={"toolgate.connection_id": connection_id}):
+        return _refresh(connection_id, fresh_for, refresh_window, http_timeout_s, lock_wait_ms, deadline)
+
+
+def _refresh(  # noqa: PLR0917 - the public function's arguments, passed on
+    connection_id: str,
+    fresh_for: timedelta,
+    refresh_window: timedelta,
+    http_timeout_s: float,
+    lock_wait_ms: int | None,
+    deadline: float | None,
+) -> RefreshResult:
     try:
         with transaction.atomic():
             row = _lock(connection_id, lock_wait_ms)
@@ -149,6 +163,7 @@ def _store(
     if not updated:  # revoked meanwhile (impossible under the lock; kept as the no-un-revoke guarantee)
         return RefreshResult(RefreshOutcome.NOT_REFRESHABLE, _reload(row))
     connection_event_record(row, ConnectionEvent.Kind.REFRESHED)
+    _count_on_commit(row.provider, "success")
     return RefreshResult(RefreshOutcome.REFRESHED, _reload(row))
 
 
@@ -163,10 +178,15 @@ def _fail(row: Connection, error: str, *, now: datetime, terminal: bool) -> Refr
     Connection.objects.filter(pk=row.pk, revoked_at__isnull=True).update(**changes)
     kind = ConnectionEvent.Kind.NEEDS_REAUTH if terminal else ConnectionEvent.Kind.REFRESH_FAILED
     connection_event_record(row, kind, detail=error)
+    _count_on_commit(row.provider, "needs_reauth" if terminal else error)
     outcome = RefreshOutcome.NEEDS_REAUTH if terminal else RefreshOutcome.TRANSIENT_FAILURE
     if not terminal and error not in ("timeout", "network", "server_error"):
         outcome = RefreshOutcome.FAILED
     return RefreshResult(outcome, _reload(row), error)
+
+
+def _count_on_commit(provider: str, outcome: str) -> None:
+    transaction.on_commit(lambda: refresh_counted(provider=provider, outcome=outcome))
 
 
 def _sibling_won(row: Connection) -> bool:

@@ -18,6 +18,7 @@ from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
+from structlog.contextvars import bind_contextvars
 
 from policies_app.adapters import fairness_check
 from policies_app.governance import governance_cache
@@ -82,6 +83,8 @@ class ServiceAccountAuthentication(BaseAuthentication):
         if caller is None:
             raise AuthenticationFailed(INVALID_KEY_MESSAGE)
         _record_use(caller)
+        # Every log line of the request names the caller (ids only; config/logs.py writes them).
+        bind_contextvars(tenant_id=str(caller.tenant_id), service_account_id=caller.service_account_id)
         return ServiceAccountUser(caller), None
 
     def authenticate_header(self, request: Request) -> str:

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
+from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
 from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant
 from runner.types import ToolEffect
 
@@ -182,7 +183,7 @@ def approval_check(
 def _approval_open(**binding: object) -> ApprovalRequest:
     try:
         with transaction.atomic():
-            return ApprovalRequest.objects.create(
+            approval = ApprovalRequest.objects.create(
                 tenant_id=binding["tenant_id"],
                 service_account_id=binding["service_account_id"],
                 tool_id=binding["tool_id"],
@@ -192,6 +193,8 @@ def _approval_open(**binding: object) -> ApprovalRequest:
                 tool_call_id=binding["tool_call_id"],
                 expires_at=timezone.now() + APPROVAL_TTL,
             )
+        transaction.on_commit(APPROVALS_REQUESTED.inc)  # counted once it is really open
+        return approval
     except IntegrityError:  # a concurrent identical call opened it first
         return ApprovalRequest.objects.get(
             tenant_id=binding["tenant_id"],
@@ -225,4 +228,6 @@ def approval_decide(
         reason=reason[:500],
     )
     approval.refresh_from_db()
+    if updated:
+        transaction.on_commit(APPROVALS_DECIDED.labels("approved" if approve else "denied").inc)
     return bool(updated)

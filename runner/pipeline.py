@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import hashlib
 import json
 import logging
@@ -597,7 +598,10 @@ class BackgroundLoop:
             return cls._shared
 
     def run(self, coro: Coroutine[Any, Any, Any], *, timeout_s: float) -> Any:
-        future = asyncio.run_coroutine_threadsafe(_within(coro, timeout_s), self._loop)
+        # The tool runs in a copy of the caller's context: its log lines and outbound requests
+        # carry the request's ids and trace (structlog and OpenTelemetry keep them in contextvars).
+        context = contextvars.copy_context()
+        future = asyncio.run_coroutine_threadsafe(_within(coro, timeout_s, context), self._loop)
         try:
             return future.result(timeout=timeout_s + HARD_STOP_GRACE_S)
         except concurrent.futures.TimeoutError:
@@ -607,10 +611,10 @@ class BackgroundLoop:
             raise ToolTimedOut from None
 
 
-async def _within(coro: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
+async def _within(coro: Coroutine[Any, Any, Any], timeout_s: float, context: contextvars.Context) -> Any:
     try:
         async with asyncio.timeout(timeout_s) as scope:
-            return await coro
+            return await asyncio.get_running_loop().create_task(coro, context=context)
     except TimeoutError:
         if scope.expired():
             raise ToolTimedOut from None

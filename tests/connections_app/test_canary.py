@@ -10,7 +10,9 @@ database (bytes included), where only the AES-GCM envelope may hold them.
 
 from __future__ import annotations
 
+import io
 import logging
+import logging.config
 import secrets
 from datetime import timedelta
 
@@ -20,6 +22,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from config import logs
 from connections_app.models import Connection, OAuthProvider
 from connections_app.oauth import oauth_connection_store, oauth_provider_upsert
 from connections_app.scheduling import refresh_sweep_once
@@ -51,9 +54,15 @@ def everything_in_the_database() -> str:
 
 
 def test_canary_secrets_never_leak(  # noqa: PLR0917 - pytest fixtures
-    github, tenant, caller, caplog, admin_client, django_capture_on_commit_callbacks
+    github, tenant, caller, caplog, admin_client, django_capture_on_commit_callbacks, request
 ):
     caplog.set_level(logging.DEBUG)
+    # The structured lines as they are written, with every field bound per request and per call.
+    rendered = io.StringIO()
+    structured = logging.StreamHandler(rendered)
+    structured.setFormatter(logging.config.DictConfigurator({}).configure_formatter(logs.formatter("json")))
+    logging.getLogger().addHandler(structured)
+    request.addfinalizer(lambda: logging.getLogger().removeHandler(structured))
     api_secret, ui_secret, access_token, refresh_token = (
         canary("api"),
         canary("ui"),
@@ -161,8 +170,12 @@ def test_canary_secrets_never_leak(  # noqa: PLR0917 - pytest fixtures
     places = {
         "responses and pages": "\n".join(seen),
         "logs": caplog.text + repr([(record.msg, record.args) for record in caplog.records]),
+        "structured log lines": rendered.getvalue(),
         "database": everything_in_the_database(),
     }
     assert any(record.levelno == logging.DEBUG for record in caplog.records)  # DEBUG capture is live
+    # the structured lines are live too, with the request's and the call's ids bound
+    assert f'"tool_call_id": "{executed.json()["tool_call_id"]}"' in rendered.getvalue()
+    assert '"tool_id": "github__get_user"' in rendered.getvalue()
     leaks = [(place, secret[:14]) for place, text in places.items() for secret in every_secret if secret in text]
     assert leaks == []

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.celery_workers import BEAT_READY, ROOT, WORKER_READY, CeleryProcesses, wait_until
@@ -106,6 +108,10 @@ def shell_json(clone: Path, env: dict[str, str], code: str, extra_env: dict[str,
 
 
 def test_worker_and_beat_on_the_embedded_defaults_refresh_a_connection_exactly_once(clone, embedded_env, tmp_path):
+    with socket.socket() as sock:  # the worker's own metrics page (config/worker_metrics.py)
+        sock.bind(("127.0.0.1", 0))
+        metrics_port = sock.getsockname()[1]
+    embedded_env["TOOLGATE_WORKER_METRICS_PORT"] = str(metrics_port)
     procfile = (clone / "Procfile.dev").read_text()
     assert all(f"celery -A config {' '.join(args)}" in procfile for args in (MAKE_RUN_WORKER, MAKE_RUN_BEAT))
     with FakeOAuthProvider() as provider, CeleryProcesses(env=embedded_env, log_dir=tmp_path, cwd=clone) as celery:
@@ -133,6 +139,9 @@ def test_worker_and_beat_on_the_embedded_defaults_refresh_a_connection_exactly_o
         wait_until(lambda: provider.refresh_calls, timeout=30, what=f"a refresh call\n{celery}")
         refreshed_after = time.monotonic() - stored_at
         worker.wait_for_log(REFRESHED, timeout=10)
+        # and the worker counted it where Prometheus scrapes it
+        worker_metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert 'toolgate_oauth_refresh_total{outcome="success",provider="github"} 1.0' in worker_metrics
         # and no second one: two more sweeps run and find nothing due
         sweeps_then = len(re.findall(SWEEP_DONE, worker.log()))
         wait_until(

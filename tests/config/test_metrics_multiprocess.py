@@ -1,0 +1,109 @@
+"""/metrics under a real gunicorn with several workers: every worker's counts, whichever worker answers.
+
+A fresh SQLite file is migrated and seeded (the demo's key and policy), then
+gunicorn starts with the project's own configuration and three workers. Each
+exec call comes on a new connection, so the workers share them; every scrape,
+answered by any worker, must report all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CALLS = 24
+COUNTED = re.compile(
+    r'^toolgate_tool_calls_total\{error_code="",outcome="ok",tenant="[^"]+",tool="core__get_current_time"\} (\S+)$',
+    re.MULTILINE,
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True)
+
+
+@pytest.fixture
+def gunicorn_with_three_workers(tmp_path):
+    env = {
+        **os.environ,
+        "DEBUG": "True",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "REDIS_URL": "",
+        "TOOLGATE_API_RATE_PER_SECOND": "0",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    _manage(env, "migrate", "--noinput")
+    _manage(env, "sync_tools")
+    _manage(env, "seed_demo", "--credentials-file", str(tmp_path / "demo.json"))
+    key = json.loads((tmp_path / "demo.json").read_text())["api_key"]
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            "config/gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "config.wsgi:application",
+        ],
+        cwd=ROOT,
+        env={**env, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"), "WEB_CONCURRENCY": "3"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("gunicorn did not start")
+            time.sleep(0.1)
+        yield url, key, tmp_path / "prometheus"
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def test_every_workers_calls_are_counted_on_every_scrape(gunicorn_with_three_workers):
+    url, key, directory = gunicorn_with_three_workers
+
+    for _ in range(CALLS):  # a new connection each time: the workers share the calls
+        response = httpx.post(
+            f"{url}/api/v1/tools/exec",
+            json={"tool_id": "core__get_current_time", "args": {}},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=10,
+        )
+        assert response.status_code == 200
+
+    writers = {path.name.rsplit("_", 1)[-1] for path in directory.glob("counter_*.db")}
+    assert len(writers) >= 2, f"the calls were not spread over workers: {sorted(writers)}"
+    for _ in range(6):
+        page = httpx.get(f"{url}/metrics", timeout=10)
+        assert page.status_code == 200
+        counted = COUNTED.search(page.text)
+        assert counted is not None, page.text[:2000]
+        assert float(counted.group(1)) == CALLS
