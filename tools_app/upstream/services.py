@@ -25,6 +25,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from policies_app.governance import governance_bump
 from runner.pipeline import BackgroundLoop
 from runner.types import ToolEffect
+from tools_app.metrics import mcp_discovery_observed
 from tools_app.models import Tool
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, list_all_tools
 from tools_app.upstream.definitions import (
@@ -227,8 +228,10 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
                 server.protocol_version = listing.protocol_version[:32]
                 server.save()
                 governance_bump()
-                return report
+            mcp_discovery_observed(server=slug, outcome="ok")
+            return report
         except Exception as exc:  # every failure is recorded and named; none escapes as a traceback
+            mcp_discovery_observed(server=slug, outcome="failed")
             message = _failure_message(exc, bounds)
             McpServer.objects.filter(pk=server_id).update(
                 last_discovery_at=timezone.now(),

@@ -9,8 +9,10 @@ in the source at all. Validators are compiled once per definition hash.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,6 +30,7 @@ from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolFail
 from runner.ports import ToolSource
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
 from runner.types import FieldError, ToolEffect, ToolInvocationContext, ToolSpec
+from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, pool_for_running_loop
 from tools_app.upstream.definitions import compile_validator, default_allowlist, pinned_schema_hash
@@ -109,6 +112,7 @@ class _Upstream:
     """What `execute` needs to reach one tool: the server, the pinned tool, the token if any."""
 
     server_id: str
+    slug: str
     url: str
     pinned: types.Tool
     operator_auth: AuthCapability | None
@@ -126,10 +130,17 @@ def _executor(upstream: _Upstream) -> Any:
         if upstream.token_unreadable:
             raise ToolFailure(UNREADABLE_TOKEN)
         auth = caps.auth
+        started, outcome = time.monotonic(), "error"
         try:
             result = await pool_for_running_loop().call(upstream.target(auth), upstream.pinned, args.arguments)
+            outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
             raise ToolFailure(f"upstream MCP server: {error.safe_message}") from None
+        except asyncio.CancelledError:  # cut at the runtime budget
+            outcome = "timeout"
+            raise
+        finally:
+            mcp_upstream_call_observed(server=upstream.slug, outcome=outcome, seconds=time.monotonic() - started)
         if result.is_error:
             raise ToolFailure("upstream MCP server: the tool reported an error")
         value = _value_of(result, has_output_schema=upstream.pinned.output_schema is not None)
@@ -195,6 +206,7 @@ def bind_mcp_tool(
     pinned = types.Tool.model_validate(definition)
     upstream = _Upstream(
         server_id=str(server.pk),
+        slug=server.slug,
         url=server.url,
         pinned=pinned,
         operator_auth=None if requires_connection else operator_auth,

@@ -7,6 +7,7 @@ import logging
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from prometheus_client import REGISTRY
 
 from policies_app.governance import governance_bump
 from policies_app.models import ToolPolicy
@@ -317,3 +318,30 @@ def test_a_warm_upstream_call_costs_no_more_queries_than_a_builtin_one(ready, up
         call(key, "mcp__acme__add", {"a": 1, "b": 1})
 
     assert len(upstream_call.captured_queries) == len(builtin.captured_queries)
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_upstream_calls_and_discoveries_are_counted_by_server_and_outcome(ready, upstream, caller):
+    account, key = caller
+    ToolPolicy.objects.filter(tenant=account.tenant).update(max_runtime_ms=300)
+    governance_bump()
+    before = {
+        outcome: _sample("toolgate_mcp_upstream_calls_total", server="acme", outcome=outcome)
+        for outcome in ("ok", "tool_error", "timeout")
+    }
+    discoveries = _sample("toolgate_mcp_discovery_total", server="acme", outcome="ok")
+
+    call(key, "mcp__acme__add", {"a": 1, "b": 2})
+    call(key, "mcp__acme__fail", {})
+    call(key, "mcp__acme__slow", {"ms": 3000})
+    mcp_server_discover(server_id=ready.pk)
+
+    after = {
+        outcome: _sample("toolgate_mcp_upstream_calls_total", server="acme", outcome=outcome)
+        for outcome in ("ok", "tool_error", "timeout")
+    }
+    assert {outcome: after[outcome] - before[outcome] for outcome in after} == {"ok": 1, "tool_error": 1, "timeout": 1}
+    assert _sample("toolgate_mcp_discovery_total", server="acme", outcome="ok") == discoveries + 1
