@@ -144,27 +144,32 @@ def _openai_calls(message: Any) -> tuple[list[_Item], list[ToolInvocationRecord]
 
 
 def _responses_calls(message: Any) -> tuple[list[_Item], list[ToolInvocationRecord]]:
-    output = message.get("output") if isinstance(message, Mapping) else message
-    if not isinstance(output, list):
-        raise WireFormatError("message must be a response's output list (or an object with one)")
-    items = [
-        (f"message[{index}]", _str_or_empty(item.get("call_id")), _str_or_empty(item.get("name")))
-        for index, item in enumerate(output)
-        if isinstance(item, Mapping) and item.get("type") == "function_call"
-    ]
+    output = _listed(message, "output", "message must be a response's output list (or an object with one)")
+    items = _typed_items(output, item_type="function_call", id_key="call_id")
     return items, openai_responses.decode_output_function_calls(output)
 
 
 def _anthropic_calls(message: Any) -> tuple[list[_Item], list[ToolInvocationRecord]]:
-    content = message.get("content") if isinstance(message, Mapping) else message
-    if not isinstance(content, list):
-        raise WireFormatError("message must be a Messages content list (or an assistant message with one)")
-    items = [
-        (f"message[{index}]", _str_or_empty(block.get("id")), _str_or_empty(block.get("name")))
-        for index, block in enumerate(content)
-        if isinstance(block, Mapping) and block.get("type") == "tool_use"
-    ]
+    content = _listed(message, "content", "message must be a Messages content list (or an assistant message with one)")
+    items = _typed_items(content, item_type="tool_use", id_key="id")
     return items, anthropic.decode_content_tool_uses(content)
+
+
+def _listed(message: Any, key: str, refusal: str) -> list[Any]:
+    """The list of a turn given whole (`{key: [...]}`) or as the list itself."""
+    listed = message.get(key) if isinstance(message, Mapping) else message
+    if not isinstance(listed, list):
+        raise WireFormatError(refusal)
+    return listed
+
+
+def _typed_items(listed: list[Any], *, item_type: str, id_key: str) -> list[_Item]:
+    """(where, id, name) of the entries of `item_type`, in order (other entries are not calls)."""
+    return [
+        (f"message[{index}]", _str_or_empty(entry.get(id_key)), _str_or_empty(entry.get("name")))
+        for index, entry in enumerate(listed)
+        if isinstance(entry, Mapping) and entry.get("type") == item_type
+    ]
 
 
 def _str_or_empty(value: Any) -> str:
