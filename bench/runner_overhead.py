@@ -36,6 +36,7 @@ from runner.pipeline import BackgroundLoop, ToolRunner, default_stages  # noqa: 
 from runner.types import ToolInvocationContext  # noqa: E402
 from tests.runner.fakes import (  # noqa: E402
     FakeBroker,
+    FakeGovernance,
     FakeGrants,
     FakeLimiter,
     FakePolicy,
@@ -76,6 +77,7 @@ def main() -> None:
 
     def stages() -> list:
         return default_stages(
+            governance=FakeGovernance(),
             source=source,
             policy=FakePolicy(allowed={"core__get_current_time"}),
             limiter=FakeLimiter(),

@@ -16,7 +16,12 @@ from django.conf import settings
 from config.logs import LogContextObserver
 from config.tracing import OtelStageTracer, tracing_provider
 from connections_app.adapters import DatabaseConnectionBroker
-from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
+from policies_app.adapters import (
+    CachedGovernanceView,
+    CacheRateLimiter,
+    DatabaseGrantStore,
+    DatabasePolicyDecider,
+)
 from runner.bound import BoundTool, bind_tool
 from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition
@@ -64,6 +69,7 @@ def build_runtime() -> Runtime:
     source = CompositeToolSource(CatalogToolSource(bind_tools(code_registry(), provider_base_urls())), McpToolSource())
     policy = DatabasePolicyDecider()
     stages = default_stages(
+        governance=CachedGovernanceView(),
         source=source,
         policy=policy,
         limiter=CacheRateLimiter(api_rate_per_second=settings.TOOLGATE_API_RATE_PER_SECOND),

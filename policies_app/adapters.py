@@ -7,6 +7,7 @@ import time
 import uuid
 
 from policies_app.counters import counters
+from policies_app.governance import governance_cache
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
 from policies_app.selectors import grant_for_gate, policy_effective_for
 from policies_app.services import approval_check
@@ -14,6 +15,14 @@ from runner.ports import GrantView, Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
 logger = logging.getLogger(__name__)
+
+
+class CachedGovernanceView:
+    """The runner's freshness port: this process's governance cache, caught up at each call."""
+
+    @outage_guard
+    def refresh(self) -> None:
+        governance_cache.refresh()
 
 
 class DatabasePolicyDecider:

@@ -7,11 +7,9 @@ so the API never tells a prober which part of a key was right.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, ClassVar
 
 from django.conf import settings
-from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
@@ -21,20 +19,14 @@ from rest_framework.throttling import BaseThrottle
 from structlog.contextvars import bind_contextvars
 
 from policies_app.adapters import fairness_check
-from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount
 from policies_app.selectors import Caller, caller_for_key
-from policies_app.services import LAST_USED_RESOLUTION, service_account_touch
+from policies_app.services import service_account_note_use
 
 SCHEME = "Bearer"
 INVALID_KEY_MESSAGE = "invalid API key"
 WRONG_SCHEME_MESSAGE = "send the API key as `Authorization: Bearer <api key>`"
 X_API_KEY_MESSAGE = "the X-API-Key header is not read; send the key as `Authorization: Bearer <api key>`"
-
-# When this process last recorded each account's use. The governance cache keeps the
-# Caller with the last_used_at it was loaded with, so without this note every call
-# after the first minute would send the (then no-op) UPDATE again.
-_recorded_use: dict[str, datetime] = {}
 
 
 class ServiceAccountUser:
@@ -60,9 +52,9 @@ class ServiceAccountAuthentication(BaseAuthentication):
 
     No header means anonymous (the permission answers 401 "no API key"); a
     header of another scheme says to use Bearer; a Bearer header that is not a
-    valid key answers 401 "invalid API key" whatever was wrong with it. The
-    governance cache is refreshed here, once per request, before the key and
-    later the policy are looked up in it.
+    valid key answers 401 "invalid API key" whatever was wrong with it.
+    Authentication only authenticates: the key lookup keeps its own view of
+    governance fresh, and the runner keeps the call's.
     """
 
     def authenticate(self, request: Request) -> tuple[ServiceAccountUser, None] | None:
@@ -71,7 +63,6 @@ class ServiceAccountAuthentication(BaseAuthentication):
             if "HTTP_X_API_KEY" in request.META:
                 raise AuthenticationFailed(X_API_KEY_MESSAGE)
             return None
-        governance_cache.refresh()
         scheme, _, key = header.partition(b" ")
         if scheme.lower() != SCHEME.lower().encode():  # `Token <key>`, `Basic ...` or a bare key
             raise AuthenticationFailed(WRONG_SCHEME_MESSAGE)
@@ -82,22 +73,13 @@ class ServiceAccountAuthentication(BaseAuthentication):
         caller = caller_for_key(key=clear_key)
         if caller is None:
             raise AuthenticationFailed(INVALID_KEY_MESSAGE)
-        _record_use(caller)
+        service_account_note_use(service_account_id=caller.service_account_id, loaded_last_used_at=caller.last_used_at)
         # Every log line of the request names the caller (ids only; config/logs.py writes them).
         bind_contextvars(tenant_id=str(caller.tenant_id), service_account_id=caller.service_account_id)
         return ServiceAccountUser(caller), None
 
     def authenticate_header(self, request: Request) -> str:
         return SCHEME
-
-
-def _record_use(caller: Caller) -> None:
-    """Touch last_used_at through the service, which writes at most once a minute per account."""
-    now = timezone.now()
-    known = max(filter(None, (caller.last_used_at, _recorded_use.get(caller.service_account_id))), default=None)
-    service_account_touch(service_account_id=caller.service_account_id, last_used_at=known, now=now)
-    if known is None or now - known >= LAST_USED_RESOLUTION:
-        _recorded_use[caller.service_account_id] = now
 
 
 def request_caller(request: Request) -> Caller:

@@ -42,6 +42,9 @@ MAX_STALENESS_S = 1.0
 # How long a process waits before subscribing again after its subscription broke.
 RESUBSCRIBE_AFTER_S = 5.0
 REDIS_TIMEOUT_S = 0.5
+# Entries a process keeps at most (keys, policies, grants): beyond it the cache starts over, so
+# a flood of made-up keys or grant ids cannot grow a worker's memory.
+MAX_ENTRIES = 20_000
 
 
 def governance_bump() -> None:
@@ -145,7 +148,8 @@ class GovernanceCache:
         self._read_at = 0.0
 
     def refresh(self) -> None:
-        """Make sure the cache is current; call once at the start of each request.
+        """Make sure the cache is current: the runner calls it first thing in every call, and the
+        key lookup before it reads a key.
 
         Reads the generation (one query) only when a push arrived, the
         subscription is down, no Redis is configured, or the last read is
@@ -168,12 +172,17 @@ class GovernanceCache:
         with self._lock:
             self._stale = True
 
-    def get(self, key: Any, load: Callable[[], T]) -> T:
+    def get(self, key: Any, load: Callable[[], T], *, remember_missing: bool = True) -> T:
+        """The cached value, loaded on first use; `remember_missing=False` reloads while it is None."""
         with self._lock:
             if key in self._entries:
                 return self._entries[key]  # type: ignore[no-any-return]
         value = load()
+        if value is None and not remember_missing:
+            return value
         with self._lock:
+            if len(self._entries) >= MAX_ENTRIES:
+                self._entries = {}
             self._entries[key] = value
         return value
 

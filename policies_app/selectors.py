@@ -43,10 +43,15 @@ class EffectivePolicy:
 
 
 def caller_for_key(*, key: str) -> Caller | None:
-    """The active service account holding `key`; None alike for unknown, wrong and revoked keys."""
+    """The active service account holding `key`; None alike for unknown, wrong and revoked keys.
+
+    The first governance read of every API request, so it brings the cache up
+    to date first: a revoked key is refused on the next request, before any call.
+    """
     prefix = key_prefix(key)
     if prefix is None:
         return None
+    governance_cache.refresh()
     row = governance_cache.get(("key", prefix), lambda: _load_key_row(prefix))
     if row is None or not key_matches(key, row.digest) or row.revoked:
         return None
@@ -141,11 +146,21 @@ class GrantRow:
 
 
 def grant_for_gate(*, grant_id: str) -> GrantRow | None:
-    """What the connection gate needs of a grant, in one query (a join onto its connections)."""
+    """What the connection gate needs of a grant, from the governance cache when warm.
+
+    Grants are governance rows (saving one or its connections bumps the
+    generation), so a revocation reaches the next call. Unknown ids are not
+    remembered: a caller guessing ids costs queries, not this process's memory.
+    """
     try:
-        uuid.UUID(grant_id)
+        pk = uuid.UUID(grant_id)
     except ValueError:
         return None
+    return governance_cache.get(("grant", pk), lambda: _load_grant_row(pk), remember_missing=False)
+
+
+def _load_grant_row(grant_id: uuid.UUID) -> GrantRow | None:
+    """The grant joined onto its connections: one query."""
     rows = list(
         ExecutionGrant.objects.filter(pk=grant_id).values_list(
             "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id"

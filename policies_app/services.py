@@ -6,6 +6,8 @@ the same transaction (see governance.py), so caches everywhere drop it.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 APPROVAL_TTL = timedelta(hours=24)
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Accounts whose use this process remembers recording (the oldest are forgotten first).
+MAX_USE_NOTES = 10_000
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
 
 
@@ -75,6 +79,45 @@ def service_account_revoke(*, account: ServiceAccount, revoked_by: AbstractBaseU
     return bool(updated)
 
 
+class _UseNotes:
+    """When this process last recorded each account's use, for at most MAX_USE_NOTES accounts.
+
+    The governance cache keeps an account as it was loaded, last_used_at
+    included; without these notes every call after the first minute would send
+    the (then no-op) UPDATE again. Forgetting an account costs one such UPDATE.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._notes: OrderedDict[str, datetime] = OrderedDict()
+
+    def get(self, service_account_id: str) -> datetime | None:
+        with self._lock:
+            return self._notes.get(service_account_id)
+
+    def put(self, service_account_id: str, when: datetime) -> None:
+        with self._lock:
+            self._notes[service_account_id] = when
+            self._notes.move_to_end(service_account_id)
+            while len(self._notes) > MAX_USE_NOTES:
+                self._notes.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._notes)
+
+
+_use_notes = _UseNotes()
+
+
+def service_account_note_use(*, service_account_id: str, loaded_last_used_at: datetime | None) -> None:
+    """An authenticated request used this account: record it, at most once a minute per account."""
+    now = timezone.now()
+    known = max(filter(None, (loaded_last_used_at, _use_notes.get(service_account_id))), default=None)
+    service_account_touch(service_account_id=service_account_id, last_used_at=known, now=now)
+    if known is None or now - known >= LAST_USED_RESOLUTION:
+        _use_notes.put(service_account_id, now)
+
+
 def service_account_touch(*, service_account_id: str, last_used_at: datetime | None, now: datetime) -> None:
     """Record use at most once a minute per account: a hot-path write we keep rare."""
     if last_used_at is not None and now - last_used_at < LAST_USED_RESOLUTION:
@@ -118,6 +161,8 @@ def grant_revoke(*, grant: ExecutionGrant, revoked_by: AbstractBaseUser | None =
     updated = ExecutionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now(), revoked_by=revoked_by
     )
+    if updated:
+        governance_bump()  # processes serve grants from memory; a queryset update sends no signal
     grant.refresh_from_db()
     return bool(updated)
 

@@ -5,10 +5,12 @@ receives the call and `proceed`, and either ends the call with a typed result
 or hands it on (and may look at what came back). The default chain runs the
 twelve stages of DESIGN.md:
 
-    audit (12) > fairness > lookup (1) > policy (2) > connection gate (4) > [idempotency] > budget (3)
+    audit (12) > freshness > fairness > lookup (1) > policy (2) > connection gate (4) > [idempotency] > budget (3)
     > validate input (5) > [approval] > broker (6) > start event (7) > result size (11)
     > redact (10) > validate output (9) > execute (8, the end of the chain)
 
+The freshness stage brings the process's view of governance up to date
+first, so an operator's change applies to the next call whoever makes it.
 The fairness stage spends one caller's share of the API before anything is
 looked up, so a flood is refused cheaply and still audited as `rate_limited`.
 The optional idempotency stage (a port of its own) answers a repeated
@@ -64,6 +66,7 @@ from runner.ports import (
     Conflict,
     ConnectionBroker,
     EventSink,
+    GovernanceView,
     GrantStore,
     IdempotencyStore,
     PolicyDecider,
@@ -212,6 +215,21 @@ class AuditStage:
             )
         )
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class FreshnessStage:
+    """Every call sees governance as it is now: a kill switch or policy change applies to the next call.
+
+    The runner owns this, not the interface in front of it, so a call from a
+    task, a command or the MCP endpoint is as fresh as one over REST.
+    """
+
+    governance: GovernanceView
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        self.governance.refresh()
+        return proceed(call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,6 +538,7 @@ def _link(stage: Stage, proceed: Handler) -> Handler:
 
 def default_stages(
     *,
+    governance: GovernanceView,
     source: ToolSource,
     policy: PolicyDecider,
     limiter: RateLimiter,
@@ -535,6 +554,7 @@ def default_stages(
     """The twelve stages of DESIGN.md, wired to the given ports (plus idempotency when given)."""
     return [
         AuditStage(audit, events, clock),
+        FreshnessStage(governance),
         FairnessStage(limiter),
         LookupStage(source),
         PolicyStage(source, policy),

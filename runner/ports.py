@@ -26,6 +26,14 @@ if TYPE_CHECKING:
     from runner.capabilities import AuthCapability
 
 
+class GovernanceView(Protocol):
+    """The operators' switches, policies, keys and grants as this process holds them."""
+
+    def refresh(self) -> None:
+        """Catch up with changes made anywhere else; cheap when nothing changed."""
+        ...
+
+
 class ToolSource(Protocol):
     """Where bound tools come from (the code registry today, MCP servers later)."""
 

@@ -12,6 +12,7 @@ import os
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 
 from policies_app.counters import counters
 from policies_app.governance import governance_cache
@@ -48,7 +49,7 @@ def redis_url() -> str:
 @pytest.fixture
 def postgres_required(settings) -> None:
     """For tests that only mean something on PostgreSQL (row locks, concurrency)."""
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if connection.vendor != "postgresql":
         _service_missing("DATABASE_URL (PostgreSQL)")
 
 

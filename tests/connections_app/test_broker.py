@@ -8,6 +8,7 @@ first, records nothing on the connection and never reaches the broker).
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -312,17 +313,38 @@ def test_last_used_at_is_written_at_most_once_a_minute(github, call_tool, connec
 
 
 @pytest.mark.django_db(transaction=True)
-def test_warm_exec_with_a_connection_takes_at_most_seven_queries(
-    github, call_tool, connection, grant, django_assert_max_num_queries
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # the grant comes from the governance cache; the connection row is read fresh (tokens rotate)
+        ({}, ["SELECT connections_app_connection", "INSERT tools_app_toolinvocation"]),
+        # a client id claims its row first and finishes it after
+        (
+            {"tool_call_id": "w1"},
+            ["INSERT tools_app_toolinvocation", "SELECT connections_app_connection", "UPDATE tools_app_toolinvocation"],
+        ),
+    ],
+)
+def test_a_warm_exec_with_a_connection_reads_only_the_connection(
+    github, call_tool, connection, grant, *, body, expected
 ):
     # given caches warm and last_used_at written by a first call
     github.route("GET", "/user", json=USER)
     governance_cache.clear()
     assert call_tool(connection, grant, tool_call_id="w0").status_code == 200
 
-    # when / then: generation read, idempotency claim (BEGIN, INSERT, COMMIT), grant for the gate,
-    # connection for the broker, audit update; no write of last_used_at within the minute
-    with django_assert_max_num_queries(7):
-        response = call_tool(connection, grant, tool_call_id="w1")
+    # when
+    with CaptureQueriesContext(db_connection) as queries:
+        response = call_tool(connection, grant, **body)
+
+    # then: no generation read, no grant read, no write of last_used_at within the minute
     assert response.status_code == 200
     assert response.json()["value"] == USER
+    assert [_statement(query["sql"]) for query in queries.captured_queries] == expected
+
+
+def _statement(sql: str) -> str:
+    """`SELECT ... FROM "t" ...` → `SELECT t`: the kind of statement and its table."""
+    verb = sql.split(None, 1)[0]
+    table = re.search(r'(?:FROM|INTO|UPDATE) "(\w+)"', sql)
+    return f"{verb} {table.group(1) if table else '?'}"

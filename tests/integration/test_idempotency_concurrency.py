@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from config.runtime import bind_tools
-from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
+from policies_app.adapters import CachedGovernanceView, CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
 from policies_app.governance import governance_bump, governance_cache
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.defaults import LoggingEventSink, NoConnections, SystemClock
@@ -69,6 +69,7 @@ def test_parallel_identical_calls_run_the_tool_once(postgres_required):
     clock = SystemClock()
     runner = ToolRunner(
         default_stages(
+            governance=CachedGovernanceView(),
             source=CatalogToolSource(bind_tools({"test__counter": COUNTER}, {})),
             policy=DatabasePolicyDecider(),
             limiter=CacheRateLimiter(api_rate_per_second=0),

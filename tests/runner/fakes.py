@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -97,6 +97,19 @@ class _Lease:
 
 
 @dataclass
+class FakeGovernance:
+    """Counts how often the runner asked for a fresh view of governance; `changes` apply then."""
+
+    refreshes: int = 0
+    changes: list[Callable[[], None]] = field(default_factory=list)
+
+    def refresh(self) -> None:
+        self.refreshes += 1
+        while self.changes:
+            self.changes.pop(0)()
+
+
+@dataclass
 class FakeLimiter:
     """Counts calls per minute and in flight, like the real adapter, without a cache."""
 
@@ -167,6 +180,7 @@ class FixedClock:
 class Harness:
     """A runner over fakes, with every fake reachable for assertions."""
 
+    governance: FakeGovernance
     source: FakeSource
     policy: FakePolicy
     grants: FakeGrants
@@ -180,6 +194,7 @@ class Harness:
     def stages(self, **extra: object) -> list:
         """The default stages wired to this harness's fakes (for tests that add or swap stages)."""
         return default_stages(
+            governance=self.governance,
             source=self.source,
             policy=self.policy,
             limiter=self.limiter,
@@ -216,7 +231,7 @@ def make_harness(
     )
     grant_store = FakeGrants({g.grant_id: g for g in grants})
     broker, limiter, audit, events, clock = FakeBroker(), FakeLimiter(), ListAudit(), ListEvents(), FixedClock()
-    harness = Harness(source, policy, grant_store, broker, limiter, audit, events, clock, runner=None)
+    harness = Harness(FakeGovernance(), source, policy, grant_store, broker, limiter, audit, events, clock, runner=None)
     harness.runner = ToolRunner(harness.stages(default_max_result_bytes=default_max_result_bytes), clock)
     return harness
 

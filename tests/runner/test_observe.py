@@ -90,7 +90,7 @@ def test_a_refused_call_reports_only_the_stages_it_reached():
     result = harness.exec("test__echo", {"text": "hi"})
 
     assert result.error_code is ErrorCode.POLICY_DENIED
-    assert set(observer.stages) == {"audit", "fairness", "lookup", "policy"}
+    assert set(observer.stages) == {"audit", "freshness", "fairness", "lookup", "policy"}
     assert [(tool, ok, code) for tool, ok, code, _ in observer.finished] == [
         ("test__echo", False, ErrorCode.POLICY_DENIED)
     ]

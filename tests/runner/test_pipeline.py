@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.errors import BrokerError
+from runner.errors import BrokerError, DependencyUnavailable
 from runner.grants import effective_connection_ids
 from runner.pipeline import CLAIM_LEASE_GRACE_S, ToolRunner, args_digest
 from runner.ports import Claimed, Conflict, Replay
@@ -40,6 +40,33 @@ def test_unknown_tool_is_unavailable_and_audited():
     assert (result.ok, result.error_code) == (False, ErrorCode.UNAVAILABLE)
     [record] = h.audit.records
     assert (record.tool_id, record.error_code, record.decision) == ("test__nope", ErrorCode.UNAVAILABLE, "not_decided")
+    assert h.policy.asked == []
+
+
+def test_each_call_refreshes_governance_first_so_a_change_made_elsewhere_applies_to_it():
+    h = make_harness(tools.ALL)
+    assert h.exec("test__echo", {"text": "hi"}).ok
+
+    # when: an operator disables the tool elsewhere; this process learns of it at its next refresh
+    h.governance.changes.append(lambda: h.source.disabled.add("test__echo"))
+    result = h.exec("test__echo", {"text": "hi"})
+
+    # then: the very next call sees it, and each call refreshed once
+    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "tool is disabled")
+    assert h.governance.refreshes == 2
+
+
+def test_governance_that_cannot_be_refreshed_fails_closed_and_is_audited():
+    h = make_harness(tools.ALL)
+
+    def outage() -> None:
+        raise DependencyUnavailable("generation unreadable")
+
+    h.governance.changes.append(outage)
+    result = h.exec("test__echo", {"text": "hi"})
+
+    assert result.error_code is ErrorCode.UNAVAILABLE_DEPENDENCY
+    assert [record.error_code for record in h.audit.records] == [ErrorCode.UNAVAILABLE_DEPENDENCY]
     assert h.policy.asked == []
 
 

@@ -34,7 +34,7 @@ from runner.types import (
     ToolInvocationContext,
     ToolSpec,
 )
-from tests.runner.fakes import FakeBroker, FixedClock, ListAudit, ListEvents
+from tests.runner.fakes import FakeBroker, FakeGovernance, FixedClock, ListAudit, ListEvents
 from tests.support.loopback import LoopbackServer, RecordedRequest, json_answer
 from tools_app.registry import code_registry
 
@@ -128,6 +128,7 @@ def make_harness(
         FixedClock(NOW),
     )
     stages = default_stages(
+        governance=FakeGovernance(),
         source=source,
         policy=AllowAll(budgets or Budgets()),
         limiter=Unlimited(),

@@ -1,0 +1,71 @@
+"""Freshness belongs to the runner and the key lookup, not to the REST authentication class.
+
+A call made straight to the runner (as a Celery task or a management command
+would make it) must see a change another process made, and the process's
+bookkeeping of key use stays bounded whatever the number of accounts.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.db.models import F
+
+from config.runtime import runtime
+from policies_app import services
+from policies_app.governance import _publish
+from policies_app.models import GovernanceState, ServiceAccount
+from runner.types import ErrorCode, ToolInvocationContext
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.models import Tool
+
+TOOL = "core__get_current_time"
+
+
+def _direct_call(account: ServiceAccount):
+    ctx = ToolInvocationContext(
+        run_id="task",
+        tool_call_id=f"call_{uuid.uuid4().hex}",
+        tenant_id=str(account.tenant_id),
+        actor_id=str(account.id),
+    )
+    return runtime().runner.exec(TOOL, {}, ctx)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_made_without_the_api_sees_a_change_another_process_made():
+    # given: this process has served a call, so its governance cache is warm
+    call_command("sync_tools")
+    Tool.objects.filter(pk=TOOL).update(is_enabled=True)
+    GovernanceState.objects.update(generation=F("generation") + 1)
+    account, _key = service_account_with_key(TenantFactory(slug="task"))
+    ToolPolicyFactory(tenant=account.tenant, allowed_tools=[TOOL])
+    assert _direct_call(account).ok
+
+    # when: another process flips the kill switch: its rows change and its commit pushes the bump
+    # (bare UPDATEs here, so nothing tells this process's cache directly)
+    Tool.objects.filter(pk=TOOL).update(is_enabled=False)
+    GovernanceState.objects.update(generation=F("generation") + 1)
+    _publish()
+
+    # then: the next call, made straight to the runner, is refused
+    result = _direct_call(account)
+    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "tool is disabled")
+
+
+@pytest.mark.django_db
+def test_the_notes_of_recorded_use_keep_only_the_most_recent_accounts(monkeypatch):
+    monkeypatch.setattr(services, "MAX_USE_NOTES", 3)
+    monkeypatch.setattr(services, "_use_notes", services._UseNotes())
+    tenant = TenantFactory(slug="notes")
+    accounts = [service_account_with_key(tenant, name=f"agent-{index}")[0] for index in range(5)]
+
+    for account in accounts:
+        services.service_account_note_use(service_account_id=str(account.id), loaded_last_used_at=None)
+
+    assert len(services._use_notes) == 3
+    noted = [services._use_notes.get(str(account.id)) is not None for account in accounts]
+    assert noted == [False, False, True, True, True]
+    assert ServiceAccount.objects.filter(last_used_at__isnull=False).count() == 5
