@@ -18,6 +18,7 @@ from runner.pipeline import ToolRunner, new_tool_call_id
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import Decision, ToolExecResult, ToolInvocationContext, ToolInvocationRecord, ToolSpec
 from tools_app.models import Tool, ToolInvocation
+from tools_app.rows import RowInserter
 
 
 @dataclass
@@ -79,6 +80,8 @@ def _spec_fields(spec: ToolSpec) -> dict:
     }
 
 
+_invocations = RowInserter(ToolInvocation)
+
 LEASE_LOST_MESSAGE = "this attempt's claim expired and a repeat took the call over; its outcome is not replayed"
 
 
@@ -115,7 +118,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         if finished:
             return
         fields.update(executed=False, safe_message=LEASE_LOST_MESSAGE)
-    ToolInvocation.objects.create(**_context_fields(ctx), **fields)
+    _invocations.insert(**_context_fields(ctx), **fields)
 
 
 def _context_fields(ctx: ToolInvocationContext) -> dict:
