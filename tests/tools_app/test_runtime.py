@@ -118,13 +118,12 @@ def test_warm_exec_query_budget(caller, django_assert_max_num_queries):
     _enable("core__get_current_time")
     ToolPolicyFactory(tenant=caller.tenant, allowed_tools=["core__get_current_time"])
     runner = build_runtime().runner
-    governance_cache.refresh()
     runner.exec("core__get_current_time", {}, _ctx(caller, "warm-up"))
 
-    # generation read + claim insert + audit update; the test's transaction adds the
-    # claim's SAVEPOINT/RELEASE pair (in autocommit production they are not queries)
+    # the runner's own freshness check (a generation read without Redis) + claim insert +
+    # audit update; the test's transaction adds the claim's SAVEPOINT/RELEASE pair (in
+    # autocommit production they are not queries)
     with django_assert_max_num_queries(5):
-        governance_cache.refresh()
         result = runner.exec("core__get_current_time", {}, _ctx(caller, "c1"))
 
     assert result.ok is True
