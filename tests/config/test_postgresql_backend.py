@@ -60,8 +60,8 @@ def test_a_connection_the_server_closed_is_replaced_before_the_request_uses_it(p
     # given: a connection that served a request, then was ended by the server
     pid = _backend_pid()
     params = {k: v for k, v in connection.get_connection_params().items() if k not in {"cursor_factory", "context"}}
-    with psycopg.connect(**params, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with psycopg.connect(**params, autocommit=True) as admin, admin.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     deadline = time.monotonic() + 5
     while connection._quiet() and time.monotonic() < deadline:
         time.sleep(0.01)  # the server's goodbye reaches the socket

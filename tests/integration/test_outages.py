@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = "tg_abcdefgh_" + "x" * 32
+KEY = "tg_" + "a" * 12 + "_" + "x" * 43  # well formed, so only the database can say it is unknown
 
 
 def _closed_port() -> int:
