@@ -207,6 +207,11 @@ try:
     TOOLGATE_TRUSTED_PROXY_NETWORKS = [ipaddress.ip_network(entry, strict=False) for entry in TOOLGATE_TRUSTED_PROXIES]
 except ValueError:
     raise ImproperlyConfigured("TOOLGATE_TRUSTED_PROXIES: each entry is an IP address or network") from None
+if TOOLGATE_TRUSTED_PROXIES:
+    # The proxy terminates TLS and says so (config/nginx.conf sets X-Forwarded-Proto). Without
+    # this Django takes every request for plain HTTP: it refuses the admin's and the tenant
+    # UI's HTTPS form posts (CSRF origin check) and builds http:// OAuth callback URLs.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # Everything is served from our own origin: no CDN, no inline script.
 CONTENT_SECURITY_POLICY = {

@@ -57,6 +57,33 @@ def test_debug_false_with_real_secrets_and_redis_starts():
     assert result.returncode == 0, result.stderr
 
 
+def _setting(name: str, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if k != "TOOLGATE_TRUSTED_PROXIES"}
+    return subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "--no-imports",
+            "-c",
+            f"from django.conf import settings; print(settings.{name})",
+        ],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+
+
+def test_behind_a_trusted_proxy_its_https_marker_is_believed():
+    assert _setting("SECURE_PROXY_SSL_HEADER") == "None"
+    assert _setting("SECURE_PROXY_SSL_HEADER", TOOLGATE_TRUSTED_PROXIES="10.0.0.0/8") == str(
+        ("HTTP_X_FORWARDED_PROTO", "https")
+    )
+
+
 def test_debug_false_without_redis_refuses_to_start_instead_of_running_tasks_eagerly():
     result = _check(DEBUG="False", **PRODUCTION_SECRETS)
 
