@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from changes_app.services import change_record
 from policies_app.governance import governance_bump
 from runner.pipeline import BackgroundLoop
 from runner.types import ToolEffect
@@ -438,6 +439,7 @@ def mcp_tool_approve(
     if expected_live_hash is not None and expected_live_hash != tool.live_hash:
         raise McpServerError(f"{tool_id}: the live definition changed while it was being reviewed; review it again")
     was_drifted = tool.status == McpTool.Status.DRIFTED
+    before = _review_snapshot(tool)
     now = timezone.now()
     tool.approved_definition = tool.live_definition
     tool.approved_hash = tool.live_hash
@@ -456,6 +458,7 @@ def mcp_tool_approve(
     row.effect = effect.value
     _write_tool_row(tool, tool.server, now=now, missing=False)
     governance_bump()
+    change_record(action="tool.approve_definition", obj=tool, before=before, after=_review_snapshot(tool))
     return tool
 
 
@@ -471,6 +474,7 @@ def mcp_tool_set_effect(*, tool_id: str, effect: ToolEffect, user: AbstractBaseU
             f"{tool_id}: the upstream's hints suggest {floor.value}; "
             "an operator may confirm that or pick a stricter effect"
         )
+    before = _review_snapshot(tool)
     tool.effect_confirmed_at = timezone.now()
     tool.effect_confirmed_by = _actor_fields(user)
     tool.save(update_fields=["effect_confirmed_at", "effect_confirmed_by"])
@@ -478,7 +482,20 @@ def mcp_tool_set_effect(*, tool_id: str, effect: ToolEffect, user: AbstractBaseU
     row.effect = effect.value
     _write_tool_row(tool, tool.server, now=timezone.now(), missing=tool.status == McpTool.Status.REMOVED)
     governance_bump()
+    change_record(action="tool.confirm_effect", obj=tool, before=before, after=_review_snapshot(tool))
     return tool
+
+
+def _review_snapshot(tool: McpTool) -> dict[str, Any]:
+    """What an operator's review decides, for the change log: the pinned hash, status, effect and switch."""
+    return {
+        "status": tool.status,
+        "approved_hash": tool.approved_hash,
+        "approved_via": tool.approved_via,
+        "effect": tool.tool.effect,
+        "effect_confirmed": tool.effect_confirmed_at is not None,
+        "is_enabled": tool.tool.is_enabled,
+    }
 
 
 def mcp_tools_enable_check(tool_ids: Iterable[str]) -> list[str]:
