@@ -92,7 +92,10 @@ def service_account_revoke(*, account: ServiceAccount, revoked_by: AbstractBaseU
     if updated:
         governance_bump()  # a queryset update sends no signal
         change_record(
-            action="service_account.revoke", obj=account, before={"revoked_at": None}, after=change_snapshot(account)
+            action="service_account.revoke",
+            obj=account,
+            before={"revoked_at": None},
+            after={"revoked_at": account.revoked_at},
         )
     return bool(updated)
 
