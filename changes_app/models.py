@@ -51,6 +51,7 @@ class Change(models.Model):
         return f"{self.action} {self.object_label or self.object_id} by {self.actor_label or self.actor_kind}"
 
     def field_changes(self) -> list[tuple[str, object, object]]:
-        """(field, before, after) for each recorded field, in name order: what a reader of the entry wants."""
+        """(field, before, after) in name order, leaving out fields empty on both sides (a creation's blanks)."""
         names = sorted(set(self.before) | set(self.after))
-        return [(name, self.before.get(name), self.after.get(name)) for name in names]
+        pairs = [(name, self.before.get(name), self.after.get(name)) for name in names]
+        return [(name, old, new) for name, old, new in pairs if old is not None or new is not None]

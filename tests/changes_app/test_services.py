@@ -164,3 +164,9 @@ def test_the_request_id_of_the_log_context_is_recorded():
 
     assert change is not None
     assert change.request_id == "req-123"
+
+
+def test_field_changes_pairs_before_and_after_and_skips_fields_empty_on_both_sides():
+    change = Change(before={"status": "active", "revoked_at": None}, after={"status": "revoked", "expires_at": None})
+
+    assert change.field_changes() == [("status", "active", "revoked")]
