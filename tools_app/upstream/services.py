@@ -297,6 +297,7 @@ def _update_tool(
     tool: McpTool, server: McpServer, definition: dict[str, Any], now: Any, report: DiscoveryReport
 ) -> None:
     """A listed tool we know: refresh the live copy, quarantine it if it no longer matches the approved one."""
+    before = _review_snapshot(tool)
     live_hash = definition_hash(definition)
     tool.last_seen_at = now
     was_removed = tool.status == McpTool.Status.REMOVED
@@ -321,6 +322,8 @@ def _update_tool(
         report.unchanged.append(tool.tool_id)
     tool.save()
     _write_tool_row(tool, server, now=now, missing=False)
+    if tool.tool_id in report.drifted:  # the switch went off without an operator: say who did it
+        change_record(action="tool.quarantine", obj=tool, before=before, after=_review_snapshot(tool))
 
 
 def _create_tool(server: McpServer, name: str, tool_id: str, definition: dict[str, Any], now: Any) -> McpTool:
@@ -393,10 +396,13 @@ def _quarantine(tool: McpTool, now: Any) -> None:
 
 
 def _mark_removed(tool: McpTool, now: Any) -> None:
+    before = _review_snapshot(tool)
     tool.status = McpTool.Status.REMOVED
     tool.removed_at = now
     tool.save(update_fields=["status", "removed_at"])
     Tool.objects.filter(pk=tool.tool_id).update(missing_since=now, is_enabled=False, updated_at=now)
+    tool.tool.is_enabled = False
+    change_record(action="tool.remove", obj=tool, before=before, after=_review_snapshot(tool))
 
 
 def _refresh_tool_rows(server: McpServer) -> None:
