@@ -42,6 +42,8 @@ class Change(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+        verbose_name = "change log entry"
+        verbose_name_plural = "change log entries"
         indexes = [
             models.Index(fields=["tenant_id", "-at"], name="change_tenant_at"),
             models.Index(fields=["object_type", "object_id"], name="change_object"),
