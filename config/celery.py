@@ -26,6 +26,7 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
+from changes_app import context as change_context
 from config import logs, worker_metrics
 from config.tracing import tracing_configure
 
@@ -39,6 +40,8 @@ app.autodiscover_tasks()
 before_task_publish.connect(logs.task_headers_bound, weak=False)
 task_prerun.connect(logs.task_context_bound, weak=False)
 task_postrun.connect(logs.task_context_cleared, weak=False)
+task_prerun.connect(change_context.task_source_bound, weak=False)
+task_postrun.connect(change_context.task_source_cleared, weak=False)
 # Traces (off unless OTEL_* asks): in the worker (solo pool) and each forked child (prefork); once per process.
 worker_init.connect(lambda **_: tracing_configure(), weak=False)
 worker_process_init.connect(lambda **_: tracing_configure(), weak=False)

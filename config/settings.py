@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "axes",
     "django_celery_beat",
     "django_prometheus",
+    "changes_app",  # the lowest Toolgate app: the change log every domain app writes to
     "tools_app",
     "policies_app",
     "connections_app",
@@ -93,6 +94,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.change_source",  # who and through what, for the change log (actor read at write time)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",

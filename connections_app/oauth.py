@@ -32,10 +32,16 @@ from authlib.integrations.httpx_client import OAuth2Client
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from changes_app.services import change_snapshot
 from connections_app.credentials import credentials_validate
 from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
-from connections_app.services import ConnectionServiceError, connection_event_record, seal_credentials_into
+from connections_app.services import (
+    ConnectionServiceError,
+    connection_change_record,
+    connection_event_record,
+    seal_credentials_into,
+)
 from policies_app.models import Tenant
 from policies_app.tracing import trace_context_injected
 
@@ -257,7 +263,10 @@ def oauth_connection_store(
     seal_credentials_into(connection, token_credentials(token))
     connection.full_clean()
     connection.save()
-    connection_event_record(connection, ConnectionEvent.Kind.CREATED, actor=created_by, detail="connected via OAuth")
+    event = connection_event_record(
+        connection, ConnectionEvent.Kind.CREATED, actor=created_by, detail="connected via OAuth"
+    )
+    connection_change_record(connection, "connection.create", before=None, event=event)
     return connection
 
 
@@ -274,6 +283,7 @@ def oauth_connection_reconnect(
     row = Connection.objects.select_for_update().get(pk=connection.pk)
     if row.revoked_at is not None:
         raise ConnectionServiceError("the connection has been revoked; connect again instead")
+    before = change_snapshot(row)
     expires_at = token_expiry(token, now=now)
     seal_credentials_into(row, token_credentials(token))
     scope = token.get("scope")
@@ -285,7 +295,8 @@ def oauth_connection_reconnect(
     row.refresh_failures = 0
     row.last_refresh_error = ""
     row.save()
-    connection_event_record(row, ConnectionEvent.Kind.REFRESHED, actor=actor, detail="re-authorised via OAuth")
+    event = connection_event_record(row, ConnectionEvent.Kind.REFRESHED, actor=actor, detail="re-authorised via OAuth")
+    connection_change_record(row, "connection.reauthorise", before=before, event=event)
     return row
 
 

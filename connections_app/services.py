@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from changes_app.services import ObjectRef, change_record, change_snapshot
 from connections_app.credentials import MANUAL_TYPES, CredentialsInvalid, credentials_validate
 from connections_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
@@ -75,7 +76,8 @@ def connection_create(
     seal_credentials_into(connection, secret)
     connection.full_clean()
     connection.save()
-    connection_event_record(connection, ConnectionEvent.Kind.CREATED, actor=created_by)
+    event = connection_event_record(connection, ConnectionEvent.Kind.CREATED, actor=created_by)
+    connection_change_record(connection, "connection.create", before=None, event=event)
     return connection
 
 
@@ -104,13 +106,28 @@ def connection_credentials_open(connection: Connection, *, ring: KeyRing | None 
 def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; the broker refuses it from the next call on. False if it was already revoked."""
     now = timezone.now()
+    before = change_snapshot(connection)
     updated = Connection.objects.filter(pk=connection.pk, revoked_at__isnull=True).update(
         revoked_at=now, revoked_by=revoked_by, status=Connection.Status.REVOKED, next_refresh_at=None, updated_at=now
     )
-    if updated:
-        connection_event_record(connection, ConnectionEvent.Kind.REVOKED, actor=revoked_by)
     connection.refresh_from_db()
+    if updated:
+        event = connection_event_record(connection, ConnectionEvent.Kind.REVOKED, actor=revoked_by)
+        connection_change_record(connection, "connection.revoke", before=before, event=event)
     return bool(updated)
+
+
+def connection_change_record(
+    connection: Connection, action: str, *, before: dict[str, Any] | None, event: ConnectionEvent
+) -> None:
+    """The change-log entry of a connection write, linked to the ConnectionEvent it also left."""
+    change_record(
+        action=action,
+        obj=connection,
+        before=before,
+        after=change_snapshot(connection),
+        links={"connection_event": event.pk},
+    )
 
 
 def connection_touch(*, connection: Connection, now: datetime) -> None:
@@ -189,6 +206,43 @@ def oauth_provider_rewrap(*, provider: OAuthProvider, ring: KeyRing) -> RewrapOu
     if not updated:
         return RewrapOutcome(False, "changed concurrently")
     return RewrapOutcome(True)
+
+
+@dataclass(frozen=True, slots=True)
+class RotationCounts:
+    """What one key rotation run did to one kind of row."""
+
+    rewrapped: int
+    skipped: int
+    failed: int
+
+
+@transaction.atomic
+def key_rotation_record(*, primary_key_id: str, connections: RotationCounts, providers: RotationCounts | None) -> None:
+    """Remember a key rotation run in the change log: which key it rotated to, and what it did.
+
+    Each row was rewrapped in its own transaction (see connection_rewrap, whose
+    ConnectionEvent marks every row); the run as a whole is one governance act.
+    Key ids are public names in TOOLGATE_ENCRYPTION_KEYS, never key material.
+    """
+    counts: dict[str, Any] = {
+        "primary_key_id": primary_key_id,
+        "connections_rewrapped": connections.rewrapped,
+        "connections_skipped": connections.skipped,
+        "connections_failed": connections.failed,
+    }
+    if providers is not None:
+        counts |= {
+            "providers_rewrapped": providers.rewrapped,
+            "providers_skipped": providers.skipped,
+            "providers_failed": providers.failed,
+        }
+    change_record(
+        action="keys.rotate",
+        obj=ObjectRef(type="connections_app.keyring", id=primary_key_id, label=f"key ring, primary {primary_key_id}"),
+        before=None,
+        after=counts,
+    )
 
 
 def connection_event_record(

@@ -26,7 +26,15 @@ from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateFor
 from policies_app.governance import governance_cache
 from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import policies_applicable_to, policy_effective_for
-from policies_app.services import approval_decide, grant_revoke, service_account_create, service_account_revoke
+from policies_app.services import (
+    approval_decide,
+    grant_revoke,
+    policy_delete,
+    policy_save,
+    service_account_create,
+    service_account_revoke,
+    service_account_update,
+)
 from runner.types import Budgets
 from tools_app.selectors import enabled_tool_ids
 
@@ -148,7 +156,7 @@ class ServiceAccountAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: ServiceAccount, form: ModelForm, change: bool) -> None:
         if change:
-            super().save_model(request, obj, form, change)
+            service_account_update(account=obj)
         # on add, service_account_create (in save_form) already saved it
 
     def save_related(self, request: HttpRequest, form: ModelForm, formsets: Any, change: bool) -> None:
@@ -284,8 +292,15 @@ class ToolPolicyAdmin(admin.ModelAdmin):
         return formfield
 
     def save_model(self, request: HttpRequest, obj: ToolPolicy, form: ModelForm, change: bool) -> None:
-        obj.updated_by = request.user
-        super().save_model(request, obj, form, change)  # the save signal bumps the governance generation
+        policy_save(policy=obj, updated_by=request.user)  # type: ignore[arg-type]
+
+    def delete_model(self, request: HttpRequest, obj: ToolPolicy) -> None:
+        policy_delete(policy=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ToolPolicy]) -> None:
+        """The bulk delete action too: one service call (and one change-log entry) per policy."""
+        for policy in queryset:
+            policy_delete(policy=policy)
 
 
 @admin.register(ExecutionGrant)

@@ -18,6 +18,8 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from structlog.contextvars import bind_contextvars
 
+from changes_app.context import Actor
+from changes_app.kinds import ActorKind
 from policies_app.adapters import fairness_check
 from policies_app.models import ServiceAccount
 from policies_app.selectors import Caller, caller_for_key
@@ -45,6 +47,11 @@ class ServiceAccountUser:
 
     def __str__(self) -> str:
         return f"{self.caller.tenant_slug}/{self.caller.name}"
+
+    @property
+    def change_actor(self) -> Actor:
+        """How the change log names this caller (changes_app.context.actor_for_user asks for it)."""
+        return Actor(kind=ActorKind.SERVICE_ACCOUNT, id=self.caller.service_account_id, label=str(self))
 
 
 class ServiceAccountAuthentication(BaseAuthentication):

@@ -20,11 +20,13 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
+from changes_app.services import change_record, change_snapshot
 from policies_app.models import ServiceAccount, Tenant, ToolPolicy
+from policies_app.services import policy_delete
 from runner.types import ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
-from tools_app.services import tool_sync
+from tools_app.services import tool_switch_record, tool_sync
 from tools_app.upstream.services import McpServerError, mcp_tool_approve
 
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
@@ -161,12 +163,13 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         if tool.is_enabled != enabled:
             tool.is_enabled = enabled
             tool.save(update_fields=["is_enabled", "updated_at"])
+            tool_switch_record(tool_id=tool_id, enabled=enabled)
             (report.tools_enabled if enabled else report.tools_disabled).append(tool_id)
 
     if prune:
         named = {row.name for row in rows}
         for name in sorted(set(existing) - named):
-            existing[name].delete()
+            policy_delete(policy=existing[name])
             report.pruned.append(name)
 
     try:
@@ -190,20 +193,22 @@ def _apply_policies(rows: list[_PolicyRow], *, existing: dict[str, ToolPolicy], 
         (account.tenant.slug, account.name): account
         for account in ServiceAccount.objects.select_related("tenant").filter(tenant__slug__in=set(tenants))
     }
-    to_write: list[tuple[ToolPolicy, bool]] = []
+    to_write: list[tuple[ToolPolicy, dict[str, Any] | None]] = []  # with its recorded state before, if any
     for row in rows:
         policy = existing.get(row.name)
         if policy is None:
-            to_write.append((ToolPolicy(name=row.name), True))
+            to_write.append((ToolPolicy(name=row.name), None))
             report.created.append(row.name)
         elif _policy_document(policy) != _row_document(row):
-            to_write.append((policy, False))
+            to_write.append((policy, change_snapshot(policy)))
             report.updated.append(row.name)
         else:
             report.unchanged.append(row.name)
-    ToolPolicy.objects.filter(pk__in=[policy.pk for policy, created in to_write if not created]).update(is_active=False)
+    ToolPolicy.objects.filter(pk__in=[policy.pk for policy, before in to_write if before is not None]).update(
+        is_active=False
+    )
     by_name = {row.name: row for row in rows}
-    for policy, _created in to_write:
+    for policy, before in to_write:
         row = by_name[policy.name]
         policy.tenant = tenants[row.tenant] if row.tenant else None
         policy.service_account = accounts[row.scope] if row.service_account else None
@@ -213,6 +218,12 @@ def _apply_policies(rows: list[_PolicyRow], *, existing: dict[str, ToolPolicy], 
             setattr(policy, budget, value)
         policy.is_active = row.active
         policy.save()
+        change_record(
+            action="policy.create" if before is None else "policy.update",
+            obj=policy,
+            before=before,
+            after=change_snapshot(policy),
+        )
 
 
 def _row_document(row: _PolicyRow) -> dict[str, Any]:

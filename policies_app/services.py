@@ -17,10 +17,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from changes_app.services import change_record, change_snapshot
 from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
-from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant
+from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
 from runner.types import ToolEffect
 
 if TYPE_CHECKING:
@@ -64,7 +65,25 @@ def service_account_create(
     )
     account.full_clean()
     account.save()  # the save signal bumps the governance generation
+    change_record(action="service_account.create", obj=account, after=change_snapshot(account))
     return account, new_key.key
+
+
+@transaction.atomic
+def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
+    """Save an edited account's name and scopes (its tenant and key never change), remembering the change."""
+    unknown = set(account.scopes) - VALID_SCOPES
+    if unknown:
+        raise PolicyServiceError(f"unknown scopes: {', '.join(sorted(unknown))}")
+    stored = ServiceAccount.objects.select_for_update().get(pk=account.pk)
+    before = change_snapshot(stored)
+    stored.name = account.name
+    stored.scopes = sorted(set(account.scopes))
+    stored.full_clean()
+    stored.save(update_fields=["name", "scopes"])  # the save signal bumps the governance generation
+    change_record(action="service_account.update", obj=stored, before=before, after=change_snapshot(stored))
+    account.refresh_from_db()
+    return account
 
 
 @transaction.atomic
@@ -73,9 +92,15 @@ def service_account_revoke(*, account: ServiceAccount, revoked_by: AbstractBaseU
     updated = ServiceAccount.objects.filter(pk=account.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now(), revoked_by=revoked_by
     )
+    account.refresh_from_db()
     if updated:
         governance_bump()  # a queryset update sends no signal
-    account.refresh_from_db()
+        change_record(
+            action="service_account.revoke",
+            obj=account,
+            before={"revoked_at": None},
+            after={"revoked_at": account.revoked_at},
+        )
     return bool(updated)
 
 
@@ -154,17 +179,51 @@ def grant_create(
         tenant=tenant, service_account=service_account, expires_at=expires_at, created_by=created_by
     )
     grant.connections.set(connections)
+    change_record(action="grant.create", obj=grant, after=change_snapshot(grant))
     return grant
 
 
+@transaction.atomic
 def grant_revoke(*, grant: ExecutionGrant, revoked_by: AbstractBaseUser | None = None) -> bool:
+    """Revoke once; its connections stop being usable by the account on the next call. False if already revoked."""
     updated = ExecutionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now(), revoked_by=revoked_by
     )
     if updated:
         governance_bump()  # processes serve grants from memory; a queryset update sends no signal
     grant.refresh_from_db()
+    if updated:
+        change_record(
+            action="grant.revoke", obj=grant, before={"revoked_at": None}, after={"revoked_at": grant.revoked_at}
+        )
     return bool(updated)
+
+
+# --- policies --------------------------------------------------------------------------
+
+
+@transaction.atomic
+def policy_save(*, policy: ToolPolicy, updated_by: AbstractBaseUser | None = None) -> ToolPolicy:
+    """Create or edit a policy as validated by its form, remembering what changed."""
+    stored = ToolPolicy.objects.select_for_update().filter(pk=policy.pk).first() if policy.pk else None
+    before = change_snapshot(stored) if stored is not None else None
+    policy.updated_by = updated_by
+    policy.save()  # the save signal bumps the governance generation
+    change_record(
+        action="policy.update" if stored is not None else "policy.create",
+        obj=policy,
+        before=before,
+        after=change_snapshot(policy),
+    )
+    return policy
+
+
+@transaction.atomic
+def policy_delete(*, policy: ToolPolicy) -> None:
+    """Delete a policy; the log keeps what it allowed."""
+    before = change_snapshot(policy)
+    change_record(action="policy.delete", obj=policy, before=before)
+    policy.delete()  # the delete signal bumps the governance generation
 
 
 # --- approvals -----------------------------------------------------------------
@@ -263,6 +322,7 @@ def approval_decide(
     an admin decision records the user's name there too, so the record outlives the account.
     """
     now = timezone.now()
+    before = change_snapshot(approval)
     updated = ApprovalRequest.objects.filter(
         pk=approval.pk, status=ApprovalRequest.Status.PENDING, expires_at__gt=now
     ).update(
@@ -274,5 +334,8 @@ def approval_decide(
     )
     approval.refresh_from_db()
     if updated:
+        change_record(
+            action=f"approval.{approval.status}", obj=approval, before=before, after=change_snapshot(approval)
+        )
         transaction.on_commit(APPROVALS_DECIDED.labels("approved" if approve else "denied").inc)
     return bool(updated)

@@ -11,6 +11,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from changes_app.services import ObjectRef, change_record
 from policies_app.governance import governance_bump
 from policies_app.selectors import Caller
 from runner.catalog import catalog_for
@@ -245,4 +246,16 @@ def tool_set_enabled(*, tool_ids: Iterable[str], enabled: bool) -> list[str]:
     if changed:
         Tool.objects.filter(pk__in=changed).update(is_enabled=enabled, updated_at=timezone.now())
         governance_bump()
+    for tool_id in changed:
+        tool_switch_record(tool_id=tool_id, enabled=enabled)
     return changed
+
+
+def tool_switch_record(*, tool_id: str, enabled: bool) -> None:
+    """The change-log entry of one flipped switch (inside the transaction that flipped it)."""
+    change_record(
+        action="tool.enable" if enabled else "tool.disable",
+        obj=ObjectRef(type="tools_app.tool", id=tool_id, label=tool_id),
+        before={"is_enabled": not enabled},
+        after={"is_enabled": enabled},
+    )

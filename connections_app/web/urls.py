@@ -29,4 +29,5 @@ urlpatterns = [
         name="service-account-revoke",
     ),
     path("activity/", views.activity, name="activity"),
+    path("changes/", views.changes, name="change-list"),
 ]

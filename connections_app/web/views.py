@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from changes_app.selectors import changes_for_tenant
 from connections_app.models import Connection
 from connections_app.selectors import connection_events, connection_get, connection_list, oauth_provider_list
 from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
@@ -45,6 +46,7 @@ from policies_app.services import (
 from tools_app.selectors import invocation_list, tool_ids_known, tool_providers
 
 ACTIVITY_PAGE_SIZE = 50
+CHANGES_PAGE_SIZE = 50
 NO_FILTERS = {"tool_id": "", "ok": None, "run_id": ""}
 
 
@@ -344,3 +346,13 @@ def activity(request: HttpRequest) -> HttpResponse:
             "filtered": filters != NO_FILTERS,
         },
     )
+
+
+@tenant_member_required
+@require_GET
+def changes(request: HttpRequest) -> HttpResponse:
+    """Who changed this tenant's connections, grants, accounts, policies and approvals. Any member may read it."""
+    page = Paginator(changes_for_tenant(tenant_id=request.tenant.pk), CHANGES_PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    return render(request, "tenant/change_list.html", {"section": "changes", "page": page})

@@ -336,10 +336,54 @@ def test_execute_detector_flags_tool_calls_and_ignores_db_cursors() -> None:
     ]
 
 
+# --- the change log is the lowest app: every app may write to it, it imports none of them -------
+
+CHANGES_DIR = PROJECT_ROOT / "changes_app"
+
+
+def toolgate_imports_outside(package: str) -> Detector:
+    """A detector of imports of Toolgate's own packages (config, runner, any *_app) other than `package`."""
+
+    def detector(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+        for line, module in imported_modules(tree, path):
+            root = root_of(module)
+            if module.startswith("<") or (root != package and (root in {"config", "runner"} or root.endswith("_app"))):
+                yield line, module
+
+    return detector
+
+
+def test_changes_app_imports_no_other_toolgate_package() -> None:
+    files = python_files(CHANGES_DIR)
+    assert CHANGES_DIR / "services.py" in files
+
+    assert offences(files, toolgate_imports_outside("changes_app"), "changes_app imports") == []
+
+
+def test_leaf_detector_reports_other_apps_config_and_the_runner() -> None:
+    source = (
+        "from changes_app.models import Change\n"
+        "from policies_app.models import Tenant\n"
+        "import config.settings\n"
+        "from runner.types import ToolEffect\n"
+        "from django.db import models\n"
+    )
+
+    found = detect(toolgate_imports_outside("changes_app"), source, CHANGES_DIR / "example.py")
+
+    assert found == [
+        (2, "policies_app.models"),
+        (2, "policies_app.models.Tenant"),
+        (3, "config.settings"),
+        (4, "runner.types"),
+        (4, "runner.types.ToolEffect"),
+    ]
+
+
 # --- the MCP endpoint is an interface: the catalog selector and the runner, nothing else ---------
 
 MCP_SERVER_DIR = PROJECT_ROOT / "tools_app" / "mcp_server"
-PROJECT_PACKAGES = frozenset({"config", "runner", "tools_app", "policies_app", "connections_app"})
+PROJECT_PACKAGES = frozenset({"config", "runner", "changes_app", "tools_app", "policies_app", "connections_app"})
 # What the MCP interface may use of the project besides runner types and its own package: the caller's
 # catalog and the runner (through the services REST uses), the REST exec serializer (one set of rules
 # for the out-of-band ids), and the API-key authentication.

@@ -115,6 +115,20 @@ def test_tenant_manages_a_connection_end_to_end(browsing, acme_user):
     expect(page.locator("table.data-table tbody tr")).to_have_count(1)
     browsing.screenshot("14-activity-filtered")
 
+    # The change log names every write made above, by ada through the tenant UI, without a secret.
+    page.get_by_role("link", name="Change log").click()
+    expect(page.get_by_role("heading", name="Change log")).to_be_visible()
+    rows = page.locator("table.data-table tbody tr")
+    expect(rows).to_have_count(4)
+    expect(rows.locator("td:nth-child(2)")).to_have_text(
+        ["connection.revoke", "grant.create", "service_account.create", "connection.create"]
+    )
+    expect(rows.locator("td:nth-child(4)")).to_contain_text(["ada", "ada", "ada", "ada"])
+    expect(rows.locator("td:nth-child(5)")).to_contain_text(["Tenant UI", "Tenant UI", "Tenant UI", "Tenant UI"])
+    assert SECRET not in page.content()
+    assert key not in page.content()
+    browsing.screenshot("14b-change-log")
+
     # Another tenant's connection is not found.
     foreign = ConnectionFactory(tenant=TenantFactory(slug="globex"), label="globex-conn")
     response = browsing.visit(f"/connections/{foreign.pk}/", "15-not-found")

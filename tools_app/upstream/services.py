@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from changes_app.services import change_record
 from policies_app.governance import governance_bump
 from runner.pipeline import BackgroundLoop
 from runner.types import ToolEffect
@@ -296,6 +297,7 @@ def _update_tool(
     tool: McpTool, server: McpServer, definition: dict[str, Any], now: Any, report: DiscoveryReport
 ) -> None:
     """A listed tool we know: refresh the live copy, quarantine it if it no longer matches the approved one."""
+    before = _review_snapshot(tool)
     live_hash = definition_hash(definition)
     tool.last_seen_at = now
     was_removed = tool.status == McpTool.Status.REMOVED
@@ -320,6 +322,8 @@ def _update_tool(
         report.unchanged.append(tool.tool_id)
     tool.save()
     _write_tool_row(tool, server, now=now, missing=False)
+    if tool.tool_id in report.drifted:  # the switch went off without an operator: say who did it
+        change_record(action="tool.quarantine", obj=tool, before=before, after=_review_snapshot(tool))
 
 
 def _create_tool(server: McpServer, name: str, tool_id: str, definition: dict[str, Any], now: Any) -> McpTool:
@@ -392,10 +396,13 @@ def _quarantine(tool: McpTool, now: Any) -> None:
 
 
 def _mark_removed(tool: McpTool, now: Any) -> None:
+    before = _review_snapshot(tool)
     tool.status = McpTool.Status.REMOVED
     tool.removed_at = now
     tool.save(update_fields=["status", "removed_at"])
     Tool.objects.filter(pk=tool.tool_id).update(missing_since=now, is_enabled=False, updated_at=now)
+    tool.tool.is_enabled = False
+    change_record(action="tool.remove", obj=tool, before=before, after=_review_snapshot(tool))
 
 
 def _refresh_tool_rows(server: McpServer) -> None:
@@ -438,6 +445,7 @@ def mcp_tool_approve(
     if expected_live_hash is not None and expected_live_hash != tool.live_hash:
         raise McpServerError(f"{tool_id}: the live definition changed while it was being reviewed; review it again")
     was_drifted = tool.status == McpTool.Status.DRIFTED
+    before = _review_snapshot(tool)
     now = timezone.now()
     tool.approved_definition = tool.live_definition
     tool.approved_hash = tool.live_hash
@@ -456,6 +464,7 @@ def mcp_tool_approve(
     row.effect = effect.value
     _write_tool_row(tool, tool.server, now=now, missing=False)
     governance_bump()
+    change_record(action="tool.approve_definition", obj=tool, before=before, after=_review_snapshot(tool))
     return tool
 
 
@@ -471,6 +480,7 @@ def mcp_tool_set_effect(*, tool_id: str, effect: ToolEffect, user: AbstractBaseU
             f"{tool_id}: the upstream's hints suggest {floor.value}; "
             "an operator may confirm that or pick a stricter effect"
         )
+    before = _review_snapshot(tool)
     tool.effect_confirmed_at = timezone.now()
     tool.effect_confirmed_by = _actor_fields(user)
     tool.save(update_fields=["effect_confirmed_at", "effect_confirmed_by"])
@@ -478,7 +488,20 @@ def mcp_tool_set_effect(*, tool_id: str, effect: ToolEffect, user: AbstractBaseU
     row.effect = effect.value
     _write_tool_row(tool, tool.server, now=timezone.now(), missing=tool.status == McpTool.Status.REMOVED)
     governance_bump()
+    change_record(action="tool.confirm_effect", obj=tool, before=before, after=_review_snapshot(tool))
     return tool
+
+
+def _review_snapshot(tool: McpTool) -> dict[str, Any]:
+    """What an operator's review decides, for the change log: the pinned hash, status, effect and switch."""
+    return {
+        "status": tool.status,
+        "approved_hash": tool.approved_hash,
+        "approved_via": tool.approved_via,
+        "effect": tool.tool.effect,
+        "effect_confirmed": tool.effect_confirmed_at is not None,
+        "is_enabled": tool.tool.is_enabled,
+    }
 
 
 def mcp_tools_enable_check(tool_ids: Iterable[str]) -> list[str]:

@@ -27,7 +27,13 @@ from connections_app.selectors import (
     oauth_provider_key_usage,
     oauth_providers_to_rewrap,
 )
-from connections_app.services import RewrapOutcome, connection_rewrap, oauth_provider_rewrap
+from connections_app.services import (
+    RewrapOutcome,
+    RotationCounts,
+    connection_rewrap,
+    key_rotation_record,
+    oauth_provider_rewrap,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +65,9 @@ class Tally:
             logger.warning("%s %s not rewrapped: %s", self.noun, name, outcome.reason)
         else:
             self.skipped += 1
+
+    def counts(self) -> RotationCounts:
+        return RotationCounts(rewrapped=self.rewrapped, skipped=self.skipped, failed=len(self.failed))
 
     def summary(self) -> str:
         return (
@@ -102,6 +111,11 @@ class Command(BaseCommand):
             for provider in oauth_providers_to_rewrap(primary_key_id=ring.primary_key_id):
                 providers.count(provider.name, oauth_provider_rewrap(provider=provider, ring=ring))
             tallies.append(providers)
+        key_rotation_record(
+            primary_key_id=ring.primary_key_id,
+            connections=connections.counts(),
+            providers=tallies[1].counts() if len(tallies) > 1 else None,
+        )
         self._report(tallies)
 
     def _rewrap_connections(self, ring: KeyRing, batch_size: int, tally: Tally) -> None:

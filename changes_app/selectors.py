@@ -1,0 +1,43 @@
+"""Reading the change log: a tenant's own entries, and everything since a moment for export."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from changes_app.models import Change
+
+EXPORT_CHUNK = 500
+
+
+def changes_for_tenant(*, tenant_id: int) -> QuerySet[Change]:
+    """A tenant's entries, newest first: writes to its connections, grants, accounts, policies, approvals."""
+    return Change.objects.filter(tenant_id=tenant_id).order_by("-at", "-id")
+
+
+def changes_since(*, since: datetime) -> Iterator[Change]:
+    """Every entry at or after `since`, oldest first, streamed in chunks (an export may be large)."""
+    return Change.objects.filter(at__gte=since).order_by("at", "id").iterator(chunk_size=EXPORT_CHUNK)
+
+
+def change_as_dict(change: Change) -> dict[str, object]:
+    """One entry as the export writes it (and as an integration would read it)."""
+    return {
+        "id": change.id,
+        "at": change.at.isoformat(),
+        "action": change.action,
+        "origin": change.origin,
+        "actor": {"kind": change.actor_kind, "id": change.actor_id, "label": change.actor_label},
+        "request_id": change.request_id,
+        "object": {
+            "type": change.object_type,
+            "id": change.object_id,
+            "label": change.object_label,
+            "tenant_id": change.tenant_id,
+        },
+        "before": change.before,
+        "after": change.after,
+        "links": change.links,
+    }

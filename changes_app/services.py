@@ -1,0 +1,148 @@
+"""Writing the change log: one call per governance write, inside that write's transaction.
+
+The fields a row may hold are allowlisted here per object type, in one place
+that a reviewer can read at a glance: whatever a caller passes, a field not
+named below never reaches the table, so a credential column or a key digest
+cannot leak into the log by a careless snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, transaction
+from structlog.contextvars import get_contextvars
+
+from changes_app.context import current_source
+from changes_app.models import Change
+
+RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
+    "tools_app.tool": ("is_enabled", "effect"),
+    "tools_app.mcptool": ("status", "approved_hash", "approved_via", "effect", "effect_confirmed", "is_enabled"),
+    "policies_app.toolpolicy": (
+        "name",
+        "tenant",
+        "service_account",
+        "is_active",
+        "allowed_tools",
+        "require_approval_for_effects",
+        "max_runtime_ms",
+        "max_result_bytes",
+        "rate_limit_per_minute",
+        "max_concurrency",
+    ),
+    "policies_app.serviceaccount": ("tenant", "name", "scopes", "revoked_at"),
+    "policies_app.executiongrant": ("tenant", "service_account", "connections", "expires_at", "revoked_at"),
+    "policies_app.approvalrequest": ("status", "decided_by_name", "reason"),
+    "connections_app.connection": (
+        "provider",
+        "credential_type",
+        "label",
+        "scopes",
+        "expires_at",
+        "status",
+        "revoked_at",
+    ),
+    "connections_app.keyring": (
+        "primary_key_id",
+        "connections_rewrapped",
+        "connections_skipped",
+        "connections_failed",
+        "providers_rewrapped",
+        "providers_skipped",
+        "providers_failed",
+    ),
+}
+
+
+class ChangeLogError(RuntimeError):
+    """A programming error in recording a change (no allowlist, no transaction): never a user's fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An object that is not a model row (a key rotation run), or a row named explicitly."""
+
+    type: str
+    id: str
+    label: str = ""
+    tenant_id: int | None = None
+
+
+def change_snapshot(instance: models.Model) -> dict[str, Any]:
+    """The allowlisted fields of a row as JSON values: foreign keys as ids, many-to-many as sorted ids."""
+    values: dict[str, Any] = {}
+    for name in _allowlist(instance._meta.label_lower):
+        field = instance._meta.get_field(name)
+        if field.many_to_many:
+            values[name] = sorted(str(pk) for pk in getattr(instance, name).values_list("pk", flat=True))
+        else:
+            values[name] = field.value_from_object(instance)  # type: ignore[union-attr]
+    return values
+
+
+def change_record(
+    *,
+    action: str,
+    obj: models.Model | ObjectRef,
+    before: Mapping[str, Any] | None = None,
+    after: Mapping[str, Any] | None = None,
+    links: Mapping[str, Any] | None = None,
+) -> Change | None:
+    """Append one entry for a write; returns None when no recorded field changed (nothing to remember).
+
+    `before` is None for a creation and `after` None for a deletion. Must run
+    inside the write's transaction, so a write that rolls back leaves no entry
+    and a recorded entry always describes a write that happened.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise ChangeLogError("change_record must run inside the transaction of the write it records")
+    ref = obj if isinstance(obj, ObjectRef) else _ref(obj)
+    allowed = _allowlist(ref.type)
+    old = _jsonable({key: value for key, value in (before or {}).items() if key in allowed})
+    new = _jsonable({key: value for key, value in (after or {}).items() if key in allowed})
+    changed = sorted(key for key in allowed if old.get(key) != new.get(key) or (key in old) != (key in new))
+    if before is not None and after is not None and not changed:
+        return None
+    origin, actor = current_source()
+    return Change.objects.create(
+        action=action,
+        origin=origin,
+        actor_kind=actor.kind,
+        actor_id=actor.id[:150],
+        actor_label=actor.label[:200],
+        request_id=str(get_contextvars().get("request_id") or "")[:64],
+        object_type=ref.type,
+        object_id=ref.id[:100],
+        object_label=ref.label[:200],
+        tenant_id=ref.tenant_id,
+        before={key: old[key] for key in changed if key in old},
+        after={key: new[key] for key in changed if key in new},
+        links=_jsonable(dict(links or {})),
+    )
+
+
+def _ref(instance: models.Model) -> ObjectRef:
+    tenant_id = getattr(instance, "tenant_id", None)
+    return ObjectRef(
+        type=instance._meta.label_lower,
+        id=str(instance.pk),
+        label=str(instance),
+        tenant_id=int(tenant_id) if tenant_id is not None else None,
+    )
+
+
+def _allowlist(object_type: str) -> tuple[str, ...]:
+    try:
+        return RECORDED_FIELDS[object_type]
+    except KeyError:
+        raise ChangeLogError(f"no recorded fields for {object_type!r}: add them to RECORDED_FIELDS") from None
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    """Values as they will read back from the JSON column, so before and after compare like for like."""
+    return json.loads(json.dumps(values, cls=DjangoJSONEncoder))
