@@ -16,7 +16,12 @@ from django.conf import settings
 from config.logs import LogContextObserver
 from config.tracing import OtelStageTracer, tracing_provider
 from connections_app.adapters import DatabaseConnectionBroker
-from policies_app.adapters import CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
+from policies_app.adapters import (
+    CacheRateLimiter,
+    DatabaseApprovalDesk,
+    DatabaseGrantStore,
+    DatabasePolicyDecider,
+)
 from runner.bound import BoundTool, bind_tool
 from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition
@@ -62,7 +67,8 @@ def build_runtime() -> Runtime:
     clock = SystemClock()
     # Code tools first, then the approved tools of upstream MCP servers (ids are namespaced apart).
     source = CompositeToolSource(CatalogToolSource(bind_tools(code_registry(), provider_base_urls())), McpToolSource())
-    policy = DatabasePolicyDecider()
+    desk = DatabaseApprovalDesk()
+    policy = DatabasePolicyDecider(desk)
     stages = default_stages(
         source=source,
         policy=policy,
@@ -73,6 +79,7 @@ def build_runtime() -> Runtime:
         events=LoggingEventSink(),
         clock=clock,
         idempotency=DatabaseIdempotencyStore(),
+        approvals=desk,
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
     )
     # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 
-from connections_app.mcp_tokens import KeyRingTokenVault
+from connections_app.mcp_tokens import KeyRingArgsVault, KeyRingTokenVault
+from policies_app.approval_args import install_args_vault
 from tools_app.upstream.vault import install_token_vault
 
 
@@ -12,3 +13,4 @@ class ConnectionsAppConfig(AppConfig):
 
     def ready(self) -> None:
         install_token_vault(KeyRingTokenVault())  # MCP servers' operator tokens, sealed like connections
+        install_args_vault(KeyRingArgsVault())  # the call args kept for approvers while a request is pending

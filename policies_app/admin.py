@@ -254,7 +254,22 @@ class ToolPolicyAdmin(admin.ModelAdmin):
                 "with none, nothing is allowed.",
             },
         ),
-        ("Tools", {"fields": ("allowed_tools", "require_approval_for_effects")}),
+        ("Tools", {"fields": ("allowed_tools",)}),
+        (
+            "Approval",
+            {
+                "fields": (
+                    "require_approval_for_effects",
+                    "require_approval_at_or_above",
+                    "require_approval_for_tools",
+                    "approver",
+                    "approval_ttl_s",
+                ),
+                "description": "A call needs a person's approval when any rule here matches, or when its tool "
+                "requires confirmation. Operators can always decide; with “tenant owners”, the tenant's "
+                "owners can too, in the tenant UI.",
+            },
+        ),
         (
             "Budgets",
             {

@@ -64,7 +64,7 @@ def test_denied_approval_answers_policy_denied(setup):
 
     result = _call(runner, account)
 
-    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "an operator denied this call")
+    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "the approval was denied")
     assert not ToolInvocation.objects.filter(executed=True).exists()
 
 
@@ -77,7 +77,10 @@ def test_expired_approval_answers_policy_denied_even_if_approved(setup):
 
     result = _call(runner, account)
 
-    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "the approval expired")
+    assert (result.error_code, result.safe_message) == (
+        ErrorCode.POLICY_DENIED,
+        "the approval expired; repeat the call with a new tool_call_id to ask again",
+    )
 
 
 def test_approval_is_bound_to_the_args(setup):

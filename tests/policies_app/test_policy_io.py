@@ -25,6 +25,18 @@ pytestmark = pytest.mark.django_db
 BUILTIN_IDS = ["core__get_current_time", "core__wait", "github__create_issue", "github__get_user"]
 
 
+APPROVAL_DEFAULTS = {
+    "require_approval_at_or_above": None,
+    "require_approval_for_tools": [],
+    "approver": "operator",
+    "approval_ttl_s": 3600,
+}
+
+
+def meta(level: str, confirmation: bool, tags: list[str]) -> dict:
+    return {"consequence_level": level, "requires_confirmation": confirmation, "tags": tags, "version": "1.0.0"}
+
+
 @pytest.fixture
 def catalog() -> None:
     tool_sync(specs=code_specs())
@@ -89,10 +101,22 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
     pins = {tool_id: f"sha256:{digest}" for tool_id, digest in Tool.objects.values_list("id", "schema_hash")}
     assert document == {
         "tools": {
-            "core__get_current_time": {"enabled": False, "schema_hash": pins["core__get_current_time"]},
-            "core__wait": {"enabled": True, "schema_hash": pins["core__wait"]},
-            "github__create_issue": {"enabled": False, "schema_hash": pins["github__create_issue"]},
-            "github__get_user": {"enabled": False, "schema_hash": pins["github__get_user"]},
+            "core__get_current_time": {
+                "enabled": False,
+                "schema_hash": pins["core__get_current_time"],
+                **meta("low", False, ["time"]),
+            },
+            "core__wait": {"enabled": True, "schema_hash": pins["core__wait"], **meta("low", False, ["diagnostics"])},
+            "github__create_issue": {
+                "enabled": False,
+                "schema_hash": pins["github__create_issue"],
+                **meta("medium", True, ["github", "issues"]),
+            },
+            "github__get_user": {
+                "enabled": False,
+                "schema_hash": pins["github__get_user"],
+                **meta("low", False, ["github", "identity"]),
+            },
         },
         "policies": [
             {
@@ -101,6 +125,7 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
                 "service_account": None,
                 "allowed_tools": ["core__get_current_time"],
                 "require_approval_for_effects": [],
+                **APPROVAL_DEFAULTS,
                 "max_runtime_ms": None,
                 "max_result_bytes": None,
                 "rate_limit_per_minute": 60,
@@ -113,6 +138,7 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
                 "service_account": "bot",
                 "allowed_tools": ["core__wait", "github__get_user"],
                 "require_approval_for_effects": ["external_side_effect"],
+                **APPROVAL_DEFAULTS,
                 "max_runtime_ms": 15000,
                 "max_result_bytes": 32768,
                 "rate_limit_per_minute": None,

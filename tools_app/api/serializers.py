@@ -18,7 +18,8 @@ from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerial
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from runner.types import Decision, ErrorCode, ToolEffect
+from runner.contracts import tags_problem
+from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.api.pagination import PAGE_PARAMETERS
 from tools_app.models import ToolInvocation
 
@@ -316,6 +317,14 @@ class ToolSpecOutputSerializer(serializers.Serializer):
     effect = serializers.ChoiceField(choices=[effect.value for effect in ToolEffect])
     requires_connection = serializers.BooleanField()
     provider = serializers.CharField(allow_null=True)
+    consequence_level = serializers.ChoiceField(
+        choices=[level.value for level in ConsequenceLevel], help_text="How much real-world harm a call can do."
+    )
+    requires_confirmation = serializers.BooleanField(
+        help_text="Every call waits for a person's approval (202 `approval_required`), whatever the policy says."
+    )
+    tags = serializers.ListField(child=serializers.CharField(), help_text="Filter keys (`?tags=`).")
+    version = serializers.CharField(allow_null=True)
 
 
 class OpenAIFunctionOutputSerializer(serializers.Serializer):
@@ -380,6 +389,19 @@ class ToolCatalogQuerySerializer(StrictQuerySerializer):
             "`anthropic`: Messages API tools. Absent: Toolgate's ToolSpecs."
         ),
     )
+    tags = StrictCharField(
+        required=False,
+        max_length=600,
+        trim_whitespace=False,
+        help_text="Comma-separated tags: only tools carrying every one of them (`?tags=github,issues`).",
+    )
+
+    def validate_tags(self, value: str) -> list[str]:
+        tags = value.split(",")
+        problem = tags_problem(tags)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return tags
 
 
 class InvocationListQuerySerializer(PageQuerySerializer):
