@@ -314,7 +314,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "connections_app.tasks.refresh_sweep",
         "schedule": float(TOOLGATE_REFRESH_SWEEP_SECONDS),
         "options": {"expires": float(TOOLGATE_REFRESH_SWEEP_SECONDS)},  # a late sweep is replaced by the next
-    }
+    },
+    # The args kept for approvers are erased at expiry, not only at decision time.
+    "approval-expiry-sweep": {
+        "task": "policies_app.tasks.approval_expiry_sweep",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
 }
 if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
     CELERY_BEAT_SCHEDULE["audit-retention"] = {

@@ -94,3 +94,17 @@ def oauth_provider_key_usage() -> dict[str, int]:
 def oauth_provider_list() -> list[OAuthProvider]:
     """Providers a tenant may connect with OAuth, by name."""
     return list(OAuthProvider.objects.order_by("name"))
+
+
+def connection_label(*, tenant_id: int, connection_id: str) -> str:
+    """How a person recognises a connection named by id: its label and provider, never a secret.
+
+    Another tenant's connection, or one that no longer exists, is described as unknown.
+    """
+    if not connection_id:
+        return "none"
+    pk = _uuid_or_none(connection_id)
+    row = Connection.objects.filter(tenant_id=tenant_id, pk=pk).values("label", "provider").first() if pk else None
+    if row is None:
+        return f"unknown connection {connection_id}"
+    return f"{row['label'] or 'unlabelled'} ({row['provider']})"

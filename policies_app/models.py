@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from runner.types import ConsequenceLevel, ToolEffect
 
@@ -264,6 +265,10 @@ class ApprovalRequest(models.Model):
         # What an operator reads in titles and breadcrumbs: the call and its caller, not the row's UUID.
         when = f"{self.created_at:%Y-%m-%d %H:%M} UTC" if self.created_at else "new"
         return f"{self.tool_id} for {self.service_account}, {when} ({self.status})"
+
+    @property
+    def status_now(self) -> str:
+        return self.status_at(timezone.now())
 
     def status_at(self, now: datetime) -> str:
         """The status a caller sees: a pending or approved request past its expiry is `expired`."""

@@ -18,6 +18,7 @@ from policies_app.models import (
     ExecutionGrant,
     ServiceAccount,
     Tenant,
+    TenantMembership,
     ToolPolicy,
 )
 from runner.types import Budgets, ConsequenceLevel, ToolSpec
@@ -270,3 +271,36 @@ def approvals_for_operators(*, pending_only: bool = False, tenant_slug: str | No
     if tenant_slug is not None:
         rows = rows.filter(tenant__slug=tenant_slug)
     return rows
+
+
+def approval_pending_count() -> int:
+    """Requests waiting for a decision now (the admin index shows it)."""
+    return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__gt=timezone.now()).count()
+
+
+def approvals_for_tenant(*, tenant_id: int) -> tuple[list[ApprovalRequest], QuerySet[ApprovalRequest]]:
+    """(the tenant's requests waiting for a decision, oldest first; every other request, newest first)."""
+    rows = ApprovalRequest.objects.filter(tenant_id=tenant_id).select_related("service_account", "tenant")
+    now = timezone.now()
+    waiting = Q(status=ApprovalRequest.Status.PENDING, expires_at__gt=now)
+    return list(rows.filter(waiting).order_by("expires_at")), rows.exclude(waiting).order_by("-created_at")
+
+
+def approval_for_tenant(*, tenant_id: int, approval_id: object) -> ApprovalRequest | None:
+    """One request of this tenant; another tenant's (or a malformed id) is None."""
+    try:
+        pk = uuid.UUID(str(approval_id))
+    except ValueError:
+        return None
+    return (
+        ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant").first()
+    )
+
+
+def tenant_owner_may_decide(*, approval: ApprovalRequest, user_id: int | None) -> bool:
+    """An owner of the request's tenant, when the policy that asked names tenant owners as approvers."""
+    if user_id is None or approval.approver != Approver.TENANT_OWNER:
+        return False
+    return TenantMembership.objects.filter(
+        tenant_id=approval.tenant_id, user_id=user_id, role=TenantMembership.Role.OWNER
+    ).exists()

@@ -21,6 +21,7 @@ from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
 from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant
+from policies_app.selectors import tenant_owner_may_decide
 from runner.types import ConsequenceLevel, ToolEffect
 
 if TYPE_CHECKING:
@@ -288,6 +289,22 @@ def approval_decide(
         transaction.on_commit(APPROVALS_DECIDED.labels("approved" if approve else "denied").inc)
         _announce(approval)
     return bool(updated)
+
+
+class ApprovalNotYours(PermissionError):
+    """The user may not decide this request (not an owner, or the policy names operators only)."""
+
+
+def approval_decide_as_tenant_owner(
+    *, approval: ApprovalRequest, user: AbstractBaseUser, approve: bool, reason: str = ""
+) -> bool:
+    """A tenant owner's decision, when the request's policy lets owners decide; else ApprovalNotYours.
+
+    Returns False, like approval_decide, when the request is no longer pending.
+    """
+    if not tenant_owner_may_decide(approval=approval, user_id=user.pk):
+        raise ApprovalNotYours("only an owner of this tenant may decide this request, and only when its policy says so")
+    return approval_decide(approval=approval, approve=approve, decided_by=user, reason=reason)
 
 
 # --- who hears of approvals --------------------------------------------------------------

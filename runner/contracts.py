@@ -103,7 +103,7 @@ def tags_problem(tags: object) -> str | None:
         return "tags must be a list of strings"
     if len(tags) > MAX_TAGS:
         return f"at most {MAX_TAGS} tags"
-    bad = [tag for tag in tags if not TAG_PATTERN.match(tag)]
+    bad = [tag for tag in tags if not TAG_PATTERN.fullmatch(tag)]
     if bad:
         return f"tags must be 1..32 lower-case letters, digits, '_', '.' or '-' (not {bad[0]!r})"
     if len(set(tags)) != len(tags):

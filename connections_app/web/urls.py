@@ -28,5 +28,7 @@ urlpatterns = [
         views.service_account_revoke_confirm,
         name="service-account-revoke",
     ),
+    path("approvals/", views.approvals, name="approval-list"),
+    path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
     path("activity/", views.activity, name="activity"),
 ]

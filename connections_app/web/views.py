@@ -22,21 +22,39 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from connections_app.models import Connection
-from connections_app.selectors import connection_events, connection_get, connection_list, oauth_provider_list
+from connections_app.selectors import (
+    connection_events,
+    connection_get,
+    connection_label,
+    connection_list,
+    oauth_provider_list,
+)
 from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
 from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
-from connections_app.web.forms import CONNECTION_FORMS, ActivityFilterForm, GrantForm, LoginForm, ServiceAccountForm
+from connections_app.web.forms import (
+    CONNECTION_FORMS,
+    ActivityFilterForm,
+    ApprovalDecisionForm,
+    GrantForm,
+    LoginForm,
+    ServiceAccountForm,
+)
 from connections_app.web.tenancy import tenant_member_required, tenant_switch
+from policies_app.approval_args import approval_args_view
 from policies_app.models import ExecutionGrant, ServiceAccount
 from policies_app.selectors import (
+    approval_for_tenant,
+    approvals_for_tenant,
     grant_get,
     grant_list,
     grant_list_for_connection,
     service_account_get,
     service_account_list,
+    tenant_owner_may_decide,
 )
 from policies_app.services import (
     PolicyServiceError,
+    approval_decide_as_tenant_owner,
     grant_create,
     grant_revoke,
     service_account_create,
@@ -45,6 +63,7 @@ from policies_app.services import (
 from tools_app.selectors import invocation_list, tool_ids_known, tool_providers
 
 ACTIVITY_PAGE_SIZE = 50
+APPROVALS_PAGE_SIZE = 50
 NO_FILTERS = {"tool_id": "", "ok": None, "run_id": ""}
 
 
@@ -243,6 +262,60 @@ def grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpResponse:
 def _grant_details(grant: ExecutionGrant) -> list[tuple[str, str]]:
     names = ", ".join(connection.label or connection.provider for connection in grant.connections.all())
     return [("Service account", grant.service_account.name), ("Connections", names)]
+
+
+# --- approvals ----------------------------------------------------------------------------
+
+
+@tenant_member_required
+@require_GET
+def approvals(request: HttpRequest) -> HttpResponse:
+    """Requests waiting for a decision first (soonest expiry first), then the history, paginated."""
+    waiting, history = approvals_for_tenant(tenant_id=request.tenant.pk)
+    page = Paginator(history, APPROVALS_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "tenant/approval_list.html",
+        {"section": "approvals", "waiting": waiting, "history": page},
+    )
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def approval_detail(request: HttpRequest, approval_id: UUID) -> HttpResponse:
+    """What a call would do and its args; owners decide here when the policy lets them (POST)."""
+    approval = approval_for_tenant(tenant_id=request.tenant.pk, approval_id=approval_id)
+    if approval is None:
+        raise Http404("no such approval request")
+    may_decide = tenant_owner_may_decide(approval=approval, user_id=request.user.pk)
+    form = ApprovalDecisionForm(request.POST or None)
+    if request.method == "POST":
+        if not may_decide:
+            return render(request, "tenant/approval_forbidden.html", {"section": "approvals"}, status=403)
+        if form.is_valid():
+            approve = form.cleaned_data["decision"] == "approve"
+            if approval_decide_as_tenant_owner(
+                approval=approval, user=request.user, approve=approve, reason=form.cleaned_data["reason"]
+            ):
+                messages.success(request, f"{'Approved' if approve else 'Denied'}: {approval.tool_id}.")
+            else:
+                messages.info(request, "Nothing was decided: the request is no longer pending, or it has expired.")
+            return redirect("web:approval-detail", approval_id=approval.pk)
+    now = timezone.now()
+    return render(
+        request,
+        "tenant/approval_detail.html",
+        {
+            "section": "approvals",
+            "approval": approval,
+            "status": approval.status_at(now),
+            "args": approval_args_view(approval),
+            "connection": connection_label(tenant_id=request.tenant.pk, connection_id=approval.connection_id),
+            "can_decide": may_decide and approval.status_at(now) == "pending",
+            "form": form,
+        },
+        status=400 if request.method == "POST" else 200,
+    )
 
 
 # --- service accounts --------------------------------------------------------------------

@@ -42,7 +42,15 @@ def test_export_writes_the_current_definition_hash_of_every_tool(discovered):
 
     tools = policy_export()["tools"]
 
-    assert tools["mcp__acme__add"] == {"enabled": False, "schema_hash": pin("mcp__acme__add")}
+    assert tools["mcp__acme__add"] == {
+        "enabled": False,
+        "schema_hash": pin("mcp__acme__add"),
+        # an upstream tool starts at the most restrictive level, tagged with its server
+        "consequence_level": "high",
+        "requires_confirmation": False,
+        "tags": ["mcp", "acme"],
+        "version": None,
+    }
     spec = next(spec for spec in code_specs() if spec.name == "core__wait")
     assert tools["core__wait"]["schema_hash"] == f"sha256:{spec.schema_hash}"
     assert len(tools) == 4 + 5
