@@ -288,7 +288,7 @@ def approval_detail(request: HttpRequest, approval_id: UUID) -> HttpResponse:
     if approval is None:
         raise Http404("no such approval request")
     may_decide = tenant_owner_may_decide(approval=approval, user_id=request.user.pk)
-    form = ApprovalDecisionForm(request.POST or None)
+    form = ApprovalDecisionForm(request.POST if request.method == "POST" else None)
     if request.method == "POST":
         if not may_decide:
             return render(request, "tenant/approval_forbidden.html", {"section": "approvals"}, status=403)
