@@ -271,6 +271,8 @@ TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=
 TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 # Upstream MCP servers on loopback/private addresses (tests, single-host installs); refused by default.
 TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS", default=False)
+# Tenant webhooks (approval events) on loopback/private addresses: refused by default, like MCP upstreams.
+TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS", default=False)
 # Cardinality bounds of the per-tool and per-tenant series, per process (later values share `other`;
 # 0 tenants drops the tenant label).
 TOOLGATE_METRICS_MAX_TOOLS = env.int("TOOLGATE_METRICS_MAX_TOOLS", default=200)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from django.db.models import Count, QuerySet
 
-from connections_app.models import Connection, ConnectionEvent, OAuthProvider
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider, TenantWebhook, WebhookDelivery
 from policies_app.models import Tenant
 
 
@@ -108,3 +108,15 @@ def connection_label(*, tenant_id: int, connection_id: str) -> str:
     if row is None:
         return f"unknown connection {connection_id}"
     return f"{row['label'] or 'unlabelled'} ({row['provider']})"
+
+
+WEBHOOK_DELIVERIES_SHOWN = 20
+
+
+def webhook_of_tenant(*, tenant_id: int) -> tuple[TenantWebhook | None, list[WebhookDelivery]]:
+    """The tenant's webhook (None if unset) and its most recent deliveries."""
+    webhook = TenantWebhook.objects.filter(tenant_id=tenant_id).first()
+    deliveries = list(
+        WebhookDelivery.objects.filter(tenant_id=tenant_id).order_by("-created_at")[:WEBHOOK_DELIVERIES_SHOWN]
+    )
+    return webhook, deliveries

@@ -14,9 +14,12 @@ from django.conf import settings
 
 from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.scheduling import refresh_sweep_once
+from connections_app.webhooks import TransientDeliveryError, webhook_deliver, webhook_enqueue_for
+from policies_app.models import ApprovalRequest
 
 REFRESH_HTTP_TIMEOUT_S = 10.0
 REFRESH_MAX_RETRIES = 5
+WEBHOOK_MAX_RETRIES = 6  # about 10 minutes of backoff in all
 
 
 class TransientRefreshError(Exception):
@@ -55,3 +58,24 @@ def refresh_sweep() -> int:
             args=[connection_id], countdown=countdown
         )
     )
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    soft_time_limit=30,
+    time_limit=40,
+    autoretry_for=(TransientDeliveryError,),
+    max_retries=WEBHOOK_MAX_RETRIES,
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+)
+def deliver_webhook(self, delivery_id: str) -> str:
+    """Post one webhook delivery (ids only in its args); a delivered row returns at once."""
+    return webhook_deliver(delivery_id=delivery_id, final_attempt=self.request.retries >= WEBHOOK_MAX_RETRIES).status
+
+
+def approval_webhook_listener(approval: ApprovalRequest) -> None:
+    """Registered with policies_app at start-up: a delivery row now, its task once the transaction commits."""
+    webhook_enqueue_for(approval, enqueue=deliver_webhook.delay)

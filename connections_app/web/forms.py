@@ -237,3 +237,14 @@ class ApprovalDecisionForm(UIForm):
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Optional. Recorded with the decision, with your name and the time.",
     )
+
+
+class WebhookForm(UIForm):
+    """The URL approval events are posted to; the signing secret is generated, never typed."""
+
+    url = forms.URLField(
+        max_length=500,
+        label="Webhook URL",
+        assume_scheme="https",
+        help_text="Toolgate POSTs approval.requested and approval.decided here, signed with HMAC-SHA256.",
+    )

@@ -30,5 +30,6 @@ urlpatterns = [
     ),
     path("approvals/", views.approvals, name="approval-list"),
     path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
+    path("approvals/webhook/", views.webhook, name="webhook"),
     path("activity/", views.activity, name="activity"),
 ]

@@ -28,6 +28,7 @@ from connections_app.selectors import (
     connection_label,
     connection_list,
     oauth_provider_list,
+    webhook_of_tenant,
 )
 from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
 from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
@@ -38,10 +39,12 @@ from connections_app.web.forms import (
     GrantForm,
     LoginForm,
     ServiceAccountForm,
+    WebhookForm,
 )
 from connections_app.web.tenancy import tenant_member_required, tenant_switch
+from connections_app.webhooks import WebhookError, webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
-from policies_app.models import ExecutionGrant, ServiceAccount
+from policies_app.models import ExecutionGrant, ServiceAccount, TenantMembership
 from policies_app.selectors import (
     approval_for_tenant,
     approvals_for_tenant,
@@ -316,6 +319,35 @@ def approval_detail(request: HttpRequest, approval_id: UUID) -> HttpResponse:
         },
         status=400 if request.method == "POST" else 200,
     )
+
+
+@tenant_member_required
+@never_cache
+@require_http_methods(["GET", "POST"])
+def webhook(request: HttpRequest) -> HttpResponse:
+    """The tenant's approval webhook: members look, owners set it (the secret is shown once) or remove it."""
+    is_owner = request.tenant_role == TenantMembership.Role.OWNER
+    form = WebhookForm(request.POST if request.method == "POST" and "url" in request.POST else None)
+    context = {"section": "approvals", "is_owner": is_owner, "form": form}
+    if request.method == "POST":
+        if not is_owner:
+            return render(request, "tenant/webhook_forbidden.html", {"section": "approvals"}, status=403)
+        if "remove" in request.POST:
+            if webhook_remove(tenant=request.tenant):
+                messages.success(request, "Webhook removed: no more approval events are sent.")
+            return redirect("web:webhook")
+        if form.is_valid():
+            try:
+                secret = webhook_set(tenant=request.tenant, url=form.cleaned_data["url"], user=request.user)
+            except WebhookError as error:
+                form.add_error("url", str(error))
+            else:
+                return render(
+                    request, "tenant/webhook_secret.html", {"section": "approvals", "secret": secret}, status=201
+                )
+    webhook_row, deliveries = webhook_of_tenant(tenant_id=request.tenant.pk)
+    context.update(webhook=webhook_row, deliveries=deliveries)
+    return render(request, "tenant/webhook.html", context, status=400 if form.errors else 200)
 
 
 # --- service accounts --------------------------------------------------------------------
