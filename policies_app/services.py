@@ -6,6 +6,7 @@ the same transaction (see governance.py), so caches everywhere drop it.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from connections_app.models import Connection
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
 
 
@@ -322,5 +324,10 @@ def approval_listener_add(listener: ApprovalListener) -> None:
 
 
 def _announce(approval: ApprovalRequest) -> None:
+    """Tell the listeners; one that fails is logged and skipped, never the call's or the decision's failure."""
     for listener in _approval_listeners:
-        listener(approval)
+        try:
+            with transaction.atomic():  # a failed write of the listener leaves the caller's transaction usable
+                listener(approval)
+        except Exception as exc:  # the approval itself stands; its notification is what was lost
+            logger.error("approval %s: a listener failed (%s); nobody was notified", approval.pk, type(exc).__name__)

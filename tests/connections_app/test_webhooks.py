@@ -196,3 +196,21 @@ def test_bad_urls_are_form_errors(tenant, settings, url):
     assert response.status_code == 400
     assert "has-error" in response.content.decode()
     assert not TenantWebhook.objects.exists()
+
+
+def test_a_broken_webhook_never_breaks_the_call_that_asked(caller, call_tool, receiver, monkeypatch, caplog):
+    account, _key = caller
+    webhook_set(tenant=account.tenant, url=f"{receiver.url}/hooks", user=None)
+    connection = ConnectionFactory(tenant=account.tenant)
+    grant = GrantFactory(service_account=account, connections=[connection])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broker down")
+
+    monkeypatch.setattr("connections_app.tasks.webhook_enqueue_for", broken)
+
+    response = call_tool(connection, grant, tool_id="github__create_issue", args=ISSUE, tool_call_id="c5")
+
+    assert (response.status_code, response.json()["error_code"]) == (202, "approval_required")
+    assert ApprovalRequest.objects.count() == 1
+    assert "a listener failed (RuntimeError)" in caplog.text
