@@ -19,6 +19,7 @@ from connections_app.adapters import DatabaseConnectionBroker
 from policies_app.adapters import (
     CachedGovernanceView,
     CacheRateLimiter,
+    DatabaseApprovalDesk,
     DatabaseGrantStore,
     DatabasePolicyDecider,
 )
@@ -67,7 +68,8 @@ def build_runtime() -> Runtime:
     clock = SystemClock()
     # Code tools first, then the approved tools of upstream MCP servers (ids are namespaced apart).
     source = CompositeToolSource(CatalogToolSource(bind_tools(code_registry(), provider_base_urls())), McpToolSource())
-    policy = DatabasePolicyDecider()
+    desk = DatabaseApprovalDesk()
+    policy = DatabasePolicyDecider(desk)
     stages = default_stages(
         governance=CachedGovernanceView(),
         source=source,
@@ -79,6 +81,7 @@ def build_runtime() -> Runtime:
         events=LoggingEventSink(),
         clock=clock,
         idempotency=DatabaseIdempotencyStore(),
+        approvals=desk,
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
     )
     # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.

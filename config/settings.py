@@ -280,6 +280,8 @@ TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=
 TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 # Upstream MCP servers on loopback/private addresses (tests, single-host installs); refused by default.
 TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS", default=False)
+# Tenant webhooks (approval events) on loopback/private addresses: refused by default, like MCP upstreams.
+TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS", default=False)
 # Cardinality bounds of the per-tool and per-tenant series, per process (later values share `other`;
 # 0 tenants drops the tenant label).
 TOOLGATE_METRICS_MAX_TOOLS = env.int("TOOLGATE_METRICS_MAX_TOOLS", default=200)
@@ -323,7 +325,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "connections_app.tasks.refresh_sweep",
         "schedule": float(TOOLGATE_REFRESH_SWEEP_SECONDS),
         "options": {"expires": float(TOOLGATE_REFRESH_SWEEP_SECONDS)},  # a late sweep is replaced by the next
-    }
+    },
+    # The args kept for approvers are erased at expiry, not only at decision time.
+    "approval-expiry-sweep": {
+        "task": "policies_app.tasks.approval_expiry_sweep",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
 }
 if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
     CELERY_BEAT_SCHEDULE["audit-retention"] = {

@@ -15,10 +15,13 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from connections_app import approvals_admin  # registers the approval requests' screen
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import connection_revoke
 from policies_app.models import ServiceAccount
+
+__all__ = ["ConnectionAdmin", "approvals_admin"]
 
 
 def _count(n: int, noun: str) -> str:

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 
-from connections_app.mcp_tokens import KeyRingTokenVault
+from connections_app.mcp_tokens import KeyRingArgsVault, KeyRingTokenVault
+from policies_app.approval_args import install_args_vault
 from tools_app.upstream.vault import install_token_vault
 
 
@@ -11,4 +12,10 @@ class ConnectionsAppConfig(AppConfig):
     verbose_name = "Connections"
 
     def ready(self) -> None:
+        # Model-importing modules load once the app registry is ready, hence here and not above.
+        from connections_app.tasks import approval_webhook_listener  # noqa: PLC0415
+        from policies_app.services import approval_listener_add  # noqa: PLC0415
+
         install_token_vault(KeyRingTokenVault())  # MCP servers' operator tokens, sealed like connections
+        install_args_vault(KeyRingArgsVault())  # the call args kept for approvers while a request is pending
+        approval_listener_add(approval_webhook_listener)  # tenants' webhooks hear of approvals

@@ -1,4 +1,4 @@
-"""The key-ring vault for MCP servers' operator tokens (installed into tools_app at startup)."""
+"""Key-ring vaults installed into the lower layers at startup: MCP servers' operator tokens, approval args."""
 
 from __future__ import annotations
 
@@ -18,3 +18,15 @@ class KeyRingTokenVault:
 
     def open(self, blob: bytes, *, server_id: str) -> str:
         return open_sealed(blob, binding={"mcp_server": server_id}, ring=KeyRing.from_settings()).decode()
+
+
+class KeyRingArgsVault:
+    """Approval args under the same key ring, bound to `{"approval_args": <id>, "tenant": <id>}`."""
+
+    def seal(self, plaintext: bytes, *, approval_id: str, tenant_id: str) -> bytes:
+        binding = {"approval_args": approval_id, "tenant": tenant_id}
+        return seal(plaintext, binding=binding, ring=KeyRing.from_settings()).blob
+
+    def open(self, blob: bytes, *, approval_id: str, tenant_id: str) -> bytes:
+        binding = {"approval_args": approval_id, "tenant": tenant_id}
+        return open_sealed(blob, binding=binding, ring=KeyRing.from_settings())

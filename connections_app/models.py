@@ -196,3 +196,53 @@ class ConnectionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.connection_id}"
+
+
+class TenantWebhook(models.Model):
+    """Where a tenant hears about approvals: one URL, signed with a secret only the tenant was shown.
+
+    The signing secret is sealed with the key ring, bound to the tenant (it must
+    be recoverable to sign, so it cannot be a digest); it is shown once, when
+    set. Only owners set or remove it.
+    """
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="webhook")
+    url = models.URLField(max_length=500)
+    secret_sealed = models.BinaryField(editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"webhook of {self.tenant}"
+
+
+class WebhookDelivery(models.Model):
+    """One event on its way to a tenant's webhook: its payload (ids only), attempts and outcome.
+
+    The delivery task takes this row's id, re-reads it and returns at once when
+    it was already delivered, so a redelivered task never posts twice.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhook_deliveries")
+    event = models.CharField(max_length=40)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="webhookdelivery_tenant_created")]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.id} ({self.status})"

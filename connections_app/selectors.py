@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from django.db.models import Count, QuerySet
 
-from connections_app.models import Connection, ConnectionEvent, OAuthProvider
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider, TenantWebhook, WebhookDelivery
 from policies_app.models import Tenant
 
 
@@ -94,3 +94,29 @@ def oauth_provider_key_usage() -> dict[str, int]:
 def oauth_provider_list() -> list[OAuthProvider]:
     """Providers a tenant may connect with OAuth, by name."""
     return list(OAuthProvider.objects.order_by("name"))
+
+
+def connection_label(*, tenant_id: int, connection_id: str) -> str:
+    """How a person recognises a connection named by id: its label and provider, never a secret.
+
+    Another tenant's connection, or one that no longer exists, is described as unknown.
+    """
+    if not connection_id:
+        return "none"
+    pk = _uuid_or_none(connection_id)
+    row = Connection.objects.filter(tenant_id=tenant_id, pk=pk).values("label", "provider").first() if pk else None
+    if row is None:
+        return f"unknown connection {connection_id}"
+    return f"{row['label'] or 'unlabelled'} ({row['provider']})"
+
+
+WEBHOOK_DELIVERIES_SHOWN = 20
+
+
+def webhook_of_tenant(*, tenant_id: int) -> tuple[TenantWebhook | None, list[WebhookDelivery]]:
+    """The tenant's webhook (None if unset) and its most recent deliveries."""
+    webhook = TenantWebhook.objects.filter(tenant_id=tenant_id).first()
+    deliveries = list(
+        WebhookDelivery.objects.filter(tenant_id=tenant_id).order_by("-created_at")[:WEBHOOK_DELIVERIES_SHOWN]
+    )
+    return webhook, deliveries

@@ -7,6 +7,7 @@ worker lost mid-task simply gets it redelivered.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from celery import shared_task
@@ -14,9 +15,13 @@ from django.conf import settings
 
 from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.scheduling import refresh_sweep_once
+from connections_app.webhooks import TransientDeliveryError, webhook_deliver, webhook_enqueue_for
+from policies_app.models import ApprovalRequest
 
+logger = logging.getLogger(__name__)
 REFRESH_HTTP_TIMEOUT_S = 10.0
 REFRESH_MAX_RETRIES = 5
+WEBHOOK_MAX_RETRIES = 6  # about 10 minutes of backoff in all
 
 
 class TransientRefreshError(Exception):
@@ -55,3 +60,33 @@ def refresh_sweep() -> int:
             args=[connection_id], countdown=countdown
         )
     )
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    soft_time_limit=30,
+    time_limit=40,
+    autoretry_for=(TransientDeliveryError,),
+    max_retries=WEBHOOK_MAX_RETRIES,
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+)
+def deliver_webhook(self, delivery_id: str) -> str:
+    """Post one webhook delivery (ids only in its args); a delivered row returns at once."""
+    return webhook_deliver(delivery_id=delivery_id, final_attempt=self.request.retries >= WEBHOOK_MAX_RETRIES).status
+
+
+def approval_webhook_listener(approval: ApprovalRequest) -> None:
+    """Registered with policies_app at start-up: a delivery row now, its task once the transaction commits."""
+    webhook_enqueue_for(approval, enqueue=_send_delivery)
+
+
+def _send_delivery(delivery_id: str) -> None:
+    # Runs after the approval's commit, inside the request that opened or decided it: a broker
+    # that cannot take the task costs this one notification (its row stays pending), not the call.
+    try:
+        deliver_webhook.delay(delivery_id)
+    except Exception as exc:
+        logger.error("webhook delivery %s not queued (%s); it stays pending", delivery_id, type(exc).__name__)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Any
 
+from policies_app.approval_args import approval_args_seal
 from policies_app.counters import counters
 from policies_app.governance import governance_cache
+from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
 from policies_app.selectors import grant_for_gate, policy_effective_for
-from policies_app.services import approval_check
+from policies_app.services import ApprovalTerms, approval_check, approval_used
 from runner.ports import GrantView, Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
@@ -26,7 +29,15 @@ class CachedGovernanceView:
 
 
 class DatabasePolicyDecider:
-    """Deny by default; the most specific active policy decides; approvals bind exact args."""
+    """Deny by default; the most specific active policy decides; approvals bind exact args.
+
+    Asked with the args' hash (`decide(..., args_sha256=...)`), it also answers
+    for the approval, like the approval desk but keeping no args: for callers
+    that run without the desk.
+    """
+
+    def __init__(self, desk: DatabaseApprovalDesk | None = None) -> None:
+        self._desk = desk or DatabaseApprovalDesk()
 
     @outage_guard
     def decide(self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None) -> PolicyDecision:
@@ -35,28 +46,61 @@ class DatabasePolicyDecider:
             return PolicyDecision(Decision.DENY, safe_message="no policy applies to this caller")
         if spec.name not in policy.allowed_tools:
             return PolicyDecision(Decision.DENY, safe_message="tool is not allowed by the caller's policy")
-        if spec.effect.value not in policy.approval_effects:
+        if policy.approval_reason(spec) is None:
             return PolicyDecision(Decision.ALLOW, budgets=policy.budgets)
-        if args_sha256 is None:  # the catalog asks: no call is pending
+        if args_sha256 is None:  # the catalog and the policy stage ask: no call is pending yet
             return PolicyDecision(Decision.REQUIRE_APPROVAL, budgets=policy.budgets)
+        return self._desk.request(ctx, spec, args_sha256=args_sha256, args=None)
+
+
+class DatabaseApprovalDesk:
+    """Approval requests as rows; the call's args are sealed for the approver (approval_args.py)."""
+
+    @outage_guard
+    def request(
+        self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None, args: Any
+    ) -> PolicyDecision:
+        policy = policy_effective_for(tenant_id=ctx.tenant_id, service_account_id=ctx.actor_id)
+        reason = policy.approval_reason(spec) if policy is not None else None
+        if policy is None or reason is None or spec.name not in policy.allowed_tools:  # changed since the policy stage
+            return PolicyDecision(Decision.DENY, safe_message="not allowed by policy")
+        if args_sha256 is None:  # arguments that cannot be hashed cannot be approved
+            return PolicyDecision(Decision.DENY, safe_message="these arguments cannot be bound to an approval")
         verdict, approval = approval_check(
             tenant_id=ctx.tenant_id,
             service_account_id=ctx.actor_id,
             tool_id=spec.name,
-            effect=spec.effect,
             connection_id=ctx.connection_id,
             args_sha256=args_sha256,
             tool_call_id=ctx.tool_call_id,
+            terms=ApprovalTerms(
+                effect=spec.effect,
+                consequence_level=spec.consequence_level,
+                required_because=reason,
+                approver=policy.approver,
+                ttl_s=policy.approval_ttl_s,
+            ),
+            seal_args=None
+            if args is None
+            else lambda approval_id, tenant_id: approval_args_seal(approval_id, tenant_id, args),
         )
         if verdict == "allow":
-            return PolicyDecision(Decision.ALLOW, budgets=policy.budgets)
+            return PolicyDecision(Decision.ALLOW, budgets=policy.budgets, approval_id=str(approval.pk))
         if verdict == "pending":
+            who = "an operator" if approval.approver == Approver.OPERATOR else "an owner of your tenant or an operator"
             return PolicyDecision(
                 Decision.REQUIRE_APPROVAL,
                 approval_id=str(approval.pk),
-                safe_message="an operator must approve this call; repeat it with the same tool_call_id",
+                safe_message=(
+                    f"{who} must approve this call ({reason}); follow it at GET /api/v1/approvals/"
+                    f"{approval.pk} and repeat the call with the same tool_call_id once approved"
+                ),
             )
         return PolicyDecision(Decision.DENY, safe_message=verdict.removeprefix("deny:"))
+
+    @outage_guard
+    def used(self, approval_id: str) -> None:
+        approval_used(approval_id=approval_id)
 
 
 class DatabaseGrantStore:

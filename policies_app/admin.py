@@ -1,4 +1,8 @@
-"""The operators' governance screens: tenants, service accounts, policies, grants, approvals.
+"""The operators' governance screens: tenants, service accounts, policies, grants.
+
+Approval requests have their screen in connections_app/approvals_admin.py: it
+names the connection a call would use and opens the sealed args, both of which
+live in that layer.
 
 Writes with rules go through policies_app.services (account creation and
 revocation, grant revocation, approval decisions). Secrets never reach a page:
@@ -10,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Field, QuerySet
@@ -24,10 +28,9 @@ from django.utils.safestring import SafeString
 
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
-from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, TenantMembership, ToolPolicy
+from policies_app.models import ExecutionGrant, ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import policies_applicable_to, policy_effective_for
 from policies_app.services import (
-    approval_decide,
     grant_revoke,
     policy_delete,
     policy_save,
@@ -262,7 +265,22 @@ class ToolPolicyAdmin(admin.ModelAdmin):
                 "with none, nothing is allowed.",
             },
         ),
-        ("Tools", {"fields": ("allowed_tools", "require_approval_for_effects")}),
+        ("Tools", {"fields": ("allowed_tools",)}),
+        (
+            "Approval",
+            {
+                "fields": (
+                    "require_approval_for_effects",
+                    "require_approval_at_or_above",
+                    "require_approval_for_tools",
+                    "approver",
+                    "approval_ttl_s",
+                ),
+                "description": "A call needs a person's approval when any rule here matches, or when its tool "
+                "requires confirmation. Operators can always decide; with “tenant owners”, the tenant's "
+                "owners can too, in the tenant UI.",
+            },
+        ),
         (
             "Budgets",
             {
@@ -351,73 +369,3 @@ class ExecutionGrantAdmin(admin.ModelAdmin):
                 self.log_change(request, grant, "Revoked.")
                 revoked += 1
         self.message_user(request, f"Revoked {_count(revoked, 'grant')}.")
-
-
-@admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
-    """Operators decide pending calls here; the caller then repeats the call to run or be refused."""
-
-    list_display = (
-        "created_at",
-        "tenant",
-        "service_account",
-        "tool_id",
-        "effect",
-        "status",
-        "expires_at",
-        "decided_by",
-        "decided_at",
-    )
-    list_filter = ("status", "tenant")
-    search_fields = ("tool_call_id", "tool_id")
-    list_select_related = ("tenant", "service_account__tenant", "decided_by")
-    actions = ("approve_selected", "deny_selected")
-    fields = (
-        "id",
-        "tenant",
-        "service_account",
-        "tool_id",
-        "effect",
-        "connection_id",
-        "tool_call_id",
-        "args_sha256",
-        "status",
-        "created_at",
-        "expires_at",
-        "decided_at",
-        "decided_by",
-        "consumed_at",
-    )
-    readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: ApprovalRequest | None = None) -> bool:
-        return False
-
-    @admin.action(description="Approve selected requests", permissions=["change"])
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide(request, queryset, approve=True)
-
-    @admin.action(description="Deny selected requests", permissions=["change"])
-    def deny_selected(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
-        self._decide(request, queryset, approve=False)
-
-    def _decide(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest], *, approve: bool) -> None:
-        verb = "Approved" if approve else "Denied"
-        decided = skipped = 0
-        for approval in queryset:
-            if approval_decide(approval=approval, approve=approve, decided_by=request.user):
-                self.log_change(request, approval, f"{verb}.")
-                decided += 1
-            else:
-                skipped += 1
-        self.message_user(request, f"{verb} {_count(decided, 'request')}.")
-        if skipped:
-            self.message_user(
-                request,
-                f"Skipped {_count(skipped, 'request')} that {'was' if skipped == 1 else 'were'} "
-                "not pending or had expired.",
-                messages.WARNING,
-            )

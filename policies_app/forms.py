@@ -66,7 +66,14 @@ class ToolPolicyForm(forms.ModelForm):
         choices=EFFECT_CHOICES,
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="Calls of tools with these effects wait for an operator's approval.",
+        help_text="Calls of tools with these effects wait for a person's approval.",
+    )
+    require_approval_for_tools = forms.MultipleChoiceField(
+        choices=(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Calls of these tools wait for a person's approval, whatever their effect or level. "
+        "A tool that requires confirmation always does.",
     )
 
     class Meta:
@@ -78,6 +85,10 @@ class ToolPolicyForm(forms.ModelForm):
             "is_active",
             "allowed_tools",
             "require_approval_for_effects",
+            "require_approval_at_or_above",
+            "require_approval_for_tools",
+            "approver",
+            "approval_ttl_s",
             "max_runtime_ms",
             "max_result_bytes",
             "rate_limit_per_minute",
@@ -89,12 +100,17 @@ class ToolPolicyForm(forms.ModelForm):
         # Ids the policy already names stay visible (and can be unticked) even if unknown now.
         tool_ids = sorted(set(tool_ids_known()) | set(self.instance.allowed_tools or ()))
         self.fields["allowed_tools"].choices = [(tool_id, tool_id) for tool_id in tool_ids]
+        named = sorted(set(tool_ids_known()) | set(self.instance.require_approval_for_tools or ()))
+        self.fields["require_approval_for_tools"].choices = [(tool_id, tool_id) for tool_id in named]
 
     def clean_allowed_tools(self) -> list[str]:
         return sorted(self.cleaned_data["allowed_tools"])
 
     def clean_require_approval_for_effects(self) -> list[str]:
         return sorted(self.cleaned_data["require_approval_for_effects"])
+
+    def clean_require_approval_for_tools(self) -> list[str]:
+        return sorted(self.cleaned_data["require_approval_for_tools"])
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

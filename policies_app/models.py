@@ -6,12 +6,25 @@ import uuid
 from datetime import datetime
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
-from runner.types import ToolEffect
+from runner.types import ConsequenceLevel, ToolEffect
 
 EFFECT_CHOICES = [(effect.value, effect.value) for effect in ToolEffect]
+CONSEQUENCE_CHOICES = [(level.value, level.value) for level in ConsequenceLevel]
+DEFAULT_APPROVAL_TTL_S = 3600
+MIN_APPROVAL_TTL_S = 60
+MAX_APPROVAL_TTL_S = 7 * 24 * 3600
+
+
+class Approver(models.TextChoices):
+    """Who may decide the approvals a policy asks for."""
+
+    OPERATOR = "operator", "Operators (admin, manage.py approvals)"
+    TENANT_OWNER = "tenant_owner", "The tenant's owners (tenant UI), and operators"
 
 
 class Tenant(models.Model):
@@ -102,6 +115,18 @@ class ToolPolicy(models.Model):
     )
     allowed_tools = models.JSONField(default=list, blank=True)
     require_approval_for_effects = models.JSONField(default=list, blank=True)
+    # Besides effects: a consequence level and above, or named tools. A tool's own
+    # requires_confirmation asks for approval under every policy.
+    require_approval_at_or_above = models.CharField(
+        max_length=8, choices=CONSEQUENCE_CHOICES, blank=True, help_text="Blank: consequence levels ask for nothing."
+    )
+    require_approval_for_tools = models.JSONField(default=list, blank=True)
+    approver = models.CharField(max_length=16, choices=Approver.choices, default=Approver.OPERATOR)
+    approval_ttl_s = models.PositiveIntegerField(
+        default=DEFAULT_APPROVAL_TTL_S,
+        validators=[MinValueValidator(MIN_APPROVAL_TTL_S), MaxValueValidator(MAX_APPROVAL_TTL_S)],
+        help_text="How long an approval request stays open (and an approval usable), in seconds.",
+    )
     max_runtime_ms = models.PositiveIntegerField(null=True, blank=True)
     max_result_bytes = models.PositiveIntegerField(null=True, blank=True)
     rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
@@ -135,6 +160,10 @@ class ToolPolicy(models.Model):
                 fields=["service_account"],
                 condition=Q(is_active=True, service_account__isnull=False),
                 name="toolpolicy_one_active_per_service_account",
+            ),
+            models.CheckConstraint(
+                condition=Q(approval_ttl_s__gte=MIN_APPROVAL_TTL_S, approval_ttl_s__lte=MAX_APPROVAL_TTL_S),
+                name="toolpolicy_approval_ttl_in_range",
             ),
         ]
 
@@ -182,7 +211,10 @@ class ApprovalRequest(models.Model):
     """A human decision on one exact call: tenant, caller, tool, connection and args hash.
 
     Approved requests are consumed by the call they approve, so an approval
-    runs the tool at most once.
+    runs the tool at most once. While it is pending the call's arguments are
+    kept for the approver, sealed with the key ring and bound to this row and
+    tenant (`args_sealed`); the column is nulled when the request is decided or
+    expires, so no argument outlives the decision it was kept for.
     """
 
     class Status(models.TextChoices):
@@ -196,8 +228,14 @@ class ApprovalRequest(models.Model):
     service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="approvals")
     tool_id = models.CharField(max_length=64)
     effect = models.CharField(max_length=32, choices=EFFECT_CHOICES)
+    consequence_level = models.CharField(max_length=8, choices=CONSEQUENCE_CHOICES, default="low")
+    # Why this call needed a person (the policy's rule or the tool's requires_confirmation).
+    required_because = models.CharField(max_length=200, blank=True)
+    approver = models.CharField(max_length=16, choices=Approver.choices, default=Approver.OPERATOR)
     connection_id = models.CharField(max_length=64, blank=True)
     args_sha256 = models.CharField(max_length=64)
+    args_sealed = models.BinaryField(null=True, blank=True, editable=False)
+    args_bytes = models.PositiveIntegerField(default=0, editable=False)
     tool_call_id = models.CharField(max_length=128)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -214,6 +252,7 @@ class ApprovalRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "expires_at"], name="approval_status_expires")]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "tool_call_id"],
@@ -223,7 +262,13 @@ class ApprovalRequest(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tool_id} for {self.service_account_id} ({self.status})"
+        # What an operator reads in titles and breadcrumbs: the call and its caller, not the row's UUID.
+        when = f"{self.created_at:%Y-%m-%d %H:%M} UTC" if self.created_at else "new"
+        return f"{self.tool_id} for {self.service_account}, {when} ({self.status})"
+
+    @property
+    def status_now(self) -> str:
+        return self.status_at(timezone.now())
 
     def status_at(self, now: datetime) -> str:
         """The status a caller sees: a pending or approved request past its expiry is `expired`."""

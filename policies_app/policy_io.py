@@ -21,23 +21,46 @@ from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
 from changes_app.services import change_record, change_snapshot
-from policies_app.models import ServiceAccount, Tenant, ToolPolicy
+from policies_app.models import (
+    DEFAULT_APPROVAL_TTL_S,
+    MAX_APPROVAL_TTL_S,
+    MIN_APPROVAL_TTL_S,
+    Approver,
+    ServiceAccount,
+    Tenant,
+    ToolPolicy,
+)
 from policies_app.services import policy_delete
-from runner.types import ToolEffect
+from runner.contracts import tags_problem
+from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
-from tools_app.services import tool_switch_record, tool_sync
+from tools_app.services import tool_metadata_set, tool_switch_record, tool_sync
 from tools_app.upstream.services import McpServerError, mcp_tool_approve
 
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
-POLICY_FIELDS = ("name", "tenant", "service_account", "allowed_tools", "require_approval_for_effects", *BUDGET_FIELDS)
+# Approval settings beyond the effects (seed 002): absent keys take the model's defaults.
+APPROVAL_FIELDS = ("require_approval_at_or_above", "require_approval_for_tools", "approver", "approval_ttl_s")
+POLICY_FIELDS = (
+    "name",
+    "tenant",
+    "service_account",
+    "allowed_tools",
+    "require_approval_for_effects",
+    *APPROVAL_FIELDS,
+    *BUDGET_FIELDS,
+)
 # "active" is ours, beyond the contract's shape: without it an export of an
 # inactive policy would come back active. A file without it means active.
 POLICY_KEYS = frozenset({*POLICY_FIELDS, "active"})
 TOP_LEVEL_KEYS = frozenset({"tools", "policies"})
-TOOL_KEYS = frozenset({"enabled", "schema_hash"})
+# A tool's metadata: exported for review; on import an upstream MCP tool takes it (the operator's to
+# set), and a code tool's must equal its contract (set in code, so a different value is a mistake).
+TOOL_METADATA_KEYS = ("consequence_level", "requires_confirmation", "tags")
+TOOL_KEYS = frozenset({"enabled", "schema_hash", *TOOL_METADATA_KEYS, "version"})
 SCHEMA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 VALID_EFFECTS = frozenset(effect.value for effect in ToolEffect)
+VALID_LEVELS = tuple(level.value for level in ConsequenceLevel)
 MAX_BUDGET = 2_147_483_647  # PositiveIntegerField's bound on every supported database
 MAX_NAME_LENGTH = ToolPolicy._meta.get_field("name").max_length
 
@@ -74,6 +97,7 @@ class _PolicyRow:
     service_account: str | None
     allowed_tools: list[str]
     require_approval_for_effects: list[str]
+    approval: dict[str, Any]
     budgets: dict[str, int | None]
     active: bool
 
@@ -88,8 +112,15 @@ class _PolicyRow:
 def policy_export() -> dict[str, Any]:
     """The current tool switches and policies as the contract's document."""
     tools = {
-        tool_id: {"enabled": enabled, "schema_hash": f"sha256:{schema_hash}"}
-        for tool_id, enabled, schema_hash in Tool.objects.order_by("id").values_list("id", "is_enabled", "schema_hash")
+        tool.id: {
+            "enabled": tool.is_enabled,
+            "schema_hash": f"sha256:{tool.schema_hash}",
+            "consequence_level": tool.consequence_level,
+            "requires_confirmation": tool.requires_confirmation,
+            "tags": list(tool.tags),
+            "version": tool.version or None,
+        }
+        for tool in Tool.objects.order_by("id")
     }
     policies = [
         _policy_document(policy)
@@ -105,6 +136,10 @@ def _policy_document(policy: ToolPolicy) -> dict[str, Any]:
         "service_account": policy.service_account.name if policy.service_account else None,
         "allowed_tools": sorted(set(policy.allowed_tools)),
         "require_approval_for_effects": sorted(set(policy.require_approval_for_effects)),
+        "require_approval_at_or_above": policy.require_approval_at_or_above or None,
+        "require_approval_for_tools": sorted(set(policy.require_approval_for_tools)),
+        "approver": policy.approver,
+        "approval_ttl_s": policy.approval_ttl_s,
         **{budget: getattr(policy, budget) for budget in BUDGET_FIELDS},
         "active": policy.is_active,
     }
@@ -149,7 +184,7 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         policy.name: policy
         for policy in ToolPolicy.objects.select_for_update(of=("self",)).select_related("tenant", "service_account")
     }
-    switches, rows, pins = _validate(document, existing=existing, prune=prune)
+    switches, rows, pins, metadata = _validate(document, existing=existing, prune=prune)
     report = ImportReport()
 
     tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
@@ -158,6 +193,7 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         report.tools_synced = True
         tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
     _check_pins(pins, switches, tool_rows)
+    _apply_metadata(metadata, tool_rows)
     for tool_id, enabled in sorted(switches.items()):
         tool = tool_rows[tool_id]
         if tool.is_enabled != enabled:
@@ -214,6 +250,10 @@ def _apply_policies(rows: list[_PolicyRow], *, existing: dict[str, ToolPolicy], 
         policy.service_account = accounts[row.scope] if row.service_account else None
         policy.allowed_tools = row.allowed_tools
         policy.require_approval_for_effects = row.require_approval_for_effects
+        policy.require_approval_at_or_above = row.approval["require_approval_at_or_above"] or ""
+        policy.require_approval_for_tools = row.approval["require_approval_for_tools"]
+        policy.approver = row.approval["approver"]
+        policy.approval_ttl_s = row.approval["approval_ttl_s"]
         for budget, value in row.budgets.items():
             setattr(policy, budget, value)
         policy.is_active = row.active
@@ -233,6 +273,7 @@ def _row_document(row: _PolicyRow) -> dict[str, Any]:
         "service_account": row.service_account,
         "allowed_tools": row.allowed_tools,
         "require_approval_for_effects": row.require_approval_for_effects,
+        **row.approval,
         **row.budgets,
         "active": row.active,
     }
@@ -243,7 +284,7 @@ def _row_document(row: _PolicyRow) -> dict[str, Any]:
 
 def _validate(
     document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool
-) -> tuple[dict[str, bool], list[_PolicyRow], dict[str, str]]:
+) -> tuple[dict[str, bool], list[_PolicyRow], dict[str, str], dict[str, dict]]:
     """The document's switches and policies, or PolicyFileError listing every problem found."""
     if not isinstance(document, dict):
         raise PolicyFileError(['the file must hold a JSON object with "tools" and "policies"'])
@@ -254,17 +295,20 @@ def _validate(
 
     known_tools = set(code_registry()) | set(Tool.objects.values_list("id", flat=True))
     pins: dict[str, str] = {}
-    switches = _validate_switches(document["tools"], known_tools=known_tools, problems=problems, pins=pins)
+    metadata: dict[str, dict] = {}
+    switches = _validate_switches(
+        document["tools"], known_tools=known_tools, problems=problems, pins=pins, metadata=metadata
+    )
     rows = _validate_policies(document["policies"], known_tools=known_tools, problems=problems)
     if not problems:
         _check_scopes(rows, existing=existing, prune=prune, problems=problems)
     if problems:
         raise PolicyFileError(problems)
-    return switches, rows, pins
+    return switches, rows, pins, metadata
 
 
 def _validate_switches(
-    tools: Any, *, known_tools: set[str], problems: list[str], pins: dict[str, str]
+    tools: Any, *, known_tools: set[str], problems: list[str], pins: dict[str, str], metadata: dict[str, dict]
 ) -> dict[str, bool]:
     if not isinstance(tools, dict):
         problems.append('"tools" must be an object of tool id -> {"enabled": true|false}')
@@ -284,11 +328,62 @@ def _validate_switches(
             isinstance(entry["schema_hash"], str) and SCHEMA_HASH.match(entry["schema_hash"])
         ):
             problems.append(f'tools: {tool_id!r} has a schema_hash that is not "sha256:<64 hex digits>"')
+        elif _metadata_problems(tool_id, entry, problems):
+            continue
         else:
             switches[tool_id] = entry["enabled"]
             if "schema_hash" in entry:
                 pins[tool_id] = entry["schema_hash"].removeprefix("sha256:")
+            metadata[tool_id] = {key: entry[key] for key in (*TOOL_METADATA_KEYS, "version") if key in entry}
     return switches
+
+
+def _metadata_problems(tool_id: str, entry: dict[str, Any], problems: list[str]) -> bool:
+    """Add what is wrong with a tool entry's metadata keys; True if anything was."""
+    found_before = len(problems)
+    if "consequence_level" in entry and entry["consequence_level"] not in VALID_LEVELS:
+        problems.append(f"tools: {tool_id!r}: consequence_level must be one of {', '.join(VALID_LEVELS)}")
+    if "requires_confirmation" in entry and not isinstance(entry["requires_confirmation"], bool):
+        problems.append(f"tools: {tool_id!r}: requires_confirmation must be true or false")
+    if "tags" in entry:
+        problem = tags_problem(entry["tags"])
+        if problem:
+            problems.append(f"tools: {tool_id!r}: {problem}")
+    if "version" in entry and not (entry["version"] is None or isinstance(entry["version"], str)):
+        problems.append(f"tools: {tool_id!r}: version must be a string or null")
+    return len(problems) > found_before
+
+
+def _apply_metadata(metadata: Mapping[str, dict[str, Any]], tool_rows: Mapping[str, Tool]) -> None:
+    """An MCP tool takes the file's metadata; a code tool's must already be what the file says."""
+    problems = []
+    for tool_id, wanted in sorted(metadata.items()):
+        tool = tool_rows[tool_id]
+        current = {
+            "consequence_level": tool.consequence_level,
+            "requires_confirmation": tool.requires_confirmation,
+            "tags": list(tool.tags),
+            "version": tool.version or None,
+        }
+        if wanted.get("version", current["version"]) != current["version"]:
+            problems.append(f"tools: {tool_id!r}: version is {current['version']!r}; a file cannot change it")
+        settable = {key: value for key, value in wanted.items() if key != "version"}
+        if tool.source == Tool.Source.MCP:
+            merged = {**current, **settable}
+            tool_metadata_set(
+                tool_id=tool_id,
+                consequence_level=merged["consequence_level"],
+                requires_confirmation=merged["requires_confirmation"],
+                tags=merged["tags"],
+            )
+            continue
+        problems += [
+            f"tools: {tool_id!r}: {key} is {current[key]!r} in the tool's code; change it there, not in the file"
+            for key, value in sorted(settable.items())
+            if value != current[key]
+        ]
+    if problems:
+        raise PolicyFileError(problems)
 
 
 def _check_pins(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows: Mapping[str, Tool]) -> None:
@@ -385,6 +480,7 @@ def _validate_policy(
         if effect not in VALID_EFFECTS
     ]
 
+    approval = _validate_approval(entry, where=where, known_tools=known_tools, problems=problems)
     budgets = {budget: entry.get(budget) for budget in BUDGET_FIELDS}
     problems += [
         f"{where}: {budget} must be a positive integer or null"
@@ -402,9 +498,39 @@ def _validate_policy(
         service_account=account,
         allowed_tools=sorted(set(allowed)),
         require_approval_for_effects=sorted(set(effects)),
+        approval=approval,
         budgets=budgets,
         active=active,
     )
+
+
+def _validate_approval(
+    entry: dict[str, Any], *, where: str, known_tools: set[str], problems: list[str]
+) -> dict[str, Any]:
+    """The policy's approval settings beyond the effects, normalised (absent keys: the defaults)."""
+    level = entry.get("require_approval_at_or_above")
+    if level is not None and level not in VALID_LEVELS:
+        problems.append(f"{where}: require_approval_at_or_above must be null or one of {', '.join(VALID_LEVELS)}")
+    tools = _string_list(entry.get("require_approval_for_tools", []), f"{where}: require_approval_for_tools", problems)
+    problems += [
+        f"{where}: require_approval_for_tools names unknown tool id {tool_id!r}"
+        for tool_id in tools
+        if tool_id not in known_tools
+    ]
+    approver = entry.get("approver", Approver.OPERATOR.value)
+    if approver not in Approver.values:
+        problems.append(f"{where}: approver must be one of {', '.join(Approver.values)}")
+    ttl = entry.get("approval_ttl_s", DEFAULT_APPROVAL_TTL_S)
+    if not (type(ttl) is int and MIN_APPROVAL_TTL_S <= ttl <= MAX_APPROVAL_TTL_S):
+        problems.append(
+            f"{where}: approval_ttl_s must be whole seconds from {MIN_APPROVAL_TTL_S} to {MAX_APPROVAL_TTL_S}"
+        )
+    return {
+        "require_approval_at_or_above": level,
+        "require_approval_for_tools": sorted(set(tools)),
+        "approver": approver,
+        "approval_ttl_s": ttl,
+    }
 
 
 def _is_slug(name: str) -> bool:

@@ -11,8 +11,17 @@ from django.utils import timezone
 
 from policies_app.governance import governance_cache
 from policies_app.keys import key_matches, key_prefix
-from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
-from runner.types import Budgets
+from policies_app.models import (
+    DEFAULT_APPROVAL_TTL_S,
+    ApprovalRequest,
+    Approver,
+    ExecutionGrant,
+    ServiceAccount,
+    Tenant,
+    TenantMembership,
+    ToolPolicy,
+)
+from runner.types import Budgets, ConsequenceLevel, ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +49,29 @@ class EffectivePolicy:
     allowed_tools: frozenset[str]
     approval_effects: frozenset[str]
     budgets: Budgets
+    approval_at_or_above: ConsequenceLevel | None = None
+    approval_tools: frozenset[str] = frozenset()
+    approver: str = Approver.OPERATOR
+    approval_ttl_s: int = DEFAULT_APPROVAL_TTL_S
+
+    def approval_reason(self, spec: ToolSpec) -> str | None:
+        """Why a call of this tool needs a person under this policy, or None when it does not.
+
+        The tool's own requires_confirmation applies under every policy; the
+        policy adds effects, a consequence level and named tools.
+        """
+        if spec.requires_confirmation:
+            return "the tool requires confirmation of every call"
+        if spec.name in self.approval_tools:
+            return f"policy {self.name} requires approval for this tool"
+        if spec.effect.value in self.approval_effects:
+            return f"policy {self.name} requires approval for {spec.effect.value} tools"
+        if self.approval_at_or_above is not None and spec.consequence_level.rank >= self.approval_at_or_above.rank:
+            return (
+                f"policy {self.name} requires approval at consequence level "
+                f"{self.approval_at_or_above.value} or above (this tool: {spec.consequence_level.value})"
+            )
+        return None
 
 
 def caller_for_key(*, key: str) -> Caller | None:
@@ -94,6 +126,12 @@ def _load_effective_policy(tenant_id: int | str, service_account_id: str) -> Eff
         name=best.name,
         allowed_tools=frozenset(best.allowed_tools),
         approval_effects=frozenset(best.require_approval_for_effects),
+        approval_at_or_above=ConsequenceLevel(best.require_approval_at_or_above)
+        if best.require_approval_at_or_above
+        else None,
+        approval_tools=frozenset(best.require_approval_for_tools),
+        approver=best.approver,
+        approval_ttl_s=best.approval_ttl_s,
         budgets=Budgets(
             max_runtime_ms=best.max_runtime_ms,
             max_result_bytes=best.max_result_bytes,
@@ -248,3 +286,36 @@ def approvals_for_operators(*, pending_only: bool = False, tenant_slug: str | No
     if tenant_slug is not None:
         rows = rows.filter(tenant__slug=tenant_slug)
     return rows
+
+
+def approval_pending_count() -> int:
+    """Requests waiting for a decision now (the admin index shows it)."""
+    return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__gt=timezone.now()).count()
+
+
+def approvals_for_tenant(*, tenant_id: int) -> tuple[list[ApprovalRequest], QuerySet[ApprovalRequest]]:
+    """(the tenant's requests waiting for a decision, oldest first; every other request, newest first)."""
+    rows = ApprovalRequest.objects.filter(tenant_id=tenant_id).select_related("service_account", "tenant")
+    now = timezone.now()
+    waiting = Q(status=ApprovalRequest.Status.PENDING, expires_at__gt=now)
+    return list(rows.filter(waiting).order_by("expires_at")), rows.exclude(waiting).order_by("-created_at")
+
+
+def approval_for_tenant(*, tenant_id: int, approval_id: object) -> ApprovalRequest | None:
+    """One request of this tenant; another tenant's (or a malformed id) is None."""
+    try:
+        pk = uuid.UUID(str(approval_id))
+    except ValueError:
+        return None
+    return (
+        ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant").first()
+    )
+
+
+def tenant_owner_may_decide(*, approval: ApprovalRequest, user_id: int | None) -> bool:
+    """An owner of the request's tenant, when the policy that asked names tenant owners as approvers."""
+    if user_id is None or approval.approver != Approver.TENANT_OWNER:
+        return False
+    return TenantMembership.objects.filter(
+        tenant_id=approval.tenant_id, user_id=user_id, role=TenantMembership.Role.OWNER
+    ).exists()

@@ -6,9 +6,12 @@ the same transaction (see governance.py), so caches everywhere drop it.
 
 from __future__ import annotations
 
+import logging
 import threading
+import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -22,15 +25,16 @@ from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
 from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
-from runner.types import ToolEffect
+from policies_app.selectors import tenant_owner_may_decide
+from runner.types import ConsequenceLevel, ToolEffect
 
 if TYPE_CHECKING:
     from connections_app.models import Connection
 
-APPROVAL_TTL = timedelta(hours=24)
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Accounts whose use this process remembers recording (the oldest are forgotten first).
 MAX_USE_NOTES = 10_000
+logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
 
 
@@ -229,23 +233,39 @@ def policy_delete(*, policy: ToolPolicy) -> None:
 # --- approvals -----------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalTerms:
+    """What the policy and the tool say about a call that needs a person (copied onto the request)."""
+
+    effect: ToolEffect
+    consequence_level: ConsequenceLevel
+    required_because: str
+    approver: str
+    ttl_s: int
+
+
+# Seals the call's args for the approver, given the new request's id and tenant: (blob or None, size in bytes).
+ArgsSealer = Callable[[str, str], tuple[bytes | None, int]]
+
+
 def approval_check(
     *,
     tenant_id: int | str,
     service_account_id: str,
     tool_id: str,
-    effect: ToolEffect,
     connection_id: str | None,
     args_sha256: str,
     tool_call_id: str,
+    terms: ApprovalTerms,
+    seal_args: ArgsSealer | None = None,
 ) -> tuple[str, ApprovalRequest]:
     """Where this exact call stands: ("allow" | "pending" | "deny:<reason>", the approval).
 
-    Opens a pending approval on first sight; an approved one is consumed here.
-    An approval authorises one tool_call_id, and the runner's claim on that id
-    lets it execute at most once: a repeat of the approved call (a replay, or a
-    retry after it was refused further down the pipeline) is allowed again and
-    answered from the claim, never run twice.
+    Opens a pending approval on first sight (keeping the sealed args for the
+    approver). An approved request allows the call but is not spent here: the
+    runner reports it used once the tool has run (`approval_used`), so a call
+    refused further down leaves it usable. The runner's claim on the
+    tool_call_id lets an approved call execute at most once.
     """
     now = timezone.now()
     approval = (
@@ -256,10 +276,11 @@ def approval_check(
             tenant_id=tenant_id,
             service_account_id=service_account_id,
             tool_id=tool_id,
-            effect=effect,
             connection_id=connection_id,
             args_sha256=args_sha256,
             tool_call_id=tool_call_id,
+            terms=terms,
+            seal_args=seal_args,
         )
         return "pending", approval
     bound = (
@@ -271,40 +292,77 @@ def approval_check(
     if not bound:
         return "deny:this tool_call_id awaits approval for a different request", approval
     if approval.status == ApprovalRequest.Status.DENIED:
-        return "deny:an operator denied this call", approval
-    if approval.status == ApprovalRequest.Status.CONSUMED:
+        reason = f" ({approval.reason})" if approval.reason else ""
+        return f"deny:the approval was denied{reason}", approval
+    if approval.status == ApprovalRequest.Status.CONSUMED:  # it ran; the claim answers the repeat
         return "allow", approval
     if approval.expires_at <= now:
-        return "deny:the approval expired", approval
+        return "deny:the approval expired; repeat the call with a new tool_call_id to ask again", approval
     if approval.status == ApprovalRequest.Status.PENDING:
         return "pending", approval
-    ApprovalRequest.objects.filter(pk=approval.pk, status=ApprovalRequest.Status.APPROVED).update(
-        status=ApprovalRequest.Status.CONSUMED, consumed_at=now
-    )
     return "allow", approval
 
 
-def _approval_open(**binding: object) -> ApprovalRequest:
+def _approval_open(
+    *,
+    tenant_id: int | str,
+    service_account_id: str,
+    tool_id: str,
+    connection_id: str | None,
+    args_sha256: str,
+    tool_call_id: str,
+    terms: ApprovalTerms,
+    seal_args: ArgsSealer | None,
+) -> ApprovalRequest:
+    approval_id = uuid.uuid4()  # known before the INSERT: the sealed args are bound to it
+    sealed, args_bytes = seal_args(str(approval_id), str(tenant_id)) if seal_args else (None, 0)
     try:
         with transaction.atomic():
             approval = ApprovalRequest.objects.create(
-                tenant_id=binding["tenant_id"],
-                service_account_id=binding["service_account_id"],
-                tool_id=binding["tool_id"],
-                effect=str(binding["effect"]),
-                connection_id=binding["connection_id"] or "",
-                args_sha256=binding["args_sha256"],
-                tool_call_id=binding["tool_call_id"],
-                expires_at=timezone.now() + APPROVAL_TTL,
+                id=approval_id,
+                tenant_id=tenant_id,
+                service_account_id=service_account_id,
+                tool_id=tool_id,
+                effect=terms.effect.value,
+                consequence_level=terms.consequence_level.value,
+                required_because=terms.required_because[:200],
+                approver=terms.approver,
+                connection_id=connection_id or "",
+                args_sha256=args_sha256,
+                args_sealed=sealed,
+                args_bytes=args_bytes,
+                tool_call_id=tool_call_id,
+                expires_at=timezone.now() + timedelta(seconds=terms.ttl_s),
             )
         transaction.on_commit(APPROVALS_REQUESTED.inc)  # counted once it is really open
+        _announce(approval)
         return approval
     except IntegrityError:  # a concurrent identical call opened it first
         return ApprovalRequest.objects.get(
-            tenant_id=binding["tenant_id"],
-            tool_call_id=binding["tool_call_id"],
+            tenant_id=tenant_id,
+            tool_call_id=tool_call_id,
             status__in=[ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED],
         )
+
+
+def approval_used(*, approval_id: str) -> bool:
+    """The approved call ran: spend its approval. False if it was not approved (or already spent)."""
+    return bool(
+        ApprovalRequest.objects.filter(pk=approval_id, status=ApprovalRequest.Status.APPROVED).update(
+            status=ApprovalRequest.Status.CONSUMED, consumed_at=timezone.now()
+        )
+    )
+
+
+def approval_expired_erase() -> int:
+    """Null the kept args of every request past its expiry (the beat sweep); returns how many were erased.
+
+    A decided request's args are erased by the decision itself; this catches
+    the ones nobody decided in time.
+    """
+    return ApprovalRequest.objects.filter(args_sealed__isnull=False, expires_at__lte=timezone.now()).update(
+        args_sealed=None
+    )
 
 
 @transaction.atomic
@@ -331,6 +389,7 @@ def approval_decide(
         decided_by=decided_by,
         decided_by_name=(decided_by.get_username() if decided_by is not None else decided_by_name)[:150],
         reason=reason[:500],
+        args_sealed=None,  # kept only for the decision: it has been made
     )
     approval.refresh_from_db()
     if updated:
@@ -338,4 +397,45 @@ def approval_decide(
             action=f"approval.{approval.status}", obj=approval, before=before, after=change_snapshot(approval)
         )
         transaction.on_commit(APPROVALS_DECIDED.labels("approved" if approve else "denied").inc)
+        _announce(approval)
     return bool(updated)
+
+
+class ApprovalNotYours(PermissionError):
+    """The user may not decide this request (not an owner, or the policy names operators only)."""
+
+
+def approval_decide_as_tenant_owner(
+    *, approval: ApprovalRequest, user: AbstractBaseUser, approve: bool, reason: str = ""
+) -> bool:
+    """A tenant owner's decision, when the request's policy lets owners decide; else ApprovalNotYours.
+
+    Returns False, like approval_decide, when the request is no longer pending.
+    """
+    if not tenant_owner_may_decide(approval=approval, user_id=user.pk):
+        raise ApprovalNotYours("only an owner of this tenant may decide this request, and only when its policy says so")
+    return approval_decide(approval=approval, approve=approve, decided_by=user, reason=reason)
+
+
+# --- who hears of approvals --------------------------------------------------------------
+
+# Receivers of approval events (a request opened, a decision made), registered by the layers above
+# (the tenant webhooks) at start-up. They are called inside the writing transaction and must only
+# enqueue work with `transaction.on_commit`: nothing here may block or fail the call that asked.
+ApprovalListener = Callable[[ApprovalRequest], None]
+_approval_listeners: list[ApprovalListener] = []
+
+
+def approval_listener_add(listener: ApprovalListener) -> None:
+    if listener not in _approval_listeners:
+        _approval_listeners.append(listener)
+
+
+def _announce(approval: ApprovalRequest) -> None:
+    """Tell the listeners; one that fails is logged and skipped, never the call's or the decision's failure."""
+    for listener in _approval_listeners:
+        try:
+            with transaction.atomic():  # a failed write of the listener leaves the caller's transaction usable
+                listener(approval)
+        except Exception as exc:  # the approval itself stands; its notification is what was lost
+            logger.error("approval %s: a listener failed (%s); nobody was notified", approval.pk, type(exc).__name__)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from runner.errors import ContractError
-from runner.types import ToolEffect, ToolInvocationContext
+from runner.types import ConsequenceLevel, ToolEffect, ToolInvocationContext
 
 if TYPE_CHECKING:
     from runner.capabilities import ToolCapabilities
@@ -30,6 +30,11 @@ TOOL_ID_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:__[A-Za-z0-9][A-Za-z0-9_-]*)+$"
 TOOL_ID_MAX_LENGTH = 64
 
 KNOWN_CAPABILITIES = frozenset({"auth", "clock", "http"})
+
+# Tags are filter keys (`?tags=github`): short, lower-case, no separators a query would split on.
+TAG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
+MAX_TAGS = 16
+VERSION_MAX_LENGTH = 32
 
 
 class ToolArgs(BaseModel):
@@ -64,6 +69,12 @@ class ToolContract:
     provider: str | None = None
     default_timeout_ms: int = DEFAULT_TIMEOUT_MS
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    # Seed 002: how much harm a call can do, and whether a human must confirm every call.
+    # requires_confirmation is declared on its own, never derived from the effect.
+    consequence_level: ConsequenceLevel = ConsequenceLevel.LOW
+    requires_confirmation: bool = False
+    tags: tuple[str, ...] = ()
+    version: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.name) > TOOL_ID_MAX_LENGTH or not TOOL_ID_PATTERN.match(self.name):
@@ -79,6 +90,25 @@ class ToolContract:
             raise ContractError(f"tool {self.name} declares unknown capabilities {sorted(unknown)}")
         if not 0 < self.default_timeout_ms <= MAX_TIMEOUT_MS:
             raise ContractError(f"tool {self.name}'s timeout must be between 1 and {MAX_TIMEOUT_MS} ms")
+        problem = tags_problem(self.tags)
+        if problem:
+            raise ContractError(f"tool {self.name}: {problem}")
+        if self.version is not None and not 0 < len(self.version) <= VERSION_MAX_LENGTH:
+            raise ContractError(f"tool {self.name}'s version must be 1..{VERSION_MAX_LENGTH} characters")
+
+
+def tags_problem(tags: object) -> str | None:
+    """What is wrong with a tag list (a contract's, an operator's, a policy file's), or None."""
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags):
+        return "tags must be a list of strings"
+    if len(tags) > MAX_TAGS:
+        return f"at most {MAX_TAGS} tags"
+    bad = [tag for tag in tags if not TAG_PATTERN.fullmatch(tag)]
+    if bad:
+        return f"tags must be 1..32 lower-case letters, digits, '_', '.' or '-' (not {bad[0]!r})"
+    if len(set(tags)) != len(tags):
+        return "tags must not repeat"
+    return None
 
 
 ExecuteFn = Callable[[Any, ToolInvocationContext, "ToolCapabilities"], Coroutine[Any, Any, Any]]

@@ -61,6 +61,7 @@ from runner.errors import (
 )
 from runner.grants import check_connection
 from runner.ports import (
+    ApprovalDesk,
     AuditSink,
     Clock,
     Conflict,
@@ -69,6 +70,7 @@ from runner.ports import (
     GovernanceView,
     GrantStore,
     IdempotencyStore,
+    PolicyApprovalDesk,
     PolicyDecider,
     RateLimited,
     RateLimiter,
@@ -362,25 +364,33 @@ class ValidateInputStage:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalStage:
-    """(5b) For a call the policy sends to an operator: open, wait on or use its approval.
+    """(5b) For a call the policy sends to a person: open, wait on or use its approval.
 
     Runs after input validation, so the approval binds the exact, valid args
-    (by hash) and is only ever asked for a call that could run.
+    (by hash) and is only ever asked for a call that could run. An approval is
+    spent only when the tool actually ran: a repeat refused further down (the
+    credential was revoked meanwhile) leaves it usable.
     """
 
-    policy: PolicyDecider
+    approvals: ApprovalDesk
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         if call.decision is not Decision.REQUIRE_APPROVAL:
             return proceed(call)
-        verdict = self.policy.decide(call.ctx, call.bound.spec, args_sha256=call.args_sha256)
+        verdict = self.approvals.request(call.ctx, call.bound.spec, args_sha256=call.args_sha256, args=call.raw_args)
         call.decision = verdict.decision
         if verdict.decision is Decision.ALLOW:
-            return proceed(call)
+            result = proceed(call)
+            if result.executed and verdict.approval_id is not None:
+                try:
+                    self.approvals.used(verdict.approval_id)
+                except Exception as exc:  # the tool ran: its answer stands; the claim keeps it from running twice
+                    logger.error("approval %s not marked used: %s", verdict.approval_id, type(exc).__name__)
+            return result
         if verdict.decision is Decision.REQUIRE_APPROVAL:
             return call.fail(
                 ErrorCode.APPROVAL_REQUIRED,
-                verdict.safe_message or "this call needs an operator's approval",
+                verdict.safe_message or "this call needs a person's approval",
                 approval_id=verdict.approval_id,
             )
         return call.fail(ErrorCode.POLICY_DENIED, verdict.safe_message or "not allowed by policy")
@@ -548,10 +558,14 @@ def default_stages(
     events: EventSink,
     clock: Clock,
     idempotency: IdempotencyStore | None = None,
+    approvals: ApprovalDesk | None = None,
     default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     loop: BackgroundLoop | None = None,
 ) -> list[Stage]:
-    """The twelve stages of DESIGN.md, wired to the given ports (plus idempotency when given)."""
+    """The twelve stages of DESIGN.md, wired to the given ports (plus idempotency when given).
+
+    Without an approval desk, approvals are whatever the policy's `decide` answers with the args' hash.
+    """
     return [
         AuditStage(audit, events, clock),
         FreshnessStage(governance),
@@ -562,7 +576,7 @@ def default_stages(
         *([IdempotencyStage(idempotency)] if idempotency is not None else []),
         BudgetStage(limiter),
         ValidateInputStage(),
-        ApprovalStage(policy),
+        ApprovalStage(approvals or PolicyApprovalDesk(policy)),
         BrokerStage(broker),
         StartEventStage(events),
         ResultSizeStage(default_max_result_bytes),

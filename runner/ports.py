@@ -68,6 +68,41 @@ class PolicyDecider(Protocol):
         ...
 
 
+class ApprovalDesk(Protocol):
+    """Where a call the policy sends to a person gets its approval (the approval stage's port)."""
+
+    def request(
+        self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None, args: Any
+    ) -> PolicyDecision:
+        """Open, wait on or find the approval bound to this exact call (tool_call_id, caller, args hash).
+
+        ALLOW carries the approved request's id: the runner reports it `used`
+        once the tool has run, so a call refused further down leaves it usable.
+        `args` are the validated arguments, kept for the approver while the
+        request is pending; they must never reach a log or an event.
+        """
+        ...
+
+    def used(self, approval_id: str) -> None:
+        """The approved call executed: its approval is spent."""
+        ...
+
+
+class PolicyApprovalDesk:
+    """An ApprovalDesk that asks the policy itself (in-memory deciders, tests): nothing is kept."""
+
+    def __init__(self, policy: PolicyDecider) -> None:
+        self._policy = policy
+
+    def request(
+        self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None, args: Any
+    ) -> PolicyDecision:
+        return self._policy.decide(ctx, spec, args_sha256=args_sha256)
+
+    def used(self, approval_id: str) -> None:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class GrantView:
     """What the runner needs to know of an execution grant (no secrets, ids only)."""

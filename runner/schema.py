@@ -247,6 +247,10 @@ def to_tool_spec(contract: ToolContract) -> ToolSpec:
             provider=contract.provider,
         ),
         output_schema=compile_output_schema(contract),
+        consequence_level=contract.consequence_level,
+        requires_confirmation=contract.requires_confirmation,
+        tags=contract.tags,
+        version=contract.version,
     )
 
 

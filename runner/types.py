@@ -21,6 +21,25 @@ class ToolEffect(enum.StrEnum):
     EXTERNAL_SIDE_EFFECT = "external_side_effect"
 
 
+class ConsequenceLevel(enum.StrEnum):
+    """How much real-world harm a call can do (seed 002), independent of its effect.
+
+    A read can be costly and a write harmless: policy may ask for approval at or
+    above a level, whatever the effect.
+    """
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        return CONSEQUENCE_ORDER.index(self)
+
+
+CONSEQUENCE_ORDER = (ConsequenceLevel.LOW, ConsequenceLevel.MEDIUM, ConsequenceLevel.HIGH)
+
+
 class ErrorCode(enum.StrEnum):
     """Every error code of the public contract (CONTRACT.md §4)."""
 
@@ -65,6 +84,11 @@ class ToolSpec:
     # What a caller receives: the output model's schema cut to the redaction allowlist
     # (MCP clients validate structuredContent against it). None: the tool declares no output.
     output_schema: Mapping[str, Any] | None = None
+    # Seed 002's metadata: what policy reads besides the effect, and what callers filter on.
+    consequence_level: ConsequenceLevel = ConsequenceLevel.LOW
+    requires_confirmation: bool = False
+    tags: tuple[str, ...] = ()
+    version: str | None = None
 
     def public_dict(self) -> dict[str, Any]:
         """The ToolSpec of the REST contract (no hash: it is an internal change marker)."""
@@ -75,6 +99,10 @@ class ToolSpec:
             "effect": self.effect.value,
             "requires_connection": self.requires_connection,
             "provider": self.provider,
+            "consequence_level": self.consequence_level.value,
+            "requires_confirmation": self.requires_confirmation,
+            "tags": list(self.tags),
+            "version": self.version,
         }
 
 

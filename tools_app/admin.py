@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 
 from tools_app.models import Tool, ToolInvocation
 from tools_app.selectors import tool_ids_known
-from tools_app.services import tool_set_enabled
+from tools_app.services import tool_metadata_set, tool_set_enabled
 from tools_app.upstream import admin as upstream_admin  # registers the MCP servers' and tools' admin
 from tools_app.upstream.services import mcp_tools_enable_check
 
@@ -35,6 +35,9 @@ class ToolAdmin(admin.ModelAdmin):
     list_display = (
         "id",
         "effect",
+        "consequence_level",
+        "requires_confirmation",
+        "tag_list",
         "source",
         "provider",
         "requires_connection",
@@ -43,7 +46,14 @@ class ToolAdmin(admin.ModelAdmin):
         "schema_changed_at",
     )
     list_editable = ("is_enabled",)
-    list_filter = ("effect", "source", "is_enabled", "requires_connection")
+    list_filter = (
+        "effect",
+        "consequence_level",
+        "requires_confirmation",
+        "source",
+        "is_enabled",
+        "requires_connection",
+    )
     search_fields = ("id", "description")
     actions = ("enable_selected", "disable_selected")
     fields = (
@@ -51,6 +61,10 @@ class ToolAdmin(admin.ModelAdmin):
         "description",
         "is_enabled",
         "effect",
+        "consequence_level",
+        "requires_confirmation",
+        "tags",
+        "version",
         "source",
         "provider",
         "requires_connection",
@@ -62,6 +76,18 @@ class ToolAdmin(admin.ModelAdmin):
         "updated_at",
     )
     readonly_fields = tuple(name for name in fields if name != "is_enabled")
+    # An upstream tool's metadata is the operator's to set (its defaults are the most restrictive);
+    # a code tool's comes from its contract.
+    mcp_editable_fields = ("consequence_level", "requires_confirmation", "tags")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Tool | None = None) -> tuple[str, ...]:
+        if obj is not None and obj.source == Tool.Source.MCP:
+            return tuple(name for name in self.readonly_fields if name not in self.mcp_editable_fields)
+        return self.readonly_fields
+
+    @admin.display(description="tags")
+    def tag_list(self, tool: Tool) -> str:
+        return ", ".join(tool.tags)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tools come from code via sync_tools
@@ -74,7 +100,17 @@ class ToolAdmin(admin.ModelAdmin):
         return format_html("<pre>{}</pre>", json.dumps(tool.input_schema, indent=2, sort_keys=True))
 
     def save_model(self, request: HttpRequest, obj: Tool, form: ModelForm, change: bool) -> None:
-        """The switch is the only editable field: flip it through the service, like the bulk actions."""
+        """Every edit goes through a service: the switch like the bulk actions, an MCP tool's metadata too."""
+        if obj.source == Tool.Source.MCP and any(name in form.changed_data for name in self.mcp_editable_fields):
+            try:
+                tool_metadata_set(
+                    tool_id=obj.pk,
+                    consequence_level=obj.consequence_level,
+                    requires_confirmation=obj.requires_confirmation,
+                    tags=obj.tags,
+                )
+            except ValueError as exc:
+                self.message_user(request, f"Metadata not saved: {exc}", messages.ERROR)
         problems = mcp_tools_enable_check([obj.pk]) if obj.is_enabled else []
         if problems:  # an upstream tool runs only with an approved definition
             self.message_user(request, problems[0], messages.ERROR)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from runner.types import Decision, ErrorCode, ToolEffect
+from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.upstream.models import McpServer, McpTool
 
 __all__ = ["McpServer", "McpTool", "Tool", "ToolInvocation"]
@@ -32,6 +32,18 @@ class Tool(models.Model):
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.CODE)
     provider = models.CharField(max_length=64, blank=True)
     requires_connection = models.BooleanField(default=False)
+    # Seed 002's metadata. Code tools take it from their contract at every sync; upstream MCP tools
+    # start at the most restrictive level and an operator sets it (discovery never overwrites it).
+    consequence_level = models.CharField(
+        max_length=8,
+        choices=[(level.value, level.value) for level in ConsequenceLevel],
+        default=ConsequenceLevel.HIGH.value,
+    )
+    requires_confirmation = models.BooleanField(
+        default=False, help_text="Every call waits for a person's approval, whatever the policy says."
+    )
+    tags = models.JSONField(default=list, blank=True)
+    version = models.CharField(max_length=32, blank=True)
     is_enabled = models.BooleanField(default=False)
     missing_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

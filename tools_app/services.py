@@ -15,9 +15,17 @@ from changes_app.services import ObjectRef, change_record
 from policies_app.governance import governance_bump
 from policies_app.selectors import Caller
 from runner.catalog import catalog_for
+from runner.contracts import tags_problem
 from runner.pipeline import ToolRunner, new_tool_call_id
 from runner.ports import PolicyDecider, ToolSource
-from runner.types import Decision, ToolExecResult, ToolInvocationContext, ToolInvocationRecord, ToolSpec
+from runner.types import (
+    ConsequenceLevel,
+    Decision,
+    ToolExecResult,
+    ToolInvocationContext,
+    ToolInvocationRecord,
+    ToolSpec,
+)
 from tools_app.models import Tool, ToolInvocation
 from tools_app.rows import RowInserter
 
@@ -58,6 +66,10 @@ def tool_sync(*, specs: Iterable[ToolSpec], source: str = Tool.Source.CODE) -> S
                 setattr(tool, name, value)
             tool.schema_changed_at = now
             report.changed.append(spec.name)
+        elif _metadata_differs(tool, fields):  # metadata is no schema change: no review stamp
+            for name in METADATA_FIELDS:
+                setattr(tool, name, fields[name])
+            report.changed.append(spec.name)
         elif spec.name not in report.returned:
             report.unchanged.append(spec.name)
             continue
@@ -70,6 +82,9 @@ def tool_sync(*, specs: Iterable[ToolSpec], source: str = Tool.Source.CODE) -> S
     return report
 
 
+METADATA_FIELDS = ("consequence_level", "requires_confirmation", "tags", "version")
+
+
 def _spec_fields(spec: ToolSpec) -> dict:
     return {
         "description": spec.description,
@@ -78,10 +93,19 @@ def _spec_fields(spec: ToolSpec) -> dict:
         "effect": spec.effect.value,
         "provider": spec.provider or "",
         "requires_connection": spec.requires_connection,
+        "consequence_level": spec.consequence_level.value,
+        "requires_confirmation": spec.requires_confirmation,
+        "tags": list(spec.tags),
+        "version": spec.version or "",
     }
 
 
 _invocations = RowInserter(ToolInvocation)
+
+
+def _metadata_differs(tool: Tool, fields: dict) -> bool:
+    return any(getattr(tool, name) != fields[name] for name in METADATA_FIELDS)
+
 
 LEASE_LOST_MESSAGE = "this attempt's claim expired and a repeat took the call over; its outcome is not replayed"
 
@@ -226,12 +250,15 @@ def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> To
     return runner.exec(request.tool_id, request.args, ctx)
 
 
-def tool_catalog(*, source: ToolSource, policy: PolicyDecider, caller: Caller) -> list[ToolSpec]:
-    """The specs this caller may run now (enabled and in its policy)."""
+def tool_catalog(
+    *, source: ToolSource, policy: PolicyDecider, caller: Caller, tags: Iterable[str] = ()
+) -> list[ToolSpec]:
+    """The specs this caller may run now (enabled and in its policy), carrying every tag in `tags`."""
     ctx = ToolInvocationContext(
         run_id="", tool_call_id="catalog", tenant_id=str(caller.tenant_id), actor_id=caller.service_account_id
     )
-    return catalog_for(ctx, source, policy)
+    wanted = set(tags)
+    return [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]
 
 
 @transaction.atomic
@@ -259,3 +286,30 @@ def tool_switch_record(*, tool_id: str, enabled: bool) -> None:
         before={"is_enabled": not enabled},
         after={"is_enabled": enabled},
     )
+
+
+class ToolMetadataLocked(ValueError):
+    """A code tool's metadata comes from its contract: an operator edit would be undone by the next sync."""
+
+
+@transaction.atomic
+def tool_metadata_set(*, tool_id: str, consequence_level: str, requires_confirmation: bool, tags: list[str]) -> bool:
+    """An operator's metadata for an upstream MCP tool (tightening its defaults); True if anything changed.
+
+    Code tools declare theirs in the contract, so they are refused here. The
+    governance generation moves, so policy decisions use the new values on the
+    next call in every process.
+    """
+    problem = tags_problem(tags)
+    if problem:
+        raise ValueError(problem)
+    level = ConsequenceLevel(consequence_level)
+    tool = Tool.objects.select_for_update().get(pk=tool_id)
+    if tool.source != Tool.Source.MCP:
+        raise ToolMetadataLocked(f"{tool_id} is a code tool: its metadata is set in its contract, not here")
+    new = {"consequence_level": level.value, "requires_confirmation": requires_confirmation, "tags": list(tags)}
+    if all(getattr(tool, name) == value for name, value in new.items()):
+        return False
+    Tool.objects.filter(pk=tool_id).update(**new, updated_at=timezone.now())
+    governance_bump()
+    return True

@@ -224,3 +224,27 @@ class ActivityFilterForm(UIForm):
             "ok": self.OUTCOMES.get(data.get("outcome") or ""),
             "run_id": data.get("run") or "",
         }
+
+
+class ApprovalDecisionForm(UIForm):
+    """A tenant owner's decision on one approval request, with an optional reason."""
+
+    # Sent by the Approve or Deny button the owner pressed (the template renders only the reason).
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("deny", "Deny")])
+    reason = forms.CharField(
+        max_length=500,
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Optional. Recorded with the decision, with your name and the time.",
+    )
+
+
+class WebhookForm(UIForm):
+    """The URL approval events are posted to; the signing secret is generated, never typed."""
+
+    url = forms.URLField(
+        max_length=500,
+        label="Webhook URL",
+        assume_scheme="https",
+        help_text="Toolgate POSTs approval.requested and approval.decided here, signed with HMAC-SHA256.",
+    )

@@ -28,6 +28,9 @@ urlpatterns = [
         views.service_account_revoke_confirm,
         name="service-account-revoke",
     ),
+    path("approvals/", views.approvals, name="approval-list"),
+    path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
+    path("approvals/webhook/", views.webhook, name="webhook"),
     path("activity/", views.activity, name="activity"),
     path("changes/", views.changes, name="change-list"),
 ]

@@ -23,21 +23,42 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from changes_app.selectors import changes_for_tenant
 from connections_app.models import Connection
-from connections_app.selectors import connection_events, connection_get, connection_list, oauth_provider_list
+from connections_app.selectors import (
+    connection_events,
+    connection_get,
+    connection_label,
+    connection_list,
+    oauth_provider_list,
+    webhook_of_tenant,
+)
 from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
 from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
-from connections_app.web.forms import CONNECTION_FORMS, ActivityFilterForm, GrantForm, LoginForm, ServiceAccountForm
+from connections_app.web.forms import (
+    CONNECTION_FORMS,
+    ActivityFilterForm,
+    ApprovalDecisionForm,
+    GrantForm,
+    LoginForm,
+    ServiceAccountForm,
+    WebhookForm,
+)
 from connections_app.web.tenancy import tenant_member_required, tenant_switch
-from policies_app.models import ExecutionGrant, ServiceAccount
+from connections_app.webhooks import WebhookError, webhook_remove, webhook_set
+from policies_app.approval_args import approval_args_view
+from policies_app.models import ExecutionGrant, ServiceAccount, TenantMembership
 from policies_app.selectors import (
+    approval_for_tenant,
+    approvals_for_tenant,
     grant_get,
     grant_list,
     grant_list_for_connection,
     service_account_get,
     service_account_list,
+    tenant_owner_may_decide,
 )
 from policies_app.services import (
     PolicyServiceError,
+    approval_decide_as_tenant_owner,
     grant_create,
     grant_revoke,
     service_account_create,
@@ -47,6 +68,7 @@ from tools_app.selectors import invocation_list, tool_ids_known, tool_providers
 
 ACTIVITY_PAGE_SIZE = 50
 CHANGES_PAGE_SIZE = 50
+APPROVALS_PAGE_SIZE = 50
 NO_FILTERS = {"tool_id": "", "ok": None, "run_id": ""}
 
 
@@ -245,6 +267,89 @@ def grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpResponse:
 def _grant_details(grant: ExecutionGrant) -> list[tuple[str, str]]:
     names = ", ".join(connection.label or connection.provider for connection in grant.connections.all())
     return [("Service account", grant.service_account.name), ("Connections", names)]
+
+
+# --- approvals ----------------------------------------------------------------------------
+
+
+@tenant_member_required
+@require_GET
+def approvals(request: HttpRequest) -> HttpResponse:
+    """Requests waiting for a decision first (soonest expiry first), then the history, paginated."""
+    waiting, history = approvals_for_tenant(tenant_id=request.tenant.pk)
+    page = Paginator(history, APPROVALS_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "tenant/approval_list.html",
+        {"section": "approvals", "waiting": waiting, "history": page},
+    )
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def approval_detail(request: HttpRequest, approval_id: UUID) -> HttpResponse:
+    """What a call would do and its args; owners decide here when the policy lets them (POST)."""
+    approval = approval_for_tenant(tenant_id=request.tenant.pk, approval_id=approval_id)
+    if approval is None:
+        raise Http404("no such approval request")
+    may_decide = tenant_owner_may_decide(approval=approval, user_id=request.user.pk)
+    form = ApprovalDecisionForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST":
+        if not may_decide:
+            return render(request, "tenant/approval_forbidden.html", {"section": "approvals"}, status=403)
+        if form.is_valid():
+            approve = form.cleaned_data["decision"] == "approve"
+            if approval_decide_as_tenant_owner(
+                approval=approval, user=request.user, approve=approve, reason=form.cleaned_data["reason"]
+            ):
+                messages.success(request, f"{'Approved' if approve else 'Denied'}: {approval.tool_id}.")
+            else:
+                messages.info(request, "Nothing was decided: the request is no longer pending, or it has expired.")
+            return redirect("web:approval-detail", approval_id=approval.pk)
+    now = timezone.now()
+    return render(
+        request,
+        "tenant/approval_detail.html",
+        {
+            "section": "approvals",
+            "approval": approval,
+            "status": approval.status_at(now),
+            "args": approval_args_view(approval),
+            "connection": connection_label(tenant_id=request.tenant.pk, connection_id=approval.connection_id),
+            "can_decide": may_decide and approval.status_at(now) == "pending",
+            "form": form,
+        },
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+@tenant_member_required
+@never_cache
+@require_http_methods(["GET", "POST"])
+def webhook(request: HttpRequest) -> HttpResponse:
+    """The tenant's approval webhook: members look, owners set it (the secret is shown once) or remove it."""
+    is_owner = request.tenant_role == TenantMembership.Role.OWNER
+    form = WebhookForm(request.POST if request.method == "POST" and "url" in request.POST else None)
+    context = {"section": "approvals", "is_owner": is_owner, "form": form}
+    if request.method == "POST":
+        if not is_owner:
+            return render(request, "tenant/webhook_forbidden.html", {"section": "approvals"}, status=403)
+        if "remove" in request.POST:
+            if webhook_remove(tenant=request.tenant):
+                messages.success(request, "Webhook removed: no more approval events are sent.")
+            return redirect("web:webhook")
+        if form.is_valid():
+            try:
+                secret = webhook_set(tenant=request.tenant, url=form.cleaned_data["url"], user=request.user)
+            except WebhookError as error:
+                form.add_error("url", str(error))
+            else:
+                return render(
+                    request, "tenant/webhook_secret.html", {"section": "approvals", "secret": secret}, status=201
+                )
+    webhook_row, deliveries = webhook_of_tenant(tenant_id=request.tenant.pk)
+    context.update(webhook=webhook_row, deliveries=deliveries)
+    return render(request, "tenant/webhook.html", context, status=400 if form.errors else 200)
 
 
 # --- service accounts --------------------------------------------------------------------

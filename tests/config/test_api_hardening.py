@@ -517,7 +517,7 @@ def test_pagination_parameters_are_refused_rather_than_defaulted(url, query, pat
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("/api/v1/tools?fromat=openai", "unknown query parameter; this operation takes: format"),
+        ("/api/v1/tools?fromat=openai", "unknown query parameter; this operation takes: format, tags"),
         (
             "/api/v1/invocations?limt=2",
             "unknown query parameter; this operation takes: run_id, tool_id, ok, limit, offset",

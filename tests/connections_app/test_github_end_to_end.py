@@ -15,6 +15,8 @@ import logging
 import pytest
 
 from connections_app.models import Connection, ConnectionEvent
+from policies_app.models import ApprovalRequest
+from policies_app.services import approval_decide
 from runner.pipeline import CREDENTIAL_IN_OUTPUT
 from tests.factories import ConnectionFactory, GrantFactory
 from tests.support.loopback import json_answer
@@ -159,21 +161,20 @@ def test_create_issue_posts_the_body_with_the_token_and_answers_number_and_url(g
         },
     )
 
-    response = call_tool(
-        connection,
-        grant,
-        tool_id="github__create_issue",
-        args={"owner": "octo-org", "repo": "hello-world", "title": "Crash on start", "body": "Steps to reproduce"},
-        tool_call_id="c1",
-    )
+    issue = {"owner": "octo-org", "repo": "hello-world", "title": "Crash on start", "body": "Steps to reproduce"}
+    # the tool requires confirmation: a person approves the call, then the caller repeats it
+    asked = call_tool(connection, grant, tool_id="github__create_issue", args=issue, tool_call_id="c1")
+    approval_decide(approval=ApprovalRequest.objects.get(), approve=True, decided_by=None, decided_by_name="os:ops")
+    response = call_tool(connection, grant, tool_id="github__create_issue", args=issue, tool_call_id="c1")
 
+    assert asked.status_code == 202
     assert response.status_code == 200
     assert response.json()["value"] == {"number": 42, "html_url": issue_url}
     [request] = github.requests
     assert (request.method, request.path) == ("POST", "/repos/octo-org/hello-world/issues")
     assert request.headers["authorization"] == f"Bearer {TOKEN}"
     assert request.json() == {"title": "Crash on start", "body": "Steps to reproduce"}
-    assert ToolInvocation.objects.get(tool_call_id="c1").result == {"number": 42, "html_url": issue_url}
+    assert ToolInvocation.objects.get(tool_call_id="c1", executed=True).result == {"number": 42, "html_url": issue_url}
     assert_nowhere((TOKEN,), response, caplog)
 
 

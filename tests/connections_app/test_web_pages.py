@@ -57,6 +57,7 @@ def _pages(connection, grant, account) -> list[str]:
         reverse("web:service-account-new"),
         reverse("web:service-account-revoke", args=[account.pk]),
         reverse("web:activity"),
+        reverse("web:approval-list"),
     ]
 
 

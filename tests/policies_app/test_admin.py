@@ -15,8 +15,8 @@ from django.utils import timezone
 from policies_app.governance import governance_cache, governance_generation
 from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, ToolPolicy
 from policies_app.selectors import caller_for_key, policy_effective_for
-from policies_app.services import approval_check, service_account_revoke
-from runner.types import ToolEffect
+from policies_app.services import ApprovalTerms, approval_check, service_account_revoke
+from runner.types import ConsequenceLevel, ToolEffect
 from tests.factories import (
     ConnectionFactory,
     GrantFactory,
@@ -311,6 +311,10 @@ def _policy_data(**overrides) -> dict:
         "is_active": "on",
         "allowed_tools": ["core__wait", "core__get_current_time"],
         "require_approval_for_effects": [],
+        "require_approval_at_or_above": "",
+        "require_approval_for_tools": [],
+        "approver": "operator",
+        "approval_ttl_s": "3600",
         "max_runtime_ms": "",
         "max_result_bytes": "",
         "rate_limit_per_minute": "",
@@ -574,15 +578,24 @@ def test_grants_cannot_be_added_or_deleted_in_the_admin(admin_client, acme):
 # --- approvals ------------------------------------------------------------------------------
 
 
+TERMS = ApprovalTerms(
+    effect=ToolEffect.EXTERNAL_SIDE_EFFECT,
+    consequence_level=ConsequenceLevel.MEDIUM,
+    required_because="the tool requires confirmation of every call",
+    approver="operator",
+    ttl_s=3600,
+)
+
+
 def _open_approval(account: ServiceAccount, tool_call_id: str) -> tuple[str, ApprovalRequest]:
     return approval_check(
         tenant_id=account.tenant_id,
         service_account_id=str(account.pk),
         tool_id="github__create_issue",
-        effect=ToolEffect.EXTERNAL_SIDE_EFFECT,
         connection_id=None,
         args_sha256="a" * 64,
         tool_call_id=tool_call_id,
+        terms=TERMS,
     )
 
 
@@ -616,7 +629,7 @@ def test_deny_action(admin_client, admin_user, acme):
     approval.refresh_from_db()
     assert _messages(response) == ["Denied 1 request."]
     assert (approval.status, approval.decided_by) == (ApprovalRequest.Status.DENIED, admin_user)
-    assert _open_approval(account, "call_1")[0] == "deny:an operator denied this call"
+    assert _open_approval(account, "call_1")[0] == "deny:the approval was denied"
 
 
 def test_approving_an_expired_request_changes_nothing(admin_client, acme):

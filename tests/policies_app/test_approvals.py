@@ -64,7 +64,7 @@ def test_denied_approval_answers_policy_denied(setup):
 
     result = _call(runner, account)
 
-    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "an operator denied this call")
+    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "the approval was denied")
     assert not ToolInvocation.objects.filter(executed=True).exists()
 
 
@@ -77,7 +77,10 @@ def test_expired_approval_answers_policy_denied_even_if_approved(setup):
 
     result = _call(runner, account)
 
-    assert (result.error_code, result.safe_message) == (ErrorCode.POLICY_DENIED, "the approval expired")
+    assert (result.error_code, result.safe_message) == (
+        ErrorCode.POLICY_DENIED,
+        "the approval expired; repeat the call with a new tool_call_id to ask again",
+    )
 
 
 def test_approval_is_bound_to_the_args(setup):
@@ -145,3 +148,41 @@ def test_a_used_approval_still_lets_its_own_call_through_so_a_refusal_further_do
 
     assert repeat.ok is True  # the approval covers call-1, and its claim lets it run only once
     assert other_call.error_code is ErrorCode.APPROVAL_REQUIRED  # another tool_call_id needs its own approval
+
+
+def test_a_policy_level_threshold_sends_a_call_to_approval_and_the_catalog_still_offers_it(setup):
+    runner, account = setup
+    ToolPolicyFactory(
+        tenant=account.tenant,
+        service_account=account,
+        allowed_tools=["core__wait"],
+        require_approval_for_effects=[],
+        require_approval_at_or_above="low",
+    )
+    governance_cache.refresh()
+
+    result = _call(runner, account, call_id="level-1")
+
+    assert result.error_code is ErrorCode.APPROVAL_REQUIRED
+    approval = ApprovalRequest.objects.get(tool_call_id="level-1")
+    assert approval.required_because.endswith("at consequence level low or above (this tool: low)")
+    assert approval.consequence_level == "low"
+
+
+def test_a_policy_naming_the_tool_sends_it_to_approval(setup):
+    runner, account = setup
+    ToolPolicyFactory(
+        tenant=account.tenant,
+        service_account=account,
+        allowed_tools=["core__wait"],
+        require_approval_for_effects=[],
+        require_approval_for_tools=["core__wait"],
+    )
+    governance_cache.refresh()
+
+    result = _call(runner, account, call_id="named-1")
+
+    assert result.error_code is ErrorCode.APPROVAL_REQUIRED
+    assert ApprovalRequest.objects.get(tool_call_id="named-1").required_because.endswith(
+        "requires approval for this tool"
+    )

@@ -25,6 +25,18 @@ pytestmark = pytest.mark.django_db
 BUILTIN_IDS = ["core__get_current_time", "core__wait", "github__create_issue", "github__get_user"]
 
 
+APPROVAL_DEFAULTS = {
+    "require_approval_at_or_above": None,
+    "require_approval_for_tools": [],
+    "approver": "operator",
+    "approval_ttl_s": 3600,
+}
+
+
+def meta(level: str, confirmation: bool, tags: list[str]) -> dict:
+    return {"consequence_level": level, "requires_confirmation": confirmation, "tags": tags, "version": "1.0.0"}
+
+
 @pytest.fixture
 def catalog() -> None:
     tool_sync(specs=code_specs())
@@ -89,10 +101,22 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
     pins = {tool_id: f"sha256:{digest}" for tool_id, digest in Tool.objects.values_list("id", "schema_hash")}
     assert document == {
         "tools": {
-            "core__get_current_time": {"enabled": False, "schema_hash": pins["core__get_current_time"]},
-            "core__wait": {"enabled": True, "schema_hash": pins["core__wait"]},
-            "github__create_issue": {"enabled": False, "schema_hash": pins["github__create_issue"]},
-            "github__get_user": {"enabled": False, "schema_hash": pins["github__get_user"]},
+            "core__get_current_time": {
+                "enabled": False,
+                "schema_hash": pins["core__get_current_time"],
+                **meta("low", False, ["time"]),
+            },
+            "core__wait": {"enabled": True, "schema_hash": pins["core__wait"], **meta("low", False, ["diagnostics"])},
+            "github__create_issue": {
+                "enabled": False,
+                "schema_hash": pins["github__create_issue"],
+                **meta("medium", True, ["github", "issues"]),
+            },
+            "github__get_user": {
+                "enabled": False,
+                "schema_hash": pins["github__get_user"],
+                **meta("low", False, ["github", "identity"]),
+            },
         },
         "policies": [
             {
@@ -101,6 +125,7 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
                 "service_account": None,
                 "allowed_tools": ["core__get_current_time"],
                 "require_approval_for_effects": [],
+                **APPROVAL_DEFAULTS,
                 "max_runtime_ms": None,
                 "max_result_bytes": None,
                 "rate_limit_per_minute": 60,
@@ -113,6 +138,7 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
                 "service_account": "bot",
                 "allowed_tools": ["core__wait", "github__get_user"],
                 "require_approval_for_effects": ["external_side_effect"],
+                **APPROVAL_DEFAULTS,
                 "max_runtime_ms": 15000,
                 "max_result_bytes": 32768,
                 "rate_limit_per_minute": None,
@@ -425,3 +451,99 @@ def test_dumps_of_a_loaded_file_is_stable_json():
 
     assert text == '{\n  "tools": {},\n  "policies": []\n}\n'
     assert json.loads(text) == policy_document_loads(text)
+
+
+# --- approval keys and tool metadata (seed 002) ------------------------------------------------
+
+
+def test_import_sets_the_approval_keys_and_an_export_gives_them_back(catalog):
+    TenantFactory(slug="acme")
+    entry = policy_entry(
+        "acme",
+        tenant="acme",
+        require_approval_at_or_above="medium",
+        require_approval_for_tools=["core__wait", "core__wait"],
+        approver="tenant_owner",
+        approval_ttl_s=600,
+    )
+
+    policy_import(document={"tools": {}, "policies": [entry]})
+
+    policy = ToolPolicy.objects.get(name="acme")
+    assert (
+        policy.require_approval_at_or_above,
+        policy.require_approval_for_tools,
+        policy.approver,
+        policy.approval_ttl_s,
+    ) == ("medium", ["core__wait"], "tenant_owner", 600)
+    exported = next(p for p in policy_export()["policies"] if p["name"] == "acme")
+    assert {key: exported[key] for key in APPROVAL_DEFAULTS} == {
+        "require_approval_at_or_above": "medium",
+        "require_approval_for_tools": ["core__wait"],
+        "approver": "tenant_owner",
+        "approval_ttl_s": 600,
+    }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        (
+            {"require_approval_at_or_above": "severe"},
+            "require_approval_at_or_above must be null or one of low, medium, high",
+        ),
+        (
+            {"require_approval_for_tools": ["nope__tool"]},
+            "require_approval_for_tools names unknown tool id 'nope__tool'",
+        ),
+        ({"require_approval_for_tools": "core__wait"}, "require_approval_for_tools must be a list of strings"),
+        ({"approver": "anyone"}, "approver must be one of operator, tenant_owner"),
+        ({"approval_ttl_s": 10}, "approval_ttl_s must be whole seconds from 60 to 604800"),
+        ({"approval_ttl_s": "3600"}, "approval_ttl_s must be whole seconds from 60 to 604800"),
+    ],
+)
+def test_bad_approval_keys_refuse_the_file_and_change_nothing(catalog, overrides, problem):
+    before = db_state()
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document={"tools": {}, "policies": [policy_entry("p", **overrides)]})
+
+    assert refused.value.problems == [f"policy 'p': {problem}"]
+    assert db_state() == before
+
+
+def test_a_code_tools_metadata_in_the_file_must_match_its_contract(catalog):
+    same = {"enabled": True, "consequence_level": "medium", "requires_confirmation": True, "tags": ["github", "issues"]}
+    policy_import(document={"tools": {"github__create_issue": same}, "policies": []})
+    before = db_state()
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(
+            document={
+                "tools": {"github__create_issue": {"enabled": False, "requires_confirmation": False}},
+                "policies": [],
+            }
+        )
+
+    assert refused.value.problems == [
+        "tools: 'github__create_issue': requires_confirmation is True in the tool's code; "
+        "change it there, not in the file"
+    ]
+    assert db_state() == before
+    assert Tool.objects.get(pk="github__create_issue").requires_confirmation is True
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"enabled": True, "consequence_level": "severe"}, "consequence_level must be one of low, medium, high"),
+        ({"enabled": True, "requires_confirmation": "yes"}, "requires_confirmation must be true or false"),
+        ({"enabled": True, "tags": ["Bad Tag"]}, "tags must be 1..32 lower-case letters"),
+    ],
+)
+def test_malformed_tool_metadata_refuses_the_file(catalog, entry, problem):
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document={"tools": {"core__wait": entry}, "policies": []})
+
+    assert len(refused.value.problems) == 1
+    assert refused.value.problems[0].startswith(f"tools: 'core__wait': {problem}")

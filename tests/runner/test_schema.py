@@ -20,7 +20,7 @@ from runner.contracts import MAX_TIMEOUT_MS, ToolArgs, ToolContract, ToolDefinit
 from runner.errors import ContractError, SchemaError
 from runner.redaction import compile_allowlist, redact
 from runner.schema import canonical_json, check_schema_subset, redacted_schema, to_tool_spec
-from runner.types import ToolEffect
+from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.tools import BUILTIN_TOOLS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -410,10 +410,56 @@ def test_schema_hash_is_equal_for_independently_built_identical_contracts() -> N
     assert to_tool_spec(first).schema_hash == to_tool_spec(second).schema_hash
 
 
-def test_schema_hash_is_the_sha256_of_the_public_spec_as_canonical_json() -> None:
+def test_schema_hash_is_the_sha256_of_the_public_spec_without_its_metadata_as_canonical_json() -> None:
     spec = to_tool_spec(build_echo_contract())
+    metadata = ("consequence_level", "requires_confirmation", "tags", "version")
+    definition = {key: value for key, value in spec.public_dict().items() if key not in metadata}
 
-    assert spec.schema_hash == hashlib.sha256(canonical_json(spec.public_dict())).hexdigest()
+    assert spec.schema_hash == hashlib.sha256(canonical_json(definition)).hexdigest()
+
+
+def test_metadata_is_carried_into_the_spec_and_kept_out_of_the_schema_hash() -> None:
+    plain = to_tool_spec(build_echo_contract())
+    tagged = to_tool_spec(
+        build_echo_contract(
+            consequence_level=ConsequenceLevel.HIGH, requires_confirmation=True, tags=("echo", "demo"), version="2.1.0"
+        )
+    )
+
+    assert (tagged.consequence_level, tagged.requires_confirmation, tagged.tags, tagged.version) == (
+        ConsequenceLevel.HIGH,
+        True,
+        ("echo", "demo"),
+        "2.1.0",
+    )
+    assert tagged.public_dict()["tags"] == ["echo", "demo"]
+    assert (plain.consequence_level, plain.requires_confirmation, plain.tags, plain.version) == (
+        ConsequenceLevel.LOW,
+        False,
+        (),
+        None,
+    )
+    assert tagged.schema_hash == plain.schema_hash  # metadata is synced apart from the definition's review stamp
+
+
+@pytest.mark.parametrize(
+    ("tags", "problem"),
+    [
+        (("Echo",), "lower-case"),
+        (("a b",), "lower-case"),
+        (("x", "x"), "must not repeat"),
+        (tuple(f"t{i}" for i in range(17)), "at most 16"),
+        ("echo", "list of strings"),
+    ],
+)
+def test_malformed_tags_are_refused_by_the_contract(tags, problem) -> None:
+    with pytest.raises(ContractError, match=problem):
+        build_echo_contract(tags=tags)
+
+
+def test_a_version_longer_than_32_characters_is_refused() -> None:
+    with pytest.raises(ContractError, match="version"):
+        build_echo_contract(version="1" * 33)
 
 
 @pytest.mark.parametrize(

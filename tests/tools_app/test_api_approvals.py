@@ -37,7 +37,16 @@ def test_the_caller_sees_its_pending_request_then_the_decision(pending):
     after = api_client(key).get(f"/api/v1/approvals/{approval_id}")
 
     assert before.status_code == 200
-    assert set(before.json()) == {"id", "status", "tool_id", "expires_at", "decided_at"}
+    assert set(before.json()) == {
+        "id",
+        "status",
+        "tool_id",
+        "tool_call_id",
+        "consequence_level",
+        "expires_at",
+        "decided_at",
+        "reason",
+    }
     assert (before.json()["id"], before.json()["status"], before.json()["decided_at"]) == (approval_id, "pending", None)
     assert (after.json()["status"], after.json()["decided_at"] is not None) == ("approved", True)
 

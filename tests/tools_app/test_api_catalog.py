@@ -47,7 +47,52 @@ def test_catalog_lists_the_enabled_tools_the_policy_allows(key):
         "effect",
         "requires_connection",
         "provider",
+        "consequence_level",
+        "requires_confirmation",
+        "tags",
+        "version",
     }
+
+
+def test_catalog_answers_the_seed_002_metadata_of_each_tool(key):
+    tools = {tool["name"]: tool for tool in api_client(key).get("/api/v1/tools").json()["tools"]}
+
+    assert {
+        name: (tool["consequence_level"], tool["requires_confirmation"], tool["tags"], tool["version"])
+        for name, tool in tools.items()
+    } == {
+        "core__get_current_time": ("low", False, ["time"], "1.0.0"),
+        "github__get_user": ("low", False, ["github", "identity"], "1.0.0"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("tags", "names"),
+    [
+        ("github", ["github__get_user"]),
+        ("github,identity", ["github__get_user"]),
+        ("github,github", ["github__get_user"]),
+        ("time", ["core__get_current_time"]),
+        ("github,time", []),
+        ("nothing", []),
+    ],
+)
+def test_catalog_filters_by_every_given_tag(key, tags, names):
+    response = api_client(key).get("/api/v1/tools", {"tags": tags})
+
+    assert response.status_code == 200
+    assert [tool["name"] for tool in response.json()["tools"]] == names
+
+
+@pytest.mark.parametrize("tags", ["", "GitHub", "a b", "x,", ",x", "a" * 33, ",".join(f"t{i}" for i in range(17))])
+def test_malformed_tags_answer_the_envelope_and_say_what_a_tag_is(key, tags):
+    response = api_client(key).get("/api/v1/tools", {"tags": tags})
+
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error_code"] == "validation"
+    assert body["errors"][0]["path"] == "tags"
+    assert "comma-separated tags" in body["errors"][0]["message"]
 
 
 def test_catalog_in_openai_format(key):

@@ -353,6 +353,17 @@ def test_tools_list_maps_the_catalog_and_annotations_from_the_effect(client):
     assert tools[0]["outputSchema"]["required"] == ["iso", "epoch_ms", "timezone"]
 
 
+def test_tools_list_carries_the_seed_002_metadata_in_meta(client):
+    tools = legacy(client, "tools/list").json()["result"]["tools"]
+
+    assert tools[2]["_meta"] == {
+        "toolgate/consequence_level": "medium",
+        "toolgate/requires_confirmation": True,
+        "toolgate/tags": ["github", "issues"],
+        "toolgate/version": "1.0.0",
+    }
+
+
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_tools_list_pages_follow_the_cursor_to_the_end(client, monkeypatch, era):
     monkeypatch.setattr(protocol, "PAGE_SIZE", 2)

@@ -18,7 +18,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerial
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from runner.types import Decision, ErrorCode, ToolEffect
+from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.api.pagination import PAGE_PARAMETERS
 from tools_app.models import ToolInvocation
 
@@ -27,6 +27,9 @@ ID_RE = re.compile(ID_PATTERN)
 ID_SCHEMA_PATTERN = "^[A-Za-z0-9_-]{1,128}$"  # the same rule in ECMA-262 syntax, for the OpenAPI schema
 ID_MESSAGE = "must be 1 to 128 letters, digits, '_' or '-'"
 MAX_ARGS_BYTES = 8 * 1024
+# Up to 16 tags as runner.contracts.TAG_PATTERN spells one, joined by commas.
+TAGS_QUERY_PATTERN = r"\A[a-z0-9][a-z0-9_.-]{0,31}(?:,[a-z0-9][a-z0-9_.-]{0,31}){0,15}\Z"
+TAGS_QUERY_MESSAGE = "must be up to 16 comma-separated tags of 1 to 32 lower-case letters, digits, '_', '.' or '-'"
 MAX_CONNECTION_IDS = 32
 UNKNOWN_FIELD_PATH = "(unknown field)"
 
@@ -336,6 +339,14 @@ class ToolSpecOutputSerializer(serializers.Serializer):
     effect = serializers.ChoiceField(choices=[effect.value for effect in ToolEffect])
     requires_connection = serializers.BooleanField()
     provider = serializers.CharField(allow_null=True)
+    consequence_level = serializers.ChoiceField(
+        choices=[level.value for level in ConsequenceLevel], help_text="How much real-world harm a call can do."
+    )
+    requires_confirmation = serializers.BooleanField(
+        help_text="Every call waits for a person's approval (202 `approval_required`), whatever the policy says."
+    )
+    tags = serializers.ListField(child=serializers.CharField(), help_text="Filter keys (`?tags=`).")
+    version = serializers.CharField(allow_null=True)
 
 
 class OpenAIFunctionOutputSerializer(serializers.Serializer):
@@ -400,6 +411,16 @@ class ToolCatalogQuerySerializer(StrictQuerySerializer):
             "`anthropic`: Messages API tools. Absent: Toolgate's ToolSpecs."
         ),
     )
+    tags = StrictRegexField(
+        TAGS_QUERY_PATTERN,
+        required=False,
+        trim_whitespace=False,
+        error_messages={"invalid": TAGS_QUERY_MESSAGE, "blank": TAGS_QUERY_MESSAGE},
+        help_text="Comma-separated tags: only tools carrying every one of them (`?tags=github,issues`).",
+    )
+
+    def validate_tags(self, value: str) -> list[str]:
+        return list(dict.fromkeys(value.split(",")))  # a repeated tag asks for nothing more
 
 
 class InvocationListQuerySerializer(PageQuerySerializer):
@@ -457,8 +478,11 @@ class ApprovalOutputSerializer(serializers.Serializer):
         help_text="`expired`: nobody decided in time, or an approval was not used before its expiry.",
     )
     tool_id = serializers.CharField()
+    tool_call_id = serializers.CharField(help_text="The call this request approves: repeat it with this id.")
+    consequence_level = serializers.ChoiceField(choices=[level.value for level in ConsequenceLevel])
     expires_at = serializers.DateTimeField()
     decided_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(help_text="The approver's reason, if they gave one (empty otherwise).")
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         data = super().to_representation(instance)

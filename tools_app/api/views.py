@@ -190,7 +190,12 @@ class ToolCatalogView(ToolsApiView):
         query = ToolCatalogQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         runtime = self.runtime()
-        specs = tool_catalog(source=runtime.source, policy=runtime.policy, caller=request_caller(request))
+        specs = tool_catalog(
+            source=runtime.source,
+            policy=runtime.policy,
+            caller=request_caller(request),
+            tags=query.validated_data.get("tags", ()),
+        )
         encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
         if encoder is not None:
             return Response({"tools": encoder(specs)})

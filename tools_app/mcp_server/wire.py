@@ -41,6 +41,13 @@ def tool_entry(spec: ToolSpec) -> dict[str, Any]:
     }
     if spec.output_schema is not None:
         entry["outputSchema"] = dict(spec.output_schema)
+    # Seed 002's metadata has no MCP field of its own: it travels in `_meta` under Toolgate's prefix.
+    entry["_meta"] = {
+        "toolgate/consequence_level": spec.consequence_level.value,
+        "toolgate/requires_confirmation": spec.requires_confirmation,
+        "toolgate/tags": list(spec.tags),
+        "toolgate/version": spec.version,
+    }
     return entry
 
 

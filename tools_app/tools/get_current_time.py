@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from runner.capabilities import ToolCapabilities
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
-from runner.types import ToolEffect, ToolInvocationContext
+from runner.types import ConsequenceLevel, ToolEffect, ToolInvocationContext
 
 _ZONES = frozenset(available_timezones())
 
@@ -46,6 +46,10 @@ TOOL = ToolDefinition(
         input_model=GetCurrentTimeArgs,
         output_model=GetCurrentTimeResult,
         effect=ToolEffect.READ_ONLY,
+        consequence_level=ConsequenceLevel.LOW,
+        requires_confirmation=False,
+        tags=("time",),
+        version="1.0.0",
         redaction_allowlist=("iso", "epoch_ms", "timezone"),
         capabilities=frozenset({"clock"}),
     ),

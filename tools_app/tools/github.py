@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from runner.capabilities import HttpResponse, ToolCapabilities
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.errors import ToolFailure
-from runner.types import ToolEffect, ToolInvocationContext
+from runner.types import ConsequenceLevel, ToolEffect, ToolInvocationContext
 
 PROVIDER = "github"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -93,6 +93,10 @@ GET_USER = ToolDefinition(
         requires_connection=True,
         provider=PROVIDER,
         capabilities=frozenset({"http", "auth"}),
+        consequence_level=ConsequenceLevel.LOW,
+        requires_confirmation=False,
+        tags=("github", "identity"),
+        version="1.0.0",
     ),
     execute=get_user,
 )
@@ -108,6 +112,11 @@ CREATE_ISSUE = ToolDefinition(
         requires_connection=True,
         provider=PROVIDER,
         capabilities=frozenset({"http", "auth"}),
+        # Publicly visible in someone else's repository and not undone by a retry: a person confirms each one.
+        consequence_level=ConsequenceLevel.MEDIUM,
+        requires_confirmation=True,
+        tags=("github", "issues"),
+        version="1.0.0",
     ),
     execute=create_issue,
 )

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from runner.capabilities import ToolCapabilities
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
-from runner.types import ToolEffect, ToolInvocationContext
+from runner.types import ConsequenceLevel, ToolEffect, ToolInvocationContext
 
 
 class WaitArgs(ToolArgs):
@@ -31,6 +31,10 @@ TOOL = ToolDefinition(
         input_model=WaitArgs,
         output_model=WaitResult,
         effect=ToolEffect.READ_ONLY,
+        consequence_level=ConsequenceLevel.LOW,
+        requires_confirmation=False,
+        tags=("diagnostics",),
+        version="1.0.0",
         redaction_allowlist=("waited_ms",),
         default_timeout_ms=61_000,
     ),

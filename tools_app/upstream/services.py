@@ -25,7 +25,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from changes_app.services import change_record
 from policies_app.governance import governance_bump
 from runner.pipeline import BackgroundLoop
-from runner.types import ToolEffect
+from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.metrics import mcp_discovery_observed
 from tools_app.models import Tool
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, list_all_tools
@@ -336,6 +336,9 @@ def _create_tool(server: McpServer, name: str, tool_id: str, definition: dict[st
             "effect": effect.value,
             "schema_changed_at": now,
             "missing_since": None,
+            # Like the effect: the most restrictive until an operator has looked; discovery never resets them.
+            "consequence_level": ConsequenceLevel.HIGH.value,
+            "tags": ["mcp", server.slug[:32].lower()],
             **_row_fields(tool_id, definition, effect.value, server),
         },
     )

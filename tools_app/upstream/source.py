@@ -29,7 +29,7 @@ from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolFailure
 from runner.ports import ToolSource
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
-from runner.types import FieldError, ToolEffect, ToolInvocationContext, ToolSpec
+from runner.types import ConsequenceLevel, FieldError, ToolEffect, ToolInvocationContext, ToolSpec
 from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, pool_for_running_loop
@@ -195,6 +195,10 @@ def bind_mcp_tool(
         provider=provider,
         # what /mcp offers as outputSchema: the value is cut to this schema's declared fields
         output_schema=output_schema if isinstance(output_schema, dict) else None,
+        consequence_level=ConsequenceLevel(tool.tool.consequence_level),
+        requires_confirmation=tool.tool.requires_confirmation,
+        tags=tuple(tool.tool.tags),
+        version=tool.tool.version or None,
         schema_hash=pinned_schema_hash(
             tool_id=tool.tool_id,
             definition=definition,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.urls import reverse
 
 from tests.tools_app.upstream.conftest import add
@@ -138,3 +141,44 @@ def test_the_kill_switch_does_not_turn_on_an_unapproved_upstream_tool(admin_clie
 
     assert "mcp__acme__add is pending review; approve its definition first" in _messages(response)
     assert Tool.objects.get(pk="mcp__acme__add").is_enabled is False
+
+
+def test_an_operator_tightens_an_upstream_tools_metadata_in_the_tool_page(admin_client, discovered):
+    url = reverse("admin:tools_app_tool_change", args=["mcp__acme__add"])
+    form = admin_client.get(url).context["adminform"].form
+
+    response = admin_client.post(
+        url, {"is_enabled": "", "consequence_level": "medium", "requires_confirmation": "on", "tags": '["math"]'}
+    )
+
+    tool = Tool.objects.get(pk="mcp__acme__add")
+    assert {"consequence_level", "requires_confirmation", "tags"} <= set(form.fields)
+    assert response.status_code == 302
+    assert (tool.consequence_level, tool.requires_confirmation, tool.tags) == ("medium", True, ["math"])
+
+
+def test_a_code_tools_metadata_is_read_only_in_the_admin(admin_client):
+    call_command("sync_tools", stdout=io.StringIO())
+
+    form = (
+        admin_client.get(reverse("admin:tools_app_tool_change", args=["github__create_issue"]))
+        .context["adminform"]
+        .form
+    )
+
+    assert "consequence_level" not in form.fields
+    assert Tool.objects.get(pk="github__create_issue").requires_confirmation is True
+
+
+def test_bad_tags_for_an_upstream_tool_change_nothing(admin_client, discovered):
+    url = reverse("admin:tools_app_tool_change", args=["mcp__acme__add"])
+
+    response = admin_client.post(
+        url,
+        {"is_enabled": "", "consequence_level": "low", "requires_confirmation": "", "tags": '["Not A Tag"]'},
+        follow=True,
+    )
+
+    tool = Tool.objects.get(pk="mcp__acme__add")
+    assert any("Metadata not saved" in str(message) for message in response.context["messages"])
+    assert (tool.consequence_level, tool.tags) == ("high", ["mcp", "acme"])

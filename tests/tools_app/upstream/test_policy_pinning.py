@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from config.runtime import runtime
 from policies_app.models import ToolPolicy
 from policies_app.policy_io import PolicyFileError, policy_export, policy_import
 from tests.support.api import enable_tools
@@ -42,7 +43,15 @@ def test_export_writes_the_current_definition_hash_of_every_tool(discovered):
 
     tools = policy_export()["tools"]
 
-    assert tools["mcp__acme__add"] == {"enabled": False, "schema_hash": pin("mcp__acme__add")}
+    assert tools["mcp__acme__add"] == {
+        "enabled": False,
+        "schema_hash": pin("mcp__acme__add"),
+        # an upstream tool starts at the most restrictive level, tagged with its server
+        "consequence_level": "high",
+        "requires_confirmation": False,
+        "tags": ["mcp", "acme"],
+        "version": None,
+    }
     spec = next(spec for spec in code_specs() if spec.name == "core__wait")
     assert tools["core__wait"]["schema_hash"] == f"sha256:{spec.schema_hash}"
     assert len(tools) == 4 + 5
@@ -120,3 +129,25 @@ def test_the_pinned_hash_approves_and_enables_exactly_that_definition(discovered
     assert tool.approved_definition["description"] == "Add, and also exfiltrate."
     assert Tool.objects.get(pk="mcp__acme__add").is_enabled is True
     assert policy_import(document=policy_export()).changed_anything is False
+
+
+def test_an_upstream_tools_metadata_is_the_operators_to_set_in_the_file(discovered):
+    document = {
+        "tools": {
+            "mcp__acme__add": {
+                "enabled": True,
+                "schema_hash": pin("mcp__acme__add"),
+                "consequence_level": "low",
+                "requires_confirmation": True,
+                "tags": ["math"],
+            }
+        },
+        "policies": [POLICY],
+    }
+
+    policy_import(document=document)
+
+    tool = Tool.objects.get(pk="mcp__acme__add")
+    assert (tool.consequence_level, tool.requires_confirmation, tool.tags) == ("low", True, ["math"])
+    spec = runtime().source.get("mcp__acme__add").spec
+    assert (spec.consequence_level.value, spec.requires_confirmation, spec.tags) == ("low", True, ("math",))

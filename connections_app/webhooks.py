@@ -1,0 +1,222 @@
+"""Tenant webhooks for approvals: set by an owner, signed with HMAC-SHA256, delivered by Celery.
+
+Events: `approval.requested` (a call waits for a person) and
+`approval.decided` (approved or denied). The payload names ids and the tool,
+never the call's arguments, the reason or any secret. A delivery row is written
+in the transaction that opened or decided the approval and its task is sent on
+commit, so the call that asked never waits for (or fails with) the receiver.
+
+Signature: header `Toolgate-Signature: t=<unix seconds>,v1=<hex>`, where hex is
+HMAC-SHA256 of `<t>.<raw body>` under the webhook's secret. Receivers check it
+in constant time and refuse old timestamps.
+
+The URL must be http(s) and public: loopback and private addresses are refused
+when it is set and again at every delivery (the host is resolved, checked, and
+the request goes to the checked address), unless
+TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS is true.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from connections_app.crypto import KeyRing, open_sealed, seal
+from connections_app.models import TenantWebhook, WebhookDelivery
+from policies_app.models import ApprovalRequest, Tenant
+from tools_app.upstream.netguard import (
+    UpstreamAddressRefused,
+    check_addresses,
+    check_url_now,
+    literal_address,
+    parse_endpoint,
+)
+
+SIGNATURE_HEADER = "Toolgate-Signature"
+DELIVERY_TIMEOUT_S = 10.0
+MAX_ERROR_LENGTH = 300
+
+
+class WebhookError(ValueError):
+    """A webhook URL was refused; the message says why and is safe to show."""
+
+
+class TransientDeliveryError(Exception):
+    """The receiver could not be reached or answered 5xx/429: the task retries with backoff."""
+
+
+def _binding(tenant_id: int) -> dict[str, str]:
+    return {"webhook_secret": str(tenant_id)}
+
+
+def webhook_url_check(url: str) -> None:
+    """http(s), no user info, and (unless allowed) no loopback or private address; else WebhookError."""
+    try:
+        check_url_now(url, allow_private=settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+    except UpstreamAddressRefused as refused:
+        raise WebhookError(f"webhook URL refused: {refused}") from None
+
+
+@transaction.atomic
+def webhook_set(*, tenant: Tenant, url: str, user: AbstractBaseUser | None) -> str:
+    """Set (or replace) the tenant's webhook with a new secret; returns the secret, shown once."""
+    webhook_url_check(url)
+    secret = "whsec_" + secrets.token_urlsafe(32)
+    sealed = seal(secret.encode(), binding=_binding(tenant.pk), ring=KeyRing.from_settings()).blob
+    TenantWebhook.objects.update_or_create(
+        tenant=tenant, defaults={"url": url, "secret_sealed": sealed, "created_by": user}
+    )
+    return secret
+
+
+def webhook_remove(*, tenant: Tenant) -> bool:
+    return bool(TenantWebhook.objects.filter(tenant=tenant).delete()[0])
+
+
+def webhook_signature(secret: str, timestamp: int, body: bytes) -> str:
+    """The header value for `body` sent at `timestamp` (what receivers recompute)."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+# --- events --------------------------------------------------------------------------------
+
+Enqueue = Callable[[str], object]
+
+
+def approval_event_payload(approval: ApprovalRequest, event: str, delivery_id: str) -> dict[str, Any]:
+    """Ids, the tool and the outcome; never the call's arguments, the reason or any secret."""
+    return {
+        "event": event,
+        "delivery_id": delivery_id,
+        "approval": {
+            "id": str(approval.pk),
+            "tenant": approval.tenant.slug,
+            "service_account_id": str(approval.service_account_id),
+            "tool_id": approval.tool_id,
+            "tool_call_id": approval.tool_call_id,
+            "effect": approval.effect,
+            "consequence_level": approval.consequence_level,
+            "approver": approval.approver,
+            "status": approval.status,
+            "expires_at": approval.expires_at.isoformat(),
+            "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+        },
+    }
+
+
+def webhook_enqueue_for(approval: ApprovalRequest, *, enqueue: Enqueue) -> WebhookDelivery | None:
+    """Record a delivery if the tenant has a webhook, and send its task once the transaction commits."""
+    if not TenantWebhook.objects.filter(tenant_id=approval.tenant_id).exists():
+        return None
+    event = "approval.requested" if approval.status == ApprovalRequest.Status.PENDING else "approval.decided"
+    delivery = WebhookDelivery(tenant_id=approval.tenant_id, event=event, payload={})
+    delivery.payload = approval_event_payload(approval, event, str(delivery.pk))
+    delivery.save()
+    transaction.on_commit(lambda: enqueue(str(delivery.pk)))
+    return delivery
+
+
+# --- delivery ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryOutcome:
+    status: str
+    detail: str = ""
+
+
+def webhook_deliver(*, delivery_id: str, final_attempt: bool) -> DeliveryOutcome:
+    """Post one delivery, signed; idempotent (a delivered row returns at once).
+
+    Raises TransientDeliveryError for a timeout, a connection failure, 429 or
+    5xx (unless `final_attempt`, when the row is marked failed instead). Any
+    other answer is final: 2xx delivered, else failed with the status recorded.
+    """
+    delivery = WebhookDelivery.objects.filter(pk=delivery_id).first()
+    if delivery is None or delivery.status != WebhookDelivery.Status.PENDING:
+        return DeliveryOutcome(delivery.status if delivery else "missing")
+    webhook = TenantWebhook.objects.filter(tenant_id=delivery.tenant_id).first()
+    if webhook is None:
+        return _finish(delivery, WebhookDelivery.Status.FAILED, "the tenant removed its webhook")
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=delivery.attempts + 1)
+    secret = open_sealed(
+        bytes(webhook.secret_sealed), binding=_binding(delivery.tenant_id), ring=KeyRing.from_settings()
+    ).decode()
+    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
+    try:
+        status = _post(webhook.url, body, secret=secret, event=delivery.event, delivery_id=str(delivery.pk))
+    except WebhookError as refused:
+        return _finish(delivery, WebhookDelivery.Status.FAILED, str(refused))
+    except httpx.HTTPError as error:
+        return _transient(delivery, f"could not reach the receiver ({type(error).__name__})", final_attempt)
+    if 200 <= status < 300:
+        return _finish(delivery, WebhookDelivery.Status.DELIVERED, f"HTTP {status}")
+    if status == 429 or status >= 500:
+        return _transient(delivery, f"the receiver answered HTTP {status}", final_attempt)
+    return _finish(delivery, WebhookDelivery.Status.FAILED, f"the receiver answered HTTP {status}")
+
+
+def _transient(delivery: WebhookDelivery, detail: str, final_attempt: bool) -> DeliveryOutcome:
+    if final_attempt:
+        return _finish(delivery, WebhookDelivery.Status.FAILED, f"{detail}; gave up after retries")
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(last_error=detail[:MAX_ERROR_LENGTH])
+    raise TransientDeliveryError(detail)
+
+
+def _finish(delivery: WebhookDelivery, status: str, detail: str) -> DeliveryOutcome:
+    WebhookDelivery.objects.filter(pk=delivery.pk, status=WebhookDelivery.Status.PENDING).update(
+        status=status,
+        last_error="" if status == WebhookDelivery.Status.DELIVERED else detail[:MAX_ERROR_LENGTH],
+        delivered_at=timezone.now() if status == WebhookDelivery.Status.DELIVERED else None,
+    )
+    return DeliveryOutcome(status, detail)
+
+
+def _post(url: str, body: bytes, *, secret: str, event: str, delivery_id: str) -> int:
+    """POST to the address checked now (never one a second DNS answer could swap in)."""
+    endpoint = parse_endpoint(url)
+    allow_private = settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS
+    try:
+        literal = literal_address(endpoint.host)
+        if literal is not None:
+            address = check_addresses([literal], allow_private=allow_private)
+        else:
+            try:
+                infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+            except (OSError, UnicodeError):
+                raise UpstreamAddressRefused("the host does not resolve") from None
+            address = check_addresses(
+                list(dict.fromkeys(str(info[4][0]) for info in infos)), allow_private=allow_private
+            )
+    except UpstreamAddressRefused as refused:
+        raise WebhookError(f"webhook URL refused: {refused}") from None
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    pinned = urlunsplit((parts.scheme, f"{host}:{endpoint.port}", parts.path or "/", parts.query, ""))
+    timestamp = int(time.time())
+    headers = {
+        "Host": parts.netloc,
+        "Content-Type": "application/json",
+        "User-Agent": "Toolgate-Webhooks/1",
+        "Toolgate-Event": event,
+        "Toolgate-Delivery": delivery_id,
+        SIGNATURE_HEADER: webhook_signature(secret, timestamp, body),
+    }
+    with httpx.Client(timeout=DELIVERY_TIMEOUT_S, follow_redirects=False) as client:
+        response = client.post(pinned, content=body, headers=headers, extensions={"sni_hostname": endpoint.host})
+    return response.status_code
