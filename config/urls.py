@@ -6,7 +6,9 @@ answer the contract's error envelope for /api/ paths.
 """
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from config import api, health, metrics
@@ -24,6 +26,8 @@ admin.site.login_form = AdminLoginForm  # the username's length is checked befor
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Browsers and tools ask for /favicon.ico whatever the page links: answer with the icon, not a 404.
+    path("favicon.ico", RedirectView.as_view(url=static("toolgate/favicon.svg"), permanent=True)),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),  # Prometheus: token or loopback (config/metrics.py)

@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import connection_revoke
+from policies_app.admin_display import short_datetime
 from policies_app.models import ServiceAccount
 
 
@@ -34,14 +35,14 @@ class ConnectionAdmin(admin.ModelAdmin):
         "tenant",
         "provider",
         "label",
-        "credential_type",
+        "kind",
         "status",
         "scopes_display",
-        "created_at",
+        "created",
         "created_by",
-        "last_used_at",
-        "expires_at",
-        "revoked_at",
+        "last_used",
+        "expires",
+        "revoked",
     )
     list_display_links = ("short_id",)
     list_filter = ("tenant", "provider", "credential_type", "status")
@@ -89,6 +90,27 @@ class ConnectionAdmin(admin.ModelAdmin):
     @admin.display(description="scopes")
     def scopes_display(self, connection: Connection) -> str:
         return ", ".join(connection.scopes) or "—"
+
+    @admin.display(description="type", ordering="credential_type")
+    def kind(self, connection: Connection) -> str:
+        return connection.get_credential_type_display()
+
+    # Short dates: with Django's long ones the list is wider than a 1280 px screen.
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, connection: Connection) -> str | None:
+        return short_datetime(connection.created_at)
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used(self, connection: Connection) -> str | None:
+        return short_datetime(connection.last_used_at)
+
+    @admin.display(description="expires at", ordering="expires_at")
+    def expires(self, connection: Connection) -> str | None:
+        return short_datetime(connection.expires_at)
+
+    @admin.display(description="revoked at", ordering="revoked_at")
+    def revoked(self, connection: Connection) -> str | None:
+        return short_datetime(connection.revoked_at)
 
     @admin.display(description="audit trail")
     def events(self, connection: Connection) -> SafeString:
