@@ -39,7 +39,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         "status",
         "scopes_display",
         "created",
-        "created_by",
+        "creator",
         "last_used",
         "expires",
         "revoked",
@@ -47,7 +47,7 @@ class ConnectionAdmin(admin.ModelAdmin):
     list_display_links = ("short_id",)
     list_filter = ("tenant", "provider", "credential_type", "status")
     search_fields = ("label", "tenant__slug", "provider")
-    list_select_related = ("tenant", "created_by")
+    list_select_related = ("tenant", "created_by", "created_by_service_account")
     actions = ("revoke_selected",)
     fields = (
         "id",
@@ -59,7 +59,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         "scopes_display",
         "expires_at",
         "created_at",
-        "created_by",
+        "creator",
         "last_used_at",
         "revoked_at",
         "revoked_by",
@@ -99,6 +99,10 @@ class ConnectionAdmin(admin.ModelAdmin):
     @admin.display(description="created at", ordering="created_at")
     def created(self, connection: Connection) -> str | None:
         return short_datetime(connection.created_at)
+
+    @admin.display(description="created by")
+    def creator(self, connection: Connection) -> str:
+        return connection.creator
 
     @admin.display(description="last used", ordering="last_used_at")
     def last_used(self, connection: Connection) -> str | None:
