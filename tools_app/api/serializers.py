@@ -370,7 +370,7 @@ class ToolCatalogOutputSerializer(serializers.Serializer):
     tools = CatalogEntriesField()
     hint = serializers.CharField(
         required=False,
-        help_text="Only when `tools` is empty: why (no policy applies, or it allows no enabled tool) and who can fix it.",
+        help_text="Only when `tools` is empty: why (no policy applies, or it allows no enabled tool), who can fix it.",
     )
 
 
