@@ -21,6 +21,7 @@ from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
 from policies_app.models import ServiceAccount, Tenant, ToolPolicy
+from runner.catalog import closest_tool_id
 from runner.types import ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
@@ -135,10 +136,12 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
     """Apply a policy document: upsert policies by name, set tool switches, optionally prune.
 
-    All or nothing: the document is validated against the registry and the
-    database before the first write, and every write happens in this one
-    transaction. A switch for a tool that is in the code registry but has no
-    Tool row yet (sync_tools never ran) syncs the catalog first, inside the same
+    A file may hold "tools", "policies" or both; a key that is absent changes
+    nothing of its part. All or nothing: the document is validated against the
+    registry and the database before the first write, every problem found is
+    reported at once, and every write happens in this one transaction. A
+    switch for a tool that is in the code registry but has no Tool row yet
+    (sync_tools never ran) syncs the catalog first, inside the same
     transaction, so a fresh database can be set up from the file alone.
     Saves and deletes go through the models, whose signals bump the governance
     generation: every process sees the new state on its next call.
@@ -147,15 +150,20 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         policy.name: policy
         for policy in ToolPolicy.objects.select_for_update(of=("self",)).select_related("tenant", "service_account")
     }
-    switches, rows, pins = _validate(document, existing=existing, prune=prune)
+    problems: list[str] = []
+    checked = _validate(document, existing=existing, prune=prune, problems=problems)
     report = ImportReport()
 
+    switches = checked.switches
     tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
     if set(switches) - set(tool_rows):
-        tool_sync(specs=code_specs())
+        tool_sync(specs=code_specs())  # rolled back with everything else if the file is refused below
         report.tools_synced = True
         tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
-    _check_pins(pins, switches, tool_rows)
+    problems += _pin_problems(checked.pins, switches, tool_rows)
+    if problems:
+        raise PolicyFileError(problems)
+    _approve_pinned(switches, checked.pins, tool_rows)
     for tool_id, enabled in sorted(switches.items()):
         tool = tool_rows[tool_id]
         if tool.is_enabled != enabled:
@@ -164,13 +172,13 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
             (report.tools_enabled if enabled else report.tools_disabled).append(tool_id)
 
     if prune:
-        named = {row.name for row in rows}
+        named = {row.name for row in checked.rows}
         for name in sorted(set(existing) - named):
             existing[name].delete()
             report.pruned.append(name)
 
     try:
-        _apply_policies(rows, existing=existing, report=report)
+        _apply_policies(checked.rows, existing=existing, report=report)
     except IntegrityError as error:  # a concurrent writer took a scope we checked as free
         raise PolicyFileError([f"the database refused the policies: {error}"]) from None
     return report
@@ -230,26 +238,40 @@ def _row_document(row: _PolicyRow) -> dict[str, Any]:
 # --- validation --------------------------------------------------------------------------
 
 
-def _validate(
-    document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool
-) -> tuple[dict[str, bool], list[_PolicyRow], dict[str, str]]:
-    """The document's switches and policies, or PolicyFileError listing every problem found."""
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What a document asks for, as far as it passed its checks."""
+
+    switches: dict[str, bool]
+    rows: list[_PolicyRow]
+    pins: dict[str, str]
+
+
+def _validate(document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool, problems: list[str]) -> _Checked:
+    """The document's switches and policies; every problem found is appended to `problems`.
+
+    Each part is checked on its own, so one run names every problem of the file. A
+    part that is absent is empty (and `--prune`, which deletes the policies a file
+    does not name, requires the "policies" part to be there).
+    """
     if not isinstance(document, dict):
-        raise PolicyFileError(['the file must hold a JSON object with "tools" and "policies"'])
-    problems = [f"unknown top-level key {key!r}" for key in sorted(set(document) - TOP_LEVEL_KEYS)]
-    problems += [f'missing top-level key "{key}"' for key in sorted(TOP_LEVEL_KEYS - set(document))]
-    if problems:
-        raise PolicyFileError(problems)
+        problems.append('the file must hold a JSON object with "tools", "policies" or both')
+        return _Checked(switches={}, rows=[], pins={})
+    problems += [
+        f"unknown top-level key {key!r} (the keys are {', '.join(sorted(TOP_LEVEL_KEYS))})"
+        for key in sorted(set(document) - TOP_LEVEL_KEYS)
+    ]
+    if not set(document) & TOP_LEVEL_KEYS:
+        problems.append('the file has neither "tools" nor "policies": nothing to import')
+    if prune and "policies" not in document:
+        problems.append('--prune deletes the policies the file does not name: it needs a "policies" list')
 
     known_tools = set(code_registry()) | set(Tool.objects.values_list("id", flat=True))
     pins: dict[str, str] = {}
-    switches = _validate_switches(document["tools"], known_tools=known_tools, problems=problems, pins=pins)
-    rows = _validate_policies(document["policies"], known_tools=known_tools, problems=problems)
-    if not problems:
-        _check_scopes(rows, existing=existing, prune=prune, problems=problems)
-    if problems:
-        raise PolicyFileError(problems)
-    return switches, rows, pins
+    switches = _validate_switches(document.get("tools", {}), known_tools=known_tools, problems=problems, pins=pins)
+    rows = _validate_policies(document.get("policies", []), known_tools=known_tools, problems=problems)
+    _check_scopes(rows, existing=existing, prune=prune, problems=problems)
+    return _Checked(switches=switches, rows=rows, pins=pins)
 
 
 def _validate_switches(
@@ -261,7 +283,7 @@ def _validate_switches(
     switches = {}
     for tool_id, entry in tools.items():
         if tool_id not in known_tools:
-            problems.append(f"tools: unknown tool id {tool_id!r}")
+            problems.append(f"tools: {_unknown_tool(tool_id, known_tools)}")
         elif (
             not isinstance(entry, dict)
             or "enabled" not in entry
@@ -280,13 +302,8 @@ def _validate_switches(
     return switches
 
 
-def _check_pins(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows: Mapping[str, Tool]) -> None:
-    """Pinned definitions: a hash must be the tool's current one; an MCP tool is enabled only by its hash.
-
-    Enabling an upstream tool whose live definition is not approved yet (new
-    or drifted) approves exactly the definition the file pins, so a reviewed
-    policy file in git is an approval. Any problem refuses the whole file.
-    """
+def _pin_problems(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows: Mapping[str, Tool]) -> list[str]:
+    """Pinned definitions: a hash must be the tool's current one; an MCP tool is enabled only by its hash."""
     problems = []
     for tool_id, enabled in sorted(switches.items()):
         tool = tool_rows[tool_id]
@@ -295,8 +312,12 @@ def _check_pins(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows
             problems.append(f"tools: {tool_id!r}: schema_hash differs from the tool's current definition")
         elif enabled and tool.source == Tool.Source.MCP and pinned is None:
             problems.append(f"tools: {tool_id!r} comes from an MCP server; enabling it requires its schema_hash")
-    if problems:
-        raise PolicyFileError(problems)
+    return problems
+
+
+def _approve_pinned(switches: Mapping[str, bool], pins: Mapping[str, str], tool_rows: Mapping[str, Tool]) -> None:
+    """Enabling an upstream tool whose live definition is not approved yet (new or drifted) approves
+    exactly the definition the file pins, so a reviewed policy file in git is an approval."""
     for tool_id, enabled in sorted(switches.items()):
         if enabled and tool_rows[tool_id].source == Tool.Source.MCP:
             try:
@@ -364,7 +385,7 @@ def _validate_policy(
             problems.append(f"{where}: unknown service account {account!r} in tenant {tenant!r}")
 
     allowed = _string_list(entry.get("allowed_tools", []), f"{where}: allowed_tools", problems)
-    problems += [f"{where}: unknown tool id {tool_id!r}" for tool_id in allowed if tool_id not in known_tools]
+    problems += [f"{where}: {_unknown_tool(tool_id, known_tools)}" for tool_id in allowed if tool_id not in known_tools]
     effects = _string_list(
         entry.get("require_approval_for_effects", []), f"{where}: require_approval_for_effects", problems
     )
@@ -394,6 +415,11 @@ def _validate_policy(
         budgets=budgets,
         active=active,
     )
+
+
+def _unknown_tool(tool_id: str, known_tools: set[str]) -> str:
+    closest = closest_tool_id(tool_id, sorted(known_tools))
+    return f"unknown tool id {tool_id!r}" + (f" (did you mean {closest!r}?)" if closest else "")
 
 
 def _is_slug(name: str) -> bool:
