@@ -67,7 +67,7 @@ if not DEBUG and (USING_DEV_SECRET_KEY or USING_DEV_ENCRYPTION_KEYS):
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"] if DEBUG else [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config.admin_site.ToolgateAdminConfig",  # django.contrib.admin with Toolgate's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -6,11 +6,14 @@ answer the contract's error envelope for /api/ paths.
 """
 
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from config import api, health, metrics
 from config.runtime import runtime
+from config.schema import SchemaView
 from connections_app.web.forms import AdminLoginForm
 from tools_app.api.urls import urlpatterns_for as tools_api_urlpatterns
 from tools_app.mcp_server.views import McpView
@@ -22,12 +25,20 @@ handler500 = api.server_error
 
 admin.site.login_form = AdminLoginForm  # the username's length is checked before django-axes sees it
 
+
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    """The static icon's URL is looked up per request: production's manifest exists only after collectstatic."""
+    return HttpResponsePermanentRedirect(static("toolgate/favicon.svg"))
+
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Browsers and tools ask for /favicon.ico whatever the page links: answer with the icon, not a 404.
+    path("favicon.ico", favicon),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),  # Prometheus: token or loopback (config/metrics.py)
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
     # The split view serves its init script as a file: the CSP forbids inline scripts.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include(tools_api_urlpatterns(runtime))),

@@ -19,6 +19,7 @@ from connections_app import approvals_admin  # registers the approval requests' 
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import connection_revoke
+from policies_app.admin_display import short_datetime
 from policies_app.models import ServiceAccount
 
 __all__ = ["ConnectionAdmin", "approvals_admin"]
@@ -37,19 +38,19 @@ class ConnectionAdmin(admin.ModelAdmin):
         "tenant",
         "provider",
         "label",
-        "credential_type",
+        "kind",
         "status",
         "scopes_display",
-        "created_at",
-        "created_by",
-        "last_used_at",
-        "expires_at",
-        "revoked_at",
+        "created",
+        "creator",
+        "last_used",
+        "expires",
+        "revoked",
     )
     list_display_links = ("short_id",)
     list_filter = ("tenant", "provider", "credential_type", "status")
     search_fields = ("label", "tenant__slug", "provider")
-    list_select_related = ("tenant", "created_by")
+    list_select_related = ("tenant", "created_by", "created_by_service_account")
     actions = ("revoke_selected",)
     fields = (
         "id",
@@ -61,7 +62,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         "scopes_display",
         "expires_at",
         "created_at",
-        "created_by",
+        "creator",
         "last_used_at",
         "revoked_at",
         "revoked_by",
@@ -92,6 +93,31 @@ class ConnectionAdmin(admin.ModelAdmin):
     @admin.display(description="scopes")
     def scopes_display(self, connection: Connection) -> str:
         return ", ".join(connection.scopes) or "—"
+
+    @admin.display(description="type", ordering="credential_type")
+    def kind(self, connection: Connection) -> str:
+        return connection.get_credential_type_display()
+
+    # Short dates: with Django's long ones the list is wider than a 1280 px screen.
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, connection: Connection) -> str | None:
+        return short_datetime(connection.created_at)
+
+    @admin.display(description="created by")
+    def creator(self, connection: Connection) -> str:
+        return connection.creator
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used(self, connection: Connection) -> str | None:
+        return short_datetime(connection.last_used_at)
+
+    @admin.display(description="expires at", ordering="expires_at")
+    def expires(self, connection: Connection) -> str | None:
+        return short_datetime(connection.expires_at)
+
+    @admin.display(description="revoked at", ordering="revoked_at")
+    def revoked(self, connection: Connection) -> str | None:
+        return short_datetime(connection.revoked_at)
 
     @admin.display(description="audit trail")
     def events(self, connection: Connection) -> SafeString:

@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from policies_app.models import Tenant
+from policies_app.models import ServiceAccount, Tenant
 
 
 class Connection(models.Model):
@@ -52,6 +52,10 @@ class Connection(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # A connection stored over the REST API has no user behind it: the service account that stored it.
+    created_by_service_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     updated_at = models.DateTimeField(auto_now=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -114,6 +118,15 @@ class Connection(models.Model):
     def status_label(self) -> str:
         status = self.status_now
         return "Expired" if status == self.EXPIRED else self.Status(status).label
+
+    @property
+    def creator(self) -> str:
+        """Who stored it, as pages show it: the user, or the service account for rows stored over the API."""
+        if self.created_by is not None:
+            return self.created_by.get_username()
+        if self.created_by_service_account is not None:
+            return f"service account {self.created_by_service_account.name}"
+        return "—"
 
     @property
     def short_id(self) -> str:

@@ -19,7 +19,9 @@ def _uuid_or_none(value: object) -> uuid.UUID | None:
 
 
 def connection_list(*, tenant: Tenant, include_revoked: bool = True) -> QuerySet[Connection]:
-    rows = Connection.objects.filter(tenant=tenant).select_related("created_by", "revoked_by")
+    rows = Connection.objects.filter(tenant=tenant).select_related(
+        "created_by", "created_by_service_account", "revoked_by"
+    )
     if not include_revoked:
         rows = rows.filter(revoked_at__isnull=True)
     return rows.order_by("-created_at")

@@ -48,8 +48,12 @@ def connection_create(
     expires_at: datetime | None = None,
     label: str = "",
     created_by: AbstractBaseUser | None = None,
+    created_by_service_account_id: str | None = None,
 ) -> Connection:
-    """Store a hand-entered credential (API key or app password), encrypted and bound to the new row."""
+    """Store a hand-entered credential (API key or app password), encrypted and bound to the new row.
+
+    `created_by` is the user of the web UI; `created_by_service_account_id` the API caller that stored it.
+    """
     errors: list[tuple[str, str]] = []
     if provider not in tool_providers():
         errors.append(("provider", f"unknown provider; one of: {', '.join(tool_providers())}"))
@@ -72,11 +76,17 @@ def connection_create(
         scopes=scopes,
         expires_at=expires_at,
         created_by=created_by,
+        created_by_service_account_id=created_by_service_account_id,
     )
     seal_credentials_into(connection, secret)
     connection.full_clean()
     connection.save()
-    event = connection_event_record(connection, ConnectionEvent.Kind.CREATED, actor=created_by)
+    event = connection_event_record(
+        connection,
+        ConnectionEvent.Kind.CREATED,
+        actor=created_by,
+        service_account_id=created_by_service_account_id,
+    )
     connection_change_record(connection, "connection.create", before=None, event=event)
     return connection
 
@@ -250,6 +260,7 @@ def connection_event_record(
     kind: str,
     *,
     actor: AbstractBaseUser | None = None,
+    service_account_id: str | None = None,
     detail: str = "",
 ) -> ConnectionEvent:
     """Append to the connection's audit trail (call it inside the write's transaction)."""
@@ -259,5 +270,6 @@ def connection_event_record(
         provider=connection.provider,
         kind=kind,
         actor=actor,
+        service_account_id=service_account_id,
         detail=detail,
     )

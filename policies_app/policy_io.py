@@ -31,6 +31,7 @@ from policies_app.models import (
     ToolPolicy,
 )
 from policies_app.services import policy_delete
+from runner.catalog import closest_tool_id
 from runner.contracts import tags_problem
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Tool
@@ -172,10 +173,12 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
     """Apply a policy document: upsert policies by name, set tool switches, optionally prune.
 
-    All or nothing: the document is validated against the registry and the
-    database before the first write, and every write happens in this one
-    transaction. A switch for a tool that is in the code registry but has no
-    Tool row yet (sync_tools never ran) syncs the catalog first, inside the same
+    A file may hold "tools", "policies" or both; a key that is absent changes
+    nothing of its part. All or nothing: the document is validated against the
+    registry and the database before the first write, every problem found is
+    reported at once, and every write happens in this one transaction. A
+    switch for a tool that is in the code registry but has no Tool row yet
+    (sync_tools never ran) syncs the catalog first, inside the same
     transaction, so a fresh database can be set up from the file alone.
     Saves and deletes go through the models, whose signals bump the governance
     generation: every process sees the new state on its next call.
@@ -184,16 +187,22 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         policy.name: policy
         for policy in ToolPolicy.objects.select_for_update(of=("self",)).select_related("tenant", "service_account")
     }
-    switches, rows, pins, metadata = _validate(document, existing=existing, prune=prune)
+    problems: list[str] = []
+    checked = _validate(document, existing=existing, prune=prune, problems=problems)
     report = ImportReport()
 
+    switches = checked.switches
     tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
     if set(switches) - set(tool_rows):
-        tool_sync(specs=code_specs())
+        tool_sync(specs=code_specs())  # rolled back with everything else if the file is refused below
         report.tools_synced = True
         tool_rows = {tool.id: tool for tool in Tool.objects.select_for_update().filter(id__in=switches)}
-    _check_pins(pins, switches, tool_rows)
-    _apply_metadata(metadata, tool_rows)
+    problems += _pin_problems(checked.pins, switches, tool_rows)
+    problems += _metadata_conflicts(checked.metadata, tool_rows)
+    if problems:
+        raise PolicyFileError(problems)
+    _approve_pinned(switches, checked.pins, tool_rows)
+    _apply_metadata(checked.metadata, tool_rows)
     for tool_id, enabled in sorted(switches.items()):
         tool = tool_rows[tool_id]
         if tool.is_enabled != enabled:
@@ -203,13 +212,13 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
             (report.tools_enabled if enabled else report.tools_disabled).append(tool_id)
 
     if prune:
-        named = {row.name for row in rows}
+        named = {row.name for row in checked.rows}
         for name in sorted(set(existing) - named):
             policy_delete(policy=existing[name])
             report.pruned.append(name)
 
     try:
-        _apply_policies(rows, existing=existing, report=report)
+        _apply_policies(checked.rows, existing=existing, report=report)
     except IntegrityError as error:  # a concurrent writer took a scope we checked as free
         raise PolicyFileError([f"the database refused the policies: {error}"]) from None
     return report
@@ -282,29 +291,44 @@ def _row_document(row: _PolicyRow) -> dict[str, Any]:
 # --- validation --------------------------------------------------------------------------
 
 
-def _validate(
-    document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool
-) -> tuple[dict[str, bool], list[_PolicyRow], dict[str, str], dict[str, dict]]:
-    """The document's switches and policies, or PolicyFileError listing every problem found."""
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What a document asks for, as far as it passed its checks."""
+
+    switches: dict[str, bool]
+    rows: list[_PolicyRow]
+    pins: dict[str, str]
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _validate(document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool, problems: list[str]) -> _Checked:
+    """The document's switches and policies; every problem found is appended to `problems`.
+
+    Each part is checked on its own, so one run names every problem of the file. A
+    part that is absent is empty (and `--prune`, which deletes the policies a file
+    does not name, requires the "policies" part to be there).
+    """
     if not isinstance(document, dict):
-        raise PolicyFileError(['the file must hold a JSON object with "tools" and "policies"'])
-    problems = [f"unknown top-level key {key!r}" for key in sorted(set(document) - TOP_LEVEL_KEYS)]
-    problems += [f'missing top-level key "{key}"' for key in sorted(TOP_LEVEL_KEYS - set(document))]
-    if problems:
-        raise PolicyFileError(problems)
+        problems.append('the file must hold a JSON object with "tools", "policies" or both')
+        return _Checked(switches={}, rows=[], pins={})
+    problems += [
+        f"unknown top-level key {key!r} (the keys are {', '.join(sorted(TOP_LEVEL_KEYS))})"
+        for key in sorted(set(document) - TOP_LEVEL_KEYS)
+    ]
+    if not set(document) & TOP_LEVEL_KEYS:
+        problems.append('the file has neither "tools" nor "policies": nothing to import')
+    if prune and "policies" not in document:
+        problems.append('--prune deletes the policies the file does not name: it needs a "policies" list')
 
     known_tools = set(code_registry()) | set(Tool.objects.values_list("id", flat=True))
     pins: dict[str, str] = {}
-    metadata: dict[str, dict] = {}
+    metadata: dict[str, dict[str, Any]] = {}
     switches = _validate_switches(
-        document["tools"], known_tools=known_tools, problems=problems, pins=pins, metadata=metadata
+        document.get("tools", {}), known_tools=known_tools, problems=problems, pins=pins, metadata=metadata
     )
-    rows = _validate_policies(document["policies"], known_tools=known_tools, problems=problems)
-    if not problems:
-        _check_scopes(rows, existing=existing, prune=prune, problems=problems)
-    if problems:
-        raise PolicyFileError(problems)
-    return switches, rows, pins, metadata
+    rows = _validate_policies(document.get("policies", []), known_tools=known_tools, problems=problems)
+    _check_scopes(rows, existing=existing, prune=prune, problems=problems)
+    return _Checked(switches=switches, rows=rows, pins=pins, metadata=metadata)
 
 
 def _validate_switches(
@@ -316,7 +340,7 @@ def _validate_switches(
     switches = {}
     for tool_id, entry in tools.items():
         if tool_id not in known_tools:
-            problems.append(f"tools: unknown tool id {tool_id!r}")
+            problems.append(f"tools: {_unknown_tool(tool_id, known_tools)}")
         elif (
             not isinstance(entry, dict)
             or "enabled" not in entry
@@ -354,45 +378,49 @@ def _metadata_problems(tool_id: str, entry: dict[str, Any], problems: list[str])
     return len(problems) > found_before
 
 
-def _apply_metadata(metadata: Mapping[str, dict[str, Any]], tool_rows: Mapping[str, Tool]) -> None:
-    """An MCP tool takes the file's metadata; a code tool's must already be what the file says."""
+def _current_metadata(tool: Tool) -> dict[str, Any]:
+    return {
+        "consequence_level": tool.consequence_level,
+        "requires_confirmation": tool.requires_confirmation,
+        "tags": list(tool.tags),
+        "version": tool.version or None,
+    }
+
+
+def _metadata_conflicts(metadata: Mapping[str, dict[str, Any]], tool_rows: Mapping[str, Tool]) -> list[str]:
+    """A file cannot change a version, nor a code tool's metadata (its contract sets that)."""
     problems = []
     for tool_id, wanted in sorted(metadata.items()):
         tool = tool_rows[tool_id]
-        current = {
-            "consequence_level": tool.consequence_level,
-            "requires_confirmation": tool.requires_confirmation,
-            "tags": list(tool.tags),
-            "version": tool.version or None,
-        }
+        current = _current_metadata(tool)
         if wanted.get("version", current["version"]) != current["version"]:
             problems.append(f"tools: {tool_id!r}: version is {current['version']!r}; a file cannot change it")
-        settable = {key: value for key, value in wanted.items() if key != "version"}
-        if tool.source == Tool.Source.MCP:
-            merged = {**current, **settable}
-            tool_metadata_set(
-                tool_id=tool_id,
-                consequence_level=merged["consequence_level"],
-                requires_confirmation=merged["requires_confirmation"],
-                tags=merged["tags"],
-            )
+        if tool.source != Tool.Source.MCP:
+            problems += [
+                f"tools: {tool_id!r}: {key} is {current[key]!r} in the tool's code; change it there, not in the file"
+                for key, value in sorted(wanted.items())
+                if key != "version" and value != current[key]
+            ]
+    return problems
+
+
+def _apply_metadata(metadata: Mapping[str, dict[str, Any]], tool_rows: Mapping[str, Tool]) -> None:
+    """An MCP tool takes the file's metadata (checked by `_metadata_conflicts` first)."""
+    for tool_id, wanted in sorted(metadata.items()):
+        tool = tool_rows[tool_id]
+        if tool.source != Tool.Source.MCP:
             continue
-        problems += [
-            f"tools: {tool_id!r}: {key} is {current[key]!r} in the tool's code; change it there, not in the file"
-            for key, value in sorted(settable.items())
-            if value != current[key]
-        ]
-    if problems:
-        raise PolicyFileError(problems)
+        merged = {**_current_metadata(tool), **{key: value for key, value in wanted.items() if key != "version"}}
+        tool_metadata_set(
+            tool_id=tool_id,
+            consequence_level=merged["consequence_level"],
+            requires_confirmation=merged["requires_confirmation"],
+            tags=merged["tags"],
+        )
 
 
-def _check_pins(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows: Mapping[str, Tool]) -> None:
-    """Pinned definitions: a hash must be the tool's current one; an MCP tool is enabled only by its hash.
-
-    Enabling an upstream tool whose live definition is not approved yet (new
-    or drifted) approves exactly the definition the file pins, so a reviewed
-    policy file in git is an approval. Any problem refuses the whole file.
-    """
+def _pin_problems(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows: Mapping[str, Tool]) -> list[str]:
+    """Pinned definitions: a hash must be the tool's current one; an MCP tool is enabled only by its hash."""
     problems = []
     for tool_id, enabled in sorted(switches.items()):
         tool = tool_rows[tool_id]
@@ -401,8 +429,12 @@ def _check_pins(pins: Mapping[str, str], switches: Mapping[str, bool], tool_rows
             problems.append(f"tools: {tool_id!r}: schema_hash differs from the tool's current definition")
         elif enabled and tool.source == Tool.Source.MCP and pinned is None:
             problems.append(f"tools: {tool_id!r} comes from an MCP server; enabling it requires its schema_hash")
-    if problems:
-        raise PolicyFileError(problems)
+    return problems
+
+
+def _approve_pinned(switches: Mapping[str, bool], pins: Mapping[str, str], tool_rows: Mapping[str, Tool]) -> None:
+    """Enabling an upstream tool whose live definition is not approved yet (new or drifted) approves
+    exactly the definition the file pins, so a reviewed policy file in git is an approval."""
     for tool_id, enabled in sorted(switches.items()):
         if enabled and tool_rows[tool_id].source == Tool.Source.MCP:
             try:
@@ -470,7 +502,7 @@ def _validate_policy(
             problems.append(f"{where}: unknown service account {account!r} in tenant {tenant!r}")
 
     allowed = _string_list(entry.get("allowed_tools", []), f"{where}: allowed_tools", problems)
-    problems += [f"{where}: unknown tool id {tool_id!r}" for tool_id in allowed if tool_id not in known_tools]
+    problems += [f"{where}: {_unknown_tool(tool_id, known_tools)}" for tool_id in allowed if tool_id not in known_tools]
     effects = _string_list(
         entry.get("require_approval_for_effects", []), f"{where}: require_approval_for_effects", problems
     )
@@ -513,7 +545,7 @@ def _validate_approval(
         problems.append(f"{where}: require_approval_at_or_above must be null or one of {', '.join(VALID_LEVELS)}")
     tools = _string_list(entry.get("require_approval_for_tools", []), f"{where}: require_approval_for_tools", problems)
     problems += [
-        f"{where}: require_approval_for_tools names unknown tool id {tool_id!r}"
+        f"{where}: require_approval_for_tools names {_unknown_tool(tool_id, known_tools)}"
         for tool_id in tools
         if tool_id not in known_tools
     ]
@@ -531,6 +563,11 @@ def _validate_approval(
         "approver": approver,
         "approval_ttl_s": ttl,
     }
+
+
+def _unknown_tool(tool_id: str, known_tools: set[str]) -> str:
+    closest = closest_tool_id(tool_id, sorted(known_tools))
+    return f"unknown tool id {tool_id!r}" + (f" (did you mean {closest!r}?)" if closest else "")
 
 
 def _is_slug(name: str) -> bool:

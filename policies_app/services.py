@@ -177,8 +177,25 @@ def grant_create(
         raise PolicyServiceError("a connection belongs to another tenant")
     if any(connection.revoked_at is not None for connection in connections):
         raise PolicyServiceError("a connection is revoked")
-    if expires_at is not None and expires_at <= timezone.now():
+    now = timezone.now()
+    if expires_at is not None and expires_at <= now:
         raise PolicyServiceError("expires_at is in the past")
+    # A second grant of the same connections adds nothing but a row to revoke later. The lock on the
+    # account serialises grant creation per account, so two simultaneous requests cannot both pass.
+    list(ServiceAccount.objects.select_for_update().filter(pk=service_account.pk).values_list("pk", flat=True))
+    wanted = {connection.pk for connection in connections}
+    live = (
+        ExecutionGrant.objects.filter(service_account=service_account, revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .prefetch_related("connections")
+        .order_by("created_at")
+    )
+    for existing in live:
+        if {connection.pk for connection in existing.connections.all()} == wanted:
+            raise PolicyServiceError(
+                f"{service_account.name} already has an active grant of exactly these connections "
+                f"(grant {existing.pk}); use that grant, or revoke it first to replace it"
+            )
     grant = ExecutionGrant.objects.create(
         tenant=tenant, service_account=service_account, expires_at=expires_at, created_by=created_by
     )

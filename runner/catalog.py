@@ -7,6 +7,9 @@ at call time: defense in depth).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import Decision, ToolInvocationContext, ToolSpec
 
@@ -24,3 +27,20 @@ def catalog_for(ctx: ToolInvocationContext, source: ToolSource, policy: PolicyDe
         if policy.decide(ctx, tool.spec, args_sha256=None).decision in VISIBLE_DECISIONS:
             specs.append(tool.spec)
     return sorted(specs, key=lambda spec: spec.name)
+
+
+def closest_tool_id(tool_id: str, names: Iterable[str]) -> str | None:
+    """The id among `names` that `tool_id` most likely misspells (difflib's ratio ≥ 0.6), or None."""
+    matches = difflib.get_close_matches(tool_id, list(names), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unknown_tool_message(tool_id: str, catalog: Iterable[ToolSpec]) -> str:
+    """What an unknown id answers: the closest id of the caller's own catalog when one is near.
+
+    Only ids the caller may list anyway are ever suggested, so the hint reveals nothing.
+    """
+    closest = closest_tool_id(tool_id, (spec.name for spec in catalog))
+    if closest is None:
+        return "no such tool; the catalog (GET /api/v1/tools, or MCP tools/list) lists the tools you may call"
+    return f"no such tool; did you mean {closest!r}?"

@@ -49,6 +49,7 @@ from pydantic import BaseModel
 
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, ClockCapability
+from runner.catalog import catalog_for, unknown_tool_message
 from runner.contracts import MAX_TIMEOUT_MS
 from runner.errors import (
     BrokerError,
@@ -249,14 +250,19 @@ class FairnessStage:
 
 @dataclass(frozen=True, slots=True)
 class LookupStage:
-    """(1) An unknown tool fails loudly."""
+    """(1) An unknown tool fails loudly, suggesting the closest id of the caller's catalog (typos are the usual cause).
+
+    The catalog is computed only on this failure path, so a known tool costs nothing more.
+    """
 
     source: ToolSource
+    policy: PolicyDecider | None = None
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         call.tool = self.source.get(call.tool_id)
         if call.tool is None:
-            return call.fail(ErrorCode.UNAVAILABLE, "no such tool")
+            catalog = catalog_for(call.ctx, self.source, self.policy) if self.policy is not None else []
+            return call.fail(ErrorCode.UNAVAILABLE, unknown_tool_message(call.tool_id, catalog))
         return proceed(call)
 
 
@@ -570,7 +576,7 @@ def default_stages(
         AuditStage(audit, events, clock),
         FreshnessStage(governance),
         FairnessStage(limiter),
-        LookupStage(source),
+        LookupStage(source, policy),
         PolicyStage(source, policy),
         ConnectionGateStage(grants, clock),
         *([IdempotencyStage(idempotency)] if idempotency is not None else []),

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
 from policies_app.governance import governance_bump
-from policies_app.selectors import Caller
+from policies_app.selectors import Caller, policy_effective_for
 from runner.catalog import catalog_for
 from runner.contracts import tags_problem
 from runner.pipeline import ToolRunner, new_tool_call_id
@@ -259,6 +259,25 @@ def tool_catalog(
     )
     wanted = set(tags)
     return [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]
+
+
+def tool_catalog_empty_hint(*, caller: Caller) -> str:
+    """Why this caller's catalog is empty, and who can change that: an empty list alone reads like a bug.
+
+    It names the caller's own policy only (never another tenant's), and no tool ids.
+    """
+    who = f"{caller.tenant_slug}/{caller.name}"
+    policy = policy_effective_for(tenant_id=caller.tenant_id, service_account_id=caller.service_account_id)
+    if policy is None:
+        return (
+            f"no tool policy applies to the service account {who}, so no tool is allowed (deny by default); "
+            "an operator adds a policy for it, its tenant or everyone in admin (Policies > Tool policies) "
+            "or with `manage.py policy import`"
+        )
+    return (
+        f"the policy {policy.name!r} that applies to {who} allows no tool that is enabled now; "
+        "an operator enables tools in admin (Tools > Tools) or adds them to the policy"
+    )
 
 
 @transaction.atomic

@@ -201,6 +201,7 @@ class ConnectionListView(ConnectionsApiView):
                 scopes=data["scopes"],
                 expires_at=data["expires_at"],
                 label=data["label"],
+                created_by_service_account_id=request_caller(request).service_account_id,
             )
         except ConnectionServiceError as exc:
             raise _invalid((_safe_path(path), message) for path, message in exc.errors) from None

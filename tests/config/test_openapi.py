@@ -9,6 +9,7 @@ module level through the WSGI application: `from_fixture` breaks on pytest 9.2.
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections import Counter
 
@@ -277,3 +278,24 @@ def test_known_outcomes_match_their_documented_schemas(bearer, wsgi_inside_the_t
         response = case.call_and_validate(headers=send, checks=[not_a_server_error, response_schema_conformance])
         statuses.append(response.status_code)
     assert statuses == [expected for _case, expected in cases]
+
+
+@pytest.mark.parametrize(
+    ("query", "content_type"), [("json", "application/vnd.oai.openapi+json"), ("yaml", "application/vnd.oai.openapi")]
+)
+def test_schema_format_parameter_picks_json_or_yaml(client, query, content_type):
+    response = client.get("/api/schema/", {"format": query})
+
+    assert response.status_code == 200
+    assert response["Content-Type"].split(";")[0] == content_type
+    if query == "json":
+        assert json.loads(response.content)["info"]["title"] == "Toolgate API"
+    else:
+        assert response.content.startswith(b"openapi: 3.1.0")
+
+
+def test_schema_unknown_format_answers_the_envelope(client):
+    response = client.get("/api/schema/", {"format": "xml"})
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == [{"path": "format", "message": "unknown schema format; use one of: json, yaml"}]

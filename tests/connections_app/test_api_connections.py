@@ -20,8 +20,10 @@ from connections_app.credentials import (
 )
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.services import connection_credentials_open, connection_revoke
+from policies_app.models import ServiceAccount
 from tests.factories import ConnectionFactory, TenantFactory, service_account_with_key
 from tests.support.api import api_client
+from tests.support.web import member_client
 
 pytestmark = pytest.mark.django_db
 
@@ -132,6 +134,20 @@ def test_created_connection_decrypts_to_the_given_credentials_and_the_column_hol
     assert CANARY.encode() not in stored
     assert CANARY[-12:].encode() not in stored
     assert list(ConnectionEvent.objects.filter(connection_id=row.pk).values_list("kind", flat=True)) == ["created"]
+
+
+def test_a_connection_stored_over_the_api_names_the_service_account_that_stored_it(acme, manager):
+    response = manager.post(URL, {**VALID, "label": "ci bot"}, format="json")
+
+    row = Connection.objects.get(pk=response.json()["id"])
+    ops = ServiceAccount.objects.get(tenant=acme, name="ops")
+    assert (row.created_by, row.created_by_service_account) == (None, ops)
+    assert ConnectionEvent.objects.get(connection_id=row.pk).service_account_id == ops.pk
+    page, _user = member_client(acme)
+    listed = page.get("/connections/").content.decode()
+    detail = page.get(f"/connections/{row.pk}/").content.decode()
+    assert "<td>service account ops</td>" in listed
+    assert "by service account ops" in detail
 
 
 def test_create_stores_an_app_password(manager):

@@ -221,6 +221,40 @@ def test_an_expiry_in_the_past_is_refused_by_the_service(manager, agent, connect
     assert ExecutionGrant.objects.count() == 0
 
 
+def test_a_second_grant_of_the_same_connections_is_refused_naming_the_first(manager, agent, connections):
+    ids = [str(c.pk) for c in connections]
+    first = envelope_of(manager.post(URL, {"service_account": "agent", "connection_ids": ids}, format="json"), 201)
+
+    again = manager.post(URL, {"service_account": "agent", "connection_ids": ids[::-1]}, format="json")
+
+    assert envelope_of(again, 422) == invalid(
+        [
+            (
+                "",
+                f"agent already has an active grant of exactly these connections (grant {first['id']}); "
+                "use that grant, or revoke it first to replace it",
+            )
+        ]
+    )
+    assert ExecutionGrant.objects.count() == 1
+
+
+def test_other_sets_and_replacements_of_revoked_or_expired_grants_are_accepted(manager, agent, connections):
+    first, second = (str(c.pk) for c in connections)
+    revoked = GrantFactory(service_account=agent, tenant=agent.tenant, connections=connections)
+    grant_revoke(grant=revoked)
+    expired = GrantFactory(service_account=agent, tenant=agent.tenant, connections=[connections[0]])
+    ExecutionGrant.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+
+    statuses = [
+        manager.post(URL, {"service_account": "agent", "connection_ids": ids}, format="json").status_code
+        for ids in ([first, second], [first], [second])
+    ]
+
+    assert statuses == [201, 201, 201]
+    assert ExecutionGrant.objects.filter(revoked_at__isnull=True).count() == 4
+
+
 # --- invalid input ---------------------------------------------------------------------------
 
 SOME_ID = "4f6c2a9e-8d1b-4c3e-9a57-0b2d6e8f1a34"

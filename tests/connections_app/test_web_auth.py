@@ -97,6 +97,7 @@ def test_five_wrong_passwords_lock_the_account_out_even_for_the_right_one(client
     assert locked.status_code == 429
     assert "accounts/locked_out.html" in [template.name for template in locked.templates]
     assert "Too many failed attempts" in locked.content.decode()
+    assert "lifts by itself 15 minutes after the last failed attempt" in locked.content.decode()
     assert AccessAttempt.objects.get(username="ada").failures_since_start == 6  # the refused right one counts too
     assert "_auth_user_id" not in client.session
     assert client.get(CONNECTIONS).status_code == 302

@@ -221,7 +221,7 @@ def test_unknown_tool_switch_is_named(catalog):
     with pytest.raises(PolicyFileError) as refused:
         policy_import(document={"tools": {"core__wiat": {"enabled": True}}, "policies": []})
 
-    assert refused.value.problems == ["tools: unknown tool id 'core__wiat'"]
+    assert refused.value.problems == ["tools: unknown tool id 'core__wiat' (did you mean 'core__wait'?)"]
     assert db_state() == before
 
 
@@ -274,9 +274,12 @@ def test_invalid_policy_fields_are_refused(catalog, overrides, problem):
 @pytest.mark.parametrize(
     ("document", "problems"),
     [
-        ([], ['the file must hold a JSON object with "tools" and "policies"']),
-        ({"policies": []}, ['missing top-level key "tools"']),
-        ({"tools": {}, "policies": [], "extra": 1}, ["unknown top-level key 'extra'"]),
+        ([], ['the file must hold a JSON object with "tools", "policies" or both']),
+        ({}, ['the file has neither "tools" nor "policies": nothing to import']),
+        (
+            {"tools": {}, "policies": [], "extra": 1},
+            ["unknown top-level key 'extra' (the keys are policies, tools)"],
+        ),
         ({"tools": {"core__wait": True}, "policies": []}, ["tools: 'core__wait' must be {\"enabled\": true|false}"]),
         ({"tools": {}, "policies": {}}, ['"policies" must be a list of policy objects']),
         (
@@ -295,6 +298,70 @@ def test_malformed_documents_are_refused(catalog, document, problems):
 
     assert refused.value.problems == problems
     assert ToolPolicy.objects.count() == 0
+
+
+def test_a_file_of_switches_alone_leaves_the_policies_as_they_are(catalog):
+    ToolPolicyFactory(name="keep", allowed_tools=["core__wait"])
+    before, _tools = db_state()
+
+    report = policy_import(document={"tools": {"core__wait": {"enabled": True}}})
+
+    assert report.tools_enabled == ["core__wait"]
+    assert (report.created, report.updated, report.pruned) == ([], [], [])
+    assert db_state()[0] == before
+
+
+def test_a_file_of_policies_alone_leaves_the_switches_as_they_are(catalog):
+    _policies, before = db_state()
+
+    report = policy_import(document={"policies": [policy_entry("global")]})
+
+    assert report.created == ["global"]
+    assert (report.tools_enabled, report.tools_disabled) == ([], [])
+    assert db_state()[1] == before
+
+
+def test_prune_without_a_policies_list_is_refused_instead_of_deleting_every_policy(catalog):
+    ToolPolicyFactory(name="keep")
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document={"tools": {"core__wait": {"enabled": True}}}, prune=True)
+
+    assert refused.value.problems == ['--prune deletes the policies the file does not name: it needs a "policies" list']
+    assert list(ToolPolicy.objects.values_list("name", flat=True)) == ["keep"]
+    assert Tool.objects.get(pk="core__wait").is_enabled is False
+
+
+def test_every_problem_of_a_file_is_reported_in_one_run(catalog):
+    TenantFactory(slug="acme")
+    before = db_state()
+    document = {
+        "extra": 1,
+        "tools": {
+            "core__wiat": {"enabled": True},
+            "core__wait": {"enabled": "yes"},
+            "github__get_user": {"enabled": True, "schema_hash": "sha256:" + "0" * 64},
+            "core__get_current_time": {"enabled": True},
+        },
+        "policies": [
+            policy_entry("bad-budget", max_runtime_ms=0),
+            policy_entry("acme-a", tenant="acme"),
+            policy_entry("acme-b", tenant="acme"),
+        ],
+    }
+
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document=document)
+
+    assert refused.value.problems == [
+        "unknown top-level key 'extra' (the keys are policies, tools)",
+        "tools: unknown tool id 'core__wiat' (did you mean 'core__wait'?)",
+        "tools: 'core__wait' must be {\"enabled\": true|false}",
+        "policy 'bad-budget': max_runtime_ms must be a positive integer or null",
+        "policies 'acme-a', 'acme-b': more than one active policy for tenant acme",
+        "tools: 'github__get_user': schema_hash differs from the tool's current definition",
+    ]
+    assert db_state() == before
 
 
 def test_duplicate_json_keys_are_refused():

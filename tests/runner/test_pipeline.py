@@ -40,7 +40,21 @@ def test_unknown_tool_is_unavailable_and_audited():
     assert (result.ok, result.error_code) == (False, ErrorCode.UNAVAILABLE)
     [record] = h.audit.records
     assert (record.tool_id, record.error_code, record.decision) == ("test__nope", ErrorCode.UNAVAILABLE, "not_decided")
-    assert h.policy.asked == []
+    assert all(args_sha256 is None for _name, args_sha256 in h.policy.asked)  # listing the catalog only
+
+
+def test_unknown_tool_suggests_the_closest_id_of_the_callers_catalog_only():
+    h = make_harness(tools.ALL, allowed={"test__echo"})
+
+    typo = h.exec("test__ecoh")
+    not_listed = h.exec("test__bad_outptu")  # close to test__bad_output, which this caller may not run
+    far = h.exec("something_else")
+
+    assert typo.safe_message == "no such tool; did you mean 'test__echo'?"
+    assert not_listed.safe_message == far.safe_message
+    assert far.safe_message == (
+        "no such tool; the catalog (GET /api/v1/tools, or MCP tools/list) lists the tools you may call"
+    )
 
 
 def test_each_call_refreshes_governance_first_so_a_change_made_elsewhere_applies_to_it():

@@ -143,7 +143,7 @@ def test_anthropic_turn_answers_one_user_turn_with_is_error(key):
     assert json.loads(turn["content"][2]["content"]) == {
         "ok": False,
         "error_code": "unavailable",
-        "message": "no such tool",
+        "message": "no such tool; the catalog (GET /api/v1/tools, or MCP tools/list) lists the tools you may call",
     }
 
 

@@ -198,13 +198,33 @@ def test_another_tenants_caller_does_not_see_this_tenants_catalog(key):
     assert detail.status_code == 404
 
 
-def test_caller_without_a_policy_sees_an_empty_catalog():
+@pytest.mark.parametrize("catalog_format", [None, "openai"])
+def test_caller_without_a_policy_sees_an_empty_catalog_and_why(catalog_format):
     enable_tools("core__get_current_time")
-    _account, key = service_account_with_key(TenantFactory())
+    _account, key = service_account_with_key(TenantFactory(slug="acme"), name="bot")
+
+    response = api_client(key).get("/api/v1/tools", {"format": catalog_format} if catalog_format else {})
+
+    assert response.json() == {
+        "tools": [],
+        "hint": "no tool policy applies to the service account acme/bot, so no tool is allowed (deny by default); "
+        "an operator adds a policy for it, its tenant or everyone in admin (Policies > Tool policies) "
+        "or with `manage.py policy import`",
+    }
+
+
+def test_a_policy_that_allows_no_enabled_tool_is_named_in_the_hint():
+    tenant = TenantFactory(slug="acme")
+    ToolPolicyFactory(tenant=tenant, name="narrow", allowed_tools=["core__wait"])  # core__wait stays disabled
+    _account, key = service_account_with_key(tenant, name="bot")
 
     response = api_client(key).get("/api/v1/tools")
 
-    assert response.json() == {"tools": []}
+    assert response.json() == {
+        "tools": [],
+        "hint": "the policy 'narrow' that applies to acme/bot allows no tool that is enabled now; "
+        "an operator enables tools in admin (Tools > Tools) or adds them to the policy",
+    }
 
 
 def test_catalog_needs_the_tools_exec_scope(key):

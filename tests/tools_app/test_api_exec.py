@@ -147,15 +147,15 @@ def test_a_cold_call_loads_key_policy_and_switches_once(caller, django_assert_ma
 def test_unknown_tool_answers_404_unavailable(caller):
     _account, key, _policy = caller
 
-    response = exec_call(key, tool_id="core__nope", tool_call_id="c1")
+    response = exec_call(key, tool_id="core__get_curent_time", tool_call_id="c1")
 
     assert response.status_code == 404
     assert response.json() == {
         "tool_call_id": "c1",
-        "tool_id": "core__nope",
+        "tool_id": "core__get_curent_time",
         "ok": False,
         "error_code": "unavailable",
-        "safe_message": "no such tool",
+        "safe_message": "no such tool; did you mean 'core__get_current_time'?",
     }
 
 

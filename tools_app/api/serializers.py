@@ -399,6 +399,10 @@ class CatalogEntriesFieldExtension(OpenApiSerializerFieldExtension):
 @extend_schema_serializer(component_name="ToolCatalog")
 class ToolCatalogOutputSerializer(serializers.Serializer):
     tools = CatalogEntriesField()
+    hint = serializers.CharField(
+        required=False,
+        help_text="Only when `tools` is empty: why (no policy applies, or it allows no enabled tool), who can fix it.",
+    )
 
 
 class ToolCatalogQuerySerializer(StrictQuerySerializer):

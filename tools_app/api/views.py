@@ -45,7 +45,7 @@ from tools_app.api.serializers import (
     ToolSpecOutputSerializer,
 )
 from tools_app.selectors import invocation_get, invocation_list
-from tools_app.services import ExecRequest, tool_catalog, tool_exec
+from tools_app.services import ExecRequest, tool_catalog, tool_catalog_empty_hint, tool_exec
 
 
 class ToolRuntime(Protocol):
@@ -197,9 +197,10 @@ class ToolCatalogView(ToolsApiView):
             tags=query.validated_data.get("tags", ()),
         )
         encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
-        if encoder is not None:
-            return Response({"tools": encoder(specs)})
-        return Response({"tools": [spec.public_dict() for spec in specs]})
+        body: dict[str, Any] = {"tools": encoder(specs) if encoder else [spec.public_dict() for spec in specs]}
+        if not specs:
+            body["hint"] = tool_catalog_empty_hint(caller=request_caller(request))
+        return Response(body)
 
 
 class ToolDetailView(ToolsApiView):
