@@ -21,7 +21,7 @@ from changes_app.context import current_source
 from changes_app.models import Change
 
 RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
-    "tools_app.tool": ("is_enabled", "effect"),
+    "tools_app.tool": ("is_enabled", "effect", "consequence_level", "requires_confirmation", "tags"),
     "tools_app.mcptool": ("status", "approved_hash", "approved_via", "effect", "effect_confirmed", "is_enabled"),
     "policies_app.toolpolicy": (
         "name",
@@ -30,6 +30,10 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "is_active",
         "allowed_tools",
         "require_approval_for_effects",
+        "require_approval_at_or_above",
+        "require_approval_for_tools",
+        "approver",
+        "approval_ttl_s",
         "max_runtime_ms",
         "max_result_bytes",
         "rate_limit_per_minute",

@@ -210,10 +210,9 @@ def grant_revoke(*, grant: ExecutionGrant, revoked_by: AbstractBaseUser | None =
     updated = ExecutionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now(), revoked_by=revoked_by
     )
-    if updated:
-        governance_bump()  # processes serve grants from memory; a queryset update sends no signal
     grant.refresh_from_db()
     if updated:
+        governance_bump()  # processes serve grants from memory; a queryset update sends no signal
         change_record(
             action="grant.revoke", obj=grant, before={"revoked_at": None}, after={"revoked_at": grant.revoked_at}
         )

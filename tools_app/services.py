@@ -327,8 +327,15 @@ def tool_metadata_set(*, tool_id: str, consequence_level: str, requires_confirma
     if tool.source != Tool.Source.MCP:
         raise ToolMetadataLocked(f"{tool_id} is a code tool: its metadata is set in its contract, not here")
     new = {"consequence_level": level.value, "requires_confirmation": requires_confirmation, "tags": list(tags)}
-    if all(getattr(tool, name) == value for name, value in new.items()):
+    before = {name: getattr(tool, name) for name in new}
+    if before == new:
         return False
     Tool.objects.filter(pk=tool_id).update(**new, updated_at=timezone.now())
     governance_bump()
+    change_record(
+        action="tool.metadata",
+        obj=ObjectRef(type="tools_app.tool", id=tool_id, label=tool_id),
+        before=before,
+        after=new,
+    )
     return True

@@ -20,11 +20,10 @@ from django.urls import reverse
 from changes_app.models import Change
 from connections_app.models import Connection, ConnectionEvent
 from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, ToolPolicy
-from policies_app.services import approval_check
-from runner.types import ToolEffect
 from tests.changes_app.helpers import entries_since, mark, only_entry_since
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client
+from tests.support.approvals import pending_approval
 from tests.support.web import member_client
 from tools_app.models import Tool
 
@@ -50,16 +49,7 @@ def admin_actor(admin_user) -> tuple[str, str]:
 
 
 def _open_approval(account: ServiceAccount) -> ApprovalRequest:
-    _status, approval = approval_check(
-        tenant_id=account.tenant_id,
-        service_account_id=str(account.pk),
-        tool_id="github__create_issue",
-        effect=ToolEffect.EXTERNAL_SIDE_EFFECT,
-        connection_id=None,
-        args_sha256="a" * 64,
-        tool_call_id="call_1",
-    )
-    return approval
+    return pending_approval(account, {"title": "a title"}, tool_call_id="call_1")
 
 
 def _policy_form(**overrides: object) -> dict:
@@ -70,6 +60,10 @@ def _policy_form(**overrides: object) -> dict:
         "is_active": "on",
         "allowed_tools": ["core__wait"],
         "require_approval_for_effects": [],
+        "require_approval_at_or_above": "",
+        "require_approval_for_tools": [],
+        "approver": "operator",
+        "approval_ttl_s": "3600",
         "max_runtime_ms": "",
         "max_result_bytes": "",
         "rate_limit_per_minute": "",

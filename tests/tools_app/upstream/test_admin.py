@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.urls import reverse
 
+from changes_app.models import Change
 from tests.tools_app.upstream.conftest import add
 from tools_app.models import McpServer, McpTool, Tool
 from tools_app.upstream.services import mcp_server_discover
@@ -155,6 +156,9 @@ def test_an_operator_tightens_an_upstream_tools_metadata_in_the_tool_page(admin_
     assert {"consequence_level", "requires_confirmation", "tags"} <= set(form.fields)
     assert response.status_code == 302
     assert (tool.consequence_level, tool.requires_confirmation, tool.tags) == ("medium", True, ["math"])
+    [entry] = Change.objects.filter(action="tool.metadata", object_id="mcp__acme__add")
+    assert entry.after == {"consequence_level": "medium", "requires_confirmation": True, "tags": ["math"]}
+    assert entry.origin == "admin"
 
 
 def test_a_code_tools_metadata_is_read_only_in_the_admin(admin_client):
