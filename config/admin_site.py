@@ -16,7 +16,8 @@ from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.http import HttpRequest
 
-TOOLGATE_APPS = ("connections_app", "policies_app", "tools_app")
+# Toolgate's own sections, in the order the index shows them (the change log after what it records).
+TOOLGATE_APPS = ("connections_app", "policies_app", "tools_app", "changes_app")
 # app label -> (the name the index shows, the models it lists there)
 MAINTENANCE_APPS = {
     "axes": ("Maintenance: log-in lockouts", ("AccessAttempt",)),
@@ -38,10 +39,11 @@ class ToolgateAdminSite(admin.AdminSite):
         if app_label is not None:  # a section's own page lists everything it has
             return apps
 
-        def rank(app: dict[str, Any]) -> tuple[int, str]:
+        def rank(app: dict[str, Any]) -> tuple[int, int, str]:
             label = app["app_label"]
-            group = 0 if label in TOOLGATE_APPS else 2 if label in MAINTENANCE_APPS else 1
-            return group, str(app["name"])
+            if label in TOOLGATE_APPS:
+                return 0, TOOLGATE_APPS.index(label), ""
+            return (2 if label in MAINTENANCE_APPS else 1), 0, str(app["name"])
 
         for app in apps:
             if app["app_label"] in MAINTENANCE_APPS:

@@ -38,12 +38,10 @@ class ToolAdmin(admin.ModelAdmin):
         "id",
         "is_enabled",
         "effect",
-        "consequence_level",
-        "requires_confirmation",
+        "level",
+        "confirm",
         "tag_list",
         "source",
-        "provider",
-        "needs_connection",
         "missing",
         "schema_changed",
     )
@@ -94,11 +92,15 @@ class ToolAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tools come from code via sync_tools
 
-    @admin.display(boolean=True, description="Connection", ordering="requires_connection")
-    def needs_connection(self, obj: Tool) -> bool:
-        return obj.requires_connection
+    @admin.display(description="Level", ordering="consequence_level")
+    def level(self, obj: Tool) -> str:
+        return obj.consequence_level
 
-    @admin.display(description="Missing since", ordering="missing_since")
+    @admin.display(boolean=True, description="Confirm", ordering="requires_confirmation")
+    def confirm(self, obj: Tool) -> bool:
+        return obj.requires_confirmation
+
+    @admin.display(description="Missing", ordering="missing_since")
     def missing(self, obj: Tool) -> str | None:
         return short_datetime(obj.missing_since)
 
