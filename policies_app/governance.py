@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -92,6 +93,8 @@ class _Subscription:
         pubsub = self._pubsub or self._subscribe()
         if pubsub is None:
             return None
+        if self._confirmed and _quiet(pubsub):
+            return False
         arrived = False
         try:
             while (message := pubsub.get_message(timeout=0.0)) is not None:
@@ -124,6 +127,31 @@ class _Subscription:
         self._pubsub = None
         self._confirmed = False
         self._retry_at = time.monotonic() + RESUBSCRIBE_AFTER_S
+
+
+def _quiet(pubsub: redis.client.PubSub) -> bool:
+    """Nothing buffered and nothing on the socket: no push arrived, known without a read.
+
+    redis-py answers the same question with a zero-timeout `recv` framed by two
+    `settimeout` calls; asking the kernel with `poll(0)` costs one syscall. A
+    socket the server closed is readable too, so it still goes to get_message
+    and is dropped there. This reaches into the connection's socket and parser
+    buffer (redis-py 8.1, pinned): if their shape changes the answer is "not
+    quiet", and get_message decides as before.
+    """
+    connection = pubsub.connection
+    sock = getattr(connection, "_sock", None)
+    buffer = getattr(getattr(connection, "_parser", None), "_buffer", None)
+    if sock is None or buffer is None:
+        return False
+    try:
+        if buffer.unread_bytes():
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return not poller.poll(0)
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 _subscriptions: dict[tuple[int, str], _Subscription] = {}

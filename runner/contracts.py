@@ -75,6 +75,11 @@ class ToolContract:
     requires_confirmation: bool = False
     tags: tuple[str, ...] = ()
     version: str | None = None
+    # True for a tool whose coroutine awaits nothing but its own timers: no pooled client or
+    # session that lives on the runner's shared loop (HTTP, MCP), no blocking call. It runs on
+    # the calling thread's own loop, sparing the two thread hand-offs of the shared loop; the
+    # runtime budget still cancels it at its next await.
+    runs_inline: bool = False
 
     def __post_init__(self) -> None:
         if len(self.name) > TOOL_ID_MAX_LENGTH or not TOOL_ID_PATTERN.match(self.name):

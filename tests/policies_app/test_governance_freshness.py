@@ -7,14 +7,16 @@ bookkeeping of key use stays bounded whatever the number of accounts.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
+import redis
 from django.core.management import call_command
 from django.db.models import F
 
 from config.runtime import runtime
-from policies_app import services
+from policies_app import governance, services
 from policies_app.governance import _publish
 from policies_app.models import GovernanceState, ServiceAccount
 from runner.types import ErrorCode, ToolInvocationContext
@@ -69,3 +71,46 @@ def test_the_notes_of_recorded_use_keep_only_the_most_recent_accounts(monkeypatc
     noted = [services._use_notes.get(str(account.id)) is not None for account in accounts]
     assert noted == [False, False, True, True, True]
     assert ServiceAccount.objects.filter(last_used_at__isnull=False).count() == 5
+
+
+def _wait_until(predicate, seconds: float = 2.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_subscription_is_quiet_until_a_push_arrives_and_hears_every_push(redis_url):
+    # given: a confirmed subscription with nothing pending
+    subscription = governance._Subscription(redis_url)
+    assert _wait_until(lambda: subscription.pending() is not None)  # the subscribe confirmation
+    assert subscription.pending() is False
+    assert governance._quiet(subscription._pubsub)
+
+    # when: a push arrives (two, in fact)
+    subscription.publish()
+    subscription.publish()
+
+    # then: the socket is no longer quiet, the push is heard once, and quiet follows
+    assert _wait_until(lambda: not governance._quiet(subscription._pubsub))
+    assert subscription.pending() is True
+    assert subscription.pending() is False
+    assert governance._quiet(subscription._pubsub)
+    subscription._drop()
+
+
+def test_a_subscription_whose_server_connection_died_is_not_quiet_and_is_dropped(redis_url):
+    # given: a confirmed subscription
+    subscription = governance._Subscription(redis_url)
+    assert _wait_until(lambda: subscription.pending() is not None)
+    host, port = subscription._pubsub.connection._sock.getsockname()[:2]
+
+    # when: the server closes that connection (and only that one)
+    assert redis.Redis.from_url(redis_url).client_kill(f"{host}:{port}")
+
+    # then: the closed socket reads as "not quiet", and pending() reports the subscription down
+    assert _wait_until(lambda: not governance._quiet(subscription._pubsub))
+    assert subscription.pending() is None
+    assert subscription._pubsub is None

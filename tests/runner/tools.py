@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from pydantic import Field
@@ -60,6 +61,10 @@ async def _block(args: SleepArgs, ctx, caps) -> EchoOut:
     return EchoOut(text="done")
 
 
+async def _where(args: Nothing, ctx, caps) -> EchoOut:
+    return EchoOut(text=f"{threading.get_ident()} {id(asyncio.get_running_loop())}")
+
+
 async def _boom(args: Nothing, ctx, caps) -> EchoOut:
     raise RuntimeError(f"database password is {SECRET_IN_EXCEPTION}")
 
@@ -76,6 +81,11 @@ ECHO = ToolDefinition(_contract("test__echo", EchoArgs, EchoOut), _echo)
 SIDE_EFFECT = ToolDefinition(_contract("test__send", EchoArgs, EchoOut, effect=ToolEffect.EXTERNAL_SIDE_EFFECT), _echo)
 SLEEP = ToolDefinition(_contract("test__sleep", SleepArgs, EchoOut, default_timeout_ms=5_000), _sleep)
 BLOCK = ToolDefinition(_contract("test__block", SleepArgs, EchoOut, default_timeout_ms=200), _block)
+WHERE = ToolDefinition(_contract("test__where", Nothing, EchoOut), _where)
+WHERE_INLINE = ToolDefinition(_contract("test__where_inline", Nothing, EchoOut, runs_inline=True), _where)
+SLEEP_INLINE = ToolDefinition(
+    _contract("test__sleep_inline", SleepArgs, EchoOut, default_timeout_ms=5_000, runs_inline=True), _sleep
+)
 BOOM = ToolDefinition(_contract("test__boom", Nothing, EchoOut), _boom)
 BAD_OUTPUT = ToolDefinition(_contract("test__bad_output", Nothing, EchoOut), _bad_output)
 NO_ALLOWLIST = ToolDefinition(_contract("test__no_allowlist", EchoArgs, EchoOut, redaction_allowlist=None), _echo)

@@ -71,3 +71,13 @@ def test_json_null_result_and_sql_null_stay_apart():
     RowInserter(ToolInvocation).insert(**_values(tenant, account, "sql-null", result=None))
 
     assert ToolInvocation.objects.filter(tool_call_id="sql-null", result__isnull=True).exists()
+
+
+def test_a_keyword_that_names_no_field_is_refused_before_anything_is_written():
+    tenant = TenantFactory(slug="typo")
+    account, _key = service_account_with_key(tenant)
+
+    with pytest.raises(TypeError, match="ToolInvocation has no field 'tool_cal_id'"):
+        RowInserter(ToolInvocation).insert(**_values(tenant, account, "x") | {"tool_cal_id": "y"})
+
+    assert not ToolInvocation.objects.exists()

@@ -52,6 +52,7 @@ TOOL = ToolDefinition(
         version="1.0.0",
         redaction_allowlist=("iso", "epoch_ms", "timezone"),
         capabilities=frozenset({"clock"}),
+        runs_inline=True,
     ),
     execute=execute,
 )
