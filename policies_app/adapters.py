@@ -9,6 +9,7 @@ from typing import Any
 
 from policies_app.approval_args import approval_args_seal
 from policies_app.counters import counters
+from policies_app.fairness import fairness_check
 from policies_app.governance import governance_cache
 from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
@@ -141,9 +142,10 @@ class CacheRateLimiter:
     """Fairness per service account, and each policy's budgets per (service account, tool).
 
     Fairness: `api_rate_per_second` calls per second per service account across
-    the API (0 turns it off). Rate: a fixed one-minute window. Concurrency: a
-    slot leased for the call's whole budget. Each is one atomic round trip to
-    the shared counters (Redis when configured, else this process's memory).
+    the API (0 turns it off; policies_app/fairness.py). Rate: a fixed one-minute
+    window. Concurrency: a slot leased for the call's whole budget. Each is at
+    most one atomic round trip to the shared counters (Redis when configured,
+    else this process's memory).
     """
 
     def __init__(self, *, api_rate_per_second: int) -> None:
@@ -175,16 +177,3 @@ class CacheRateLimiter:
                 retry_after_s=1, safe_message=f"at most {budgets.max_concurrency} concurrent calls allowed"
             )
         return _Slot(key, holder)
-
-
-def fairness_check(*, service_account_id: str, rate_per_second: int) -> RateLimited | None:
-    """One service account's share of the API this second (a fixed one-second window)."""
-    if rate_per_second <= 0:
-        return None
-    window = int(time.time())
-    if counters().hit(f"toolgate:fair:{service_account_id}:{window}", window_s=2) <= rate_per_second:
-        return None
-    return RateLimited(
-        retry_after_s=1,
-        safe_message=f"more than {rate_per_second} requests per second from this service account; slow down",
-    )

@@ -20,7 +20,7 @@ from structlog.contextvars import bind_contextvars
 
 from changes_app.context import Actor
 from changes_app.kinds import ActorKind
-from policies_app.adapters import fairness_check
+from policies_app.fairness import fairness_check
 from policies_app.models import ServiceAccount
 from policies_app.selectors import Caller, caller_for_key
 from policies_app.services import service_account_note_use

@@ -30,6 +30,14 @@ local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return n
 """
+_LEASE = """
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+local granted = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - n)
+if granted <= 0 then return 0 end
+redis.call('INCRBY', KEYS[1], granted)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return granted
+"""
 _TAKE_SLOT = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
@@ -42,6 +50,10 @@ return 1
 class Counters(Protocol):
     def hit(self, key: str, *, window_s: int) -> int:
         """Count one hit in a fixed window that `key` names; the new count."""
+        ...
+
+    def lease(self, key: str, *, want: int, limit: int, window_s: int) -> int:
+        """Take up to `want` of the `limit` hits left in a fixed window; how many were taken (0: none left)."""
         ...
 
     def slot_take(self, key: str, holder: str, *, limit: int, lease_s: float) -> bool:
@@ -60,9 +72,13 @@ class RedisCounters:
         self._redis = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
         self._hit = self._redis.register_script(_HIT)
         self._take_slot = self._redis.register_script(_TAKE_SLOT)
+        self._lease = self._redis.register_script(_LEASE)
 
     def hit(self, key: str, *, window_s: int) -> int:
         return int(self._hit(keys=[key], args=[window_s]))
+
+    def lease(self, key: str, *, want: int, limit: int, window_s: int) -> int:
+        return int(self._lease(keys=[key], args=[want, limit, window_s]))
 
     def slot_take(self, key: str, holder: str, *, limit: int, lease_s: float) -> bool:
         now = time.time()
@@ -95,6 +111,16 @@ class LocalCounters:
             if len(self._hits) > 10_000:  # windows that ended are dead weight
                 self._hits = {k: v for k, v in self._hits.items() if v[0] > now}
             return count + 1
+
+    def lease(self, key: str, *, want: int, limit: int, window_s: int) -> int:
+        now = time.monotonic()
+        with self._lock:
+            expires, count = self._hits.get(key, (now + window_s, 0))
+            if expires <= now:
+                expires, count = now + window_s, 0
+            granted = max(0, min(want, limit - count))
+            self._hits[key] = (expires, count + granted)
+            return granted
 
     def slot_take(self, key: str, holder: str, *, limit: int, lease_s: float) -> bool:
         now = time.monotonic()

@@ -15,6 +15,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from policies_app.counters import counters
+from policies_app.fairness import allowances as fairness_allowances
 from policies_app.governance import governance_cache
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
@@ -60,6 +61,7 @@ def _fresh_governance_cache():
     governance_cache.clear()
     cache.clear()
     counters().clear()  # rate windows, fairness and concurrency slots
+    fairness_allowances.clear()  # and this process's leased share of the fairness windows
     yield
     governance_cache.clear()
 
