@@ -128,6 +128,8 @@ class Call:
     executed: bool = False
     result_bytes: int | None = None
     audit_ref: str | None = None
+    # (stage name, clock) on entering a stage, (None, clock) on leaving it: runner/observe.py's timing.
+    stage_marks: list[tuple[str | None, float]] = field(default_factory=list, repr=False)
 
     def fail(self, code: ErrorCode, safe_message: str, **extra: Any) -> ToolExecResult:
         return ToolExecResult(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from runner.observe import TimedStage, TracedStage, instrument
+from runner.observe import TimedStage, TracedStage, instrument, own_times
 from runner.pipeline import AuditStage, ExecuteStage, ToolRunner
 from runner.types import ErrorCode
 from tests.runner import tools
@@ -94,3 +94,30 @@ def test_a_refused_call_reports_only_the_stages_it_reached():
     assert [(tool, ok, code) for tool, ok, code, _ in observer.finished] == [
         ("test__echo", False, ErrorCode.POLICY_DENIED)
     ]
+
+
+def test_own_times_subtract_every_stage_a_stage_handed_the_call_to_even_twice():
+    marks = [("audit", 0.0), ("retry", 1.0), ("execute", 2.0), (None, 4.0), ("execute", 5.0), (None, 6.0)]
+    marks += [(None, 7.0), (None, 10.0)]
+
+    assert own_times(marks) == [("execute", 2.0), ("execute", 1.0), ("retry", 3.0), ("audit", 4.0)]
+
+
+class ExplodingStage:
+    def __call__(self, call, proceed):
+        raise RuntimeError("a port failed")
+
+
+def test_a_stage_that_raises_still_closes_its_mark_so_the_stages_around_it_time_right():
+    harness = make_harness([tools.ECHO])
+    observer = RecordingObserver()
+    stages = harness.stages()
+    stages.insert(3, ExplodingStage())  # after audit, freshness and fairness
+    harness.runner = ToolRunner(instrument(stages, observers=[observer]), harness.clock)
+
+    result = harness.exec("test__echo", {"text": "hi"})
+
+    assert result.error_code is ErrorCode.EXECUTION  # the audit stage answers for the failed port
+    assert set(observer.stages) == {"audit", "freshness", "fairness", "exploding"}
+    assert all(seconds >= 0 for seconds in observer.stages.values())
+    assert len(observer.finished) == 1
