@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from runner.pipeline import Call, Handler, Stage
 from runner.types import ToolExecResult
@@ -87,7 +87,7 @@ class TimedStage:
 
 def own_times(marks: Sequence[tuple[str | None, float]]) -> list[tuple[str, float]]:
     """Each stage's own seconds from its enter/leave marks, innermost first (the order they ended)."""
-    open_stages: list[list] = []  # [name, entered at, seconds spent in stages inside it]
+    open_stages: list[list[Any]] = []  # [name, entered at, seconds spent in stages inside it]
     times: list[tuple[str, float]] = []
     for stage, at in marks:
         if stage is not None:
