@@ -672,7 +672,8 @@ class ThreadLoop:
         return asyncio._get_running_loop() is None
 
     def run(self, coro: Coroutine[Any, Any, Any], *, timeout_s: float) -> Any:
-        return self._loop().run_until_complete(_within(coro, timeout_s, contextvars.copy_context()))
+        loop = self._loop()
+        return loop.run_until_complete(loop.create_task(_budgeted(coro, timeout_s), context=contextvars.copy_context()))
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         owned: _OwnedLoop | None = getattr(self._local, "owned", None)
@@ -694,9 +695,14 @@ class _OwnedLoop:
 
 
 async def _within(coro: Coroutine[Any, Any, Any], timeout_s: float, context: contextvars.Context) -> Any:
+    return await asyncio.get_running_loop().create_task(_budgeted(coro, timeout_s), context=context)
+
+
+async def _budgeted(coro: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
+    """The tool's coroutine, cancelled at its budget (a TimeoutError of the tool's own passes through)."""
     try:
         async with asyncio.timeout(timeout_s) as scope:
-            return await asyncio.get_running_loop().create_task(coro, context=context)
+            return await coro
     except TimeoutError:
         if scope.expired():
             raise ToolTimedOut from None
