@@ -75,8 +75,10 @@ class _Subscription:
     """This process's subscription to governance pushes, read without blocking.
 
     Not a thread: `pending()` is called at the start of each request and reads
-    whatever the kernel has buffered. A publisher sends before it answers its
-    own caller, so a push is in the buffer before any request that follows it.
+    whatever the kernel has buffered. Redis writes a push to its subscribers in
+    the same turn as its answer to the publisher (microseconds apart, in either
+    order), so a request elsewhere that starts in that gap still reads the old
+    state and the next one sees the change.
     """
 
     def __init__(self, url: str) -> None:

@@ -7,6 +7,7 @@ that does I/O only through the capabilities it is handed.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -75,11 +76,6 @@ class ToolContract:
     requires_confirmation: bool = False
     tags: tuple[str, ...] = ()
     version: str | None = None
-    # True for a tool whose coroutine awaits nothing but its own timers: no pooled client or
-    # session that lives on the runner's shared loop (HTTP, MCP), no blocking call. It runs on
-    # the calling thread's own loop, sparing the two thread hand-offs of the shared loop; the
-    # runtime budget still cancels it at its next await.
-    runs_inline: bool = False
 
     def __post_init__(self) -> None:
         if len(self.name) > TOOL_ID_MAX_LENGTH or not TOOL_ID_PATTERN.match(self.name):
@@ -116,7 +112,11 @@ def tags_problem(tags: object) -> str | None:
     return None
 
 
-ExecuteFn = Callable[[Any, ToolInvocationContext, "ToolCapabilities"], Coroutine[Any, Any, Any]]
+# A tool's implementation. An `async def` runs on the runner's event loop, where the runtime
+# budget cancels it. A plain `def` is for a tool that only computes (no I/O, no waiting): it runs
+# on the calling thread, sparing the hand-off to the loop thread and back, and since nothing can
+# interrupt it, an answer that took longer than the budget is refused as `timeout` afterwards.
+ExecuteFn = Callable[[Any, ToolInvocationContext, "ToolCapabilities"], Coroutine[Any, Any, Any] | Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,3 +129,8 @@ class ToolDefinition:
     @property
     def tool_id(self) -> str:
         return self.contract.name
+
+    @property
+    def runs_on_loop(self) -> bool:
+        """An async implementation (runs on the event loop) rather than a plain function."""
+        return inspect.iscoroutinefunction(self.execute)

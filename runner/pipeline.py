@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,7 +49,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from runner.bound import BoundTool
-from runner.capabilities import AuthCapability, ClockCapability
+from runner.capabilities import AuthCapability, ClockCapability, ToolCapabilities
 from runner.catalog import catalog_for, unknown_tool_message
 from runner.contracts import MAX_TIMEOUT_MS
 from runner.errors import (
@@ -498,7 +499,6 @@ class ExecuteStage:
     def __init__(self, clock: ClockCapability, loop: BackgroundLoop | None = None) -> None:
         self._clock = clock
         self._loop = loop or BackgroundLoop.shared()
-        self._inline = ThreadLoop()
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         tool = call.bound
@@ -506,8 +506,10 @@ class ExecuteStage:
         caps = tool.capabilities(clock=self._clock, auth=call.auth)
         call.executed = True
         try:
-            loop = self._inline if tool.contract.runs_inline and self._inline.usable() else self._loop
-            output = loop.run(tool.definition.execute(call.args, call.ctx, caps), timeout_s=budget_ms / 1000)
+            if tool.definition.runs_on_loop:
+                output = self._loop.run(tool.definition.execute(call.args, call.ctx, caps), timeout_s=budget_ms / 1000)
+            else:
+                output = _compute(tool, call, caps, budget_ms)
         except ToolTimedOut:
             return call.fail(ErrorCode.TIMEOUT, f"the tool ran past its {budget_ms} ms budget")
         except (ToolFailure, CapabilityError) as exc:
@@ -516,6 +518,15 @@ class ExecuteStage:
             logger.warning("tool %s raised %s", call.tool_id, type(exc).__name__)
             return call.fail(ErrorCode.EXECUTION, "the tool failed")
         return call.succeed(output)
+
+
+def _compute(tool: BoundTool, call: Call, caps: ToolCapabilities, budget_ms: int) -> Any:
+    """A plain-function tool, on the calling thread, in a copy of its context; too late is a timeout."""
+    started = time.perf_counter()
+    output = contextvars.copy_context().run(tool.definition.execute, call.args, call.ctx, caps)
+    if (time.perf_counter() - started) * 1000 > budget_ms:
+        raise ToolTimedOut
+    return output
 
 
 def runtime_budget_ms(call: Call) -> int:
@@ -653,45 +664,6 @@ class BackgroundLoop:
                 raise
             future.cancel()  # the tool ignored cancellation (blocking code); stop waiting for it
             raise ToolTimedOut from None
-
-
-class ThreadLoop:
-    """The calling thread's own asyncio loop, for tools that run inline (`ToolContract.runs_inline`).
-
-    Handing a call to the shared loop costs two thread switches (about 0.1 ms
-    of CPU, more under load) for a tool that only computes. Each thread keeps
-    one loop, created on first use and closed when the thread ends; a forked
-    child makes its own. A thread already running a loop cannot nest another:
-    it uses the shared loop instead (`usable`).
-    """
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def usable(self) -> bool:
-        return asyncio._get_running_loop() is None
-
-    def run(self, coro: Coroutine[Any, Any, Any], *, timeout_s: float) -> Any:
-        loop = self._loop()
-        return loop.run_until_complete(loop.create_task(_budgeted(coro, timeout_s), context=contextvars.copy_context()))
-
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        owned: _OwnedLoop | None = getattr(self._local, "owned", None)
-        if owned is None or owned.pid != os.getpid():
-            owned = self._local.owned = _OwnedLoop()
-        return owned.loop
-
-
-class _OwnedLoop:
-    """A loop that closes with the thread-local slot holding it (the thread ended)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.pid = os.getpid()
-
-    def __del__(self) -> None:
-        if self.pid == os.getpid() and not self.loop.is_closed():
-            self.loop.close()
 
 
 async def _within(coro: Coroutine[Any, Any, Any], timeout_s: float, context: contextvars.Context) -> Any:

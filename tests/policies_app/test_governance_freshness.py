@@ -36,6 +36,21 @@ def _direct_call(account: ServiceAccount):
     return runtime().runner.exec(TOOL, {}, ctx)
 
 
+def _wait_until(predicate, seconds: float = 2.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _wait_for_the_push_to_arrive() -> None:
+    """Redis may answer the publisher before it writes to the subscribers: the push is on its way."""
+    subscription = governance._subscription()
+    assert _wait_until(lambda: subscription._pubsub is None or not governance._quiet(subscription._pubsub))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_call_made_without_the_api_sees_a_change_another_process_made():
     # given: this process has served a call, so its governance cache is warm
@@ -51,6 +66,7 @@ def test_a_call_made_without_the_api_sees_a_change_another_process_made():
     Tool.objects.filter(pk=TOOL).update(is_enabled=False)
     GovernanceState.objects.update(generation=F("generation") + 1)
     _publish()
+    _wait_for_the_push_to_arrive()
 
     # then: the next call, made straight to the runner, is refused
     result = _direct_call(account)
@@ -71,15 +87,6 @@ def test_the_notes_of_recorded_use_keep_only_the_most_recent_accounts(monkeypatc
     noted = [services._use_notes.get(str(account.id)) is not None for account in accounts]
     assert noted == [False, False, True, True, True]
     assert ServiceAccount.objects.filter(last_used_at__isnull=False).count() == 5
-
-
-def _wait_until(predicate, seconds: float = 2.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_the_subscription_is_quiet_until_a_push_arrives_and_hears_every_push(redis_url):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
+import contextvars
 import threading
 import time
 from dataclasses import replace
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner import pipeline
+from runner.contracts import ToolDefinition
 from runner.errors import BrokerError, DependencyUnavailable
 from runner.grants import effective_connection_ids
 from runner.pipeline import CLAIM_LEASE_GRACE_S, ToolRunner, args_digest
@@ -238,70 +237,42 @@ def test_timeout_holds_even_for_a_tool_that_blocks_the_event_loop():
     time.sleep(0.45)  # let the blocked loop drain before other tests use it
 
 
-INLINE_TOOLS = (tools.WHERE, tools.WHERE_INLINE, tools.SLEEP_INLINE)
+def test_a_plain_function_tool_runs_on_the_calling_thread_and_an_async_one_on_the_loop_thread():
+    h = make_harness([tools.WHERE, tools.WHERE_SYNC])
+
+    plain = h.exec("test__where_sync")
+    async_ = h.exec("test__where", tool_call_id="call-2")
+
+    assert plain.value == {"text": str(threading.get_ident())}
+    assert async_.ok
+    assert async_.value != {"text": str(threading.get_ident())}
 
 
-def _thread_and_loop(result) -> tuple[int, int]:
-    thread, loop = result.value["text"].split()
-    return int(thread), int(loop)
+def test_a_plain_function_tool_that_returns_after_its_budget_answers_timeout():
+    h = make_harness([tools.SLOW_SYNC])
+
+    late = h.exec("test__slow_sync", {"ms": 150})
+    in_time = h.exec("test__slow_sync", {"ms": 0}, tool_call_id="call-2")
+
+    assert (late.error_code, late.safe_message) == (ErrorCode.TIMEOUT, "the tool ran past its 100 ms budget")
+    assert late.executed is True
+    assert in_time.ok
 
 
-def test_an_inline_tool_runs_on_the_calling_threads_own_loop_and_others_on_the_shared_loop():
-    h = make_harness(INLINE_TOOLS)
+def test_a_plain_function_tool_runs_in_a_copy_of_the_callers_context():
+    marker = contextvars.ContextVar("marker", default="caller")
 
-    inline_first = _thread_and_loop(h.exec("test__where_inline"))
-    inline_again = _thread_and_loop(h.exec("test__where_inline", tool_call_id="call-2"))
-    shared = _thread_and_loop(h.exec("test__where", tool_call_id="call-3"))
+    def _set_marker(args, ctx, caps):
+        marker.set("tool")
+        return {"text": marker.get()}
 
-    assert inline_first[0] == threading.get_ident()
-    assert inline_again == inline_first  # one loop per thread, kept between calls
-    assert shared[0] != threading.get_ident()
-    assert shared[1] != inline_first[1]
+    tool = ToolDefinition(replace(tools.WHERE_SYNC.contract, name="test__marker"), _set_marker)
+    h = make_harness([tool])
 
+    result = h.exec("test__marker")
 
-def test_the_budget_cancels_an_inline_tool_too():
-    h = make_harness(INLINE_TOOLS, budgets=Budgets(max_runtime_ms=150))
-
-    started = time.monotonic()
-    result = h.exec("test__sleep_inline", {"ms": 3_000})
-    elapsed = time.monotonic() - started
-
-    assert result.safe_message == "the tool ran past its 150 ms budget"
-    assert 0.15 <= elapsed < 0.25
-
-
-def test_each_thread_has_its_own_inline_loop_and_it_closes_when_the_thread_ends():
-    thread_loop = pipeline.ThreadLoop()
-    loops: list[asyncio.AbstractEventLoop] = []
-
-    async def running_loop() -> asyncio.AbstractEventLoop:
-        return asyncio.get_running_loop()
-
-    def in_a_thread() -> None:
-        loops.append(thread_loop.run(running_loop(), timeout_s=1))
-        loops.append(thread_loop.run(running_loop(), timeout_s=1))
-
-    threads = [threading.Thread(target=in_a_thread) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-        thread.join()
-    gc.collect()
-
-    first, first_again, second, _second_again = loops
-    assert first is first_again
-    assert first is not second
-    assert all(loop.is_closed() for loop in loops)
-
-
-def test_called_from_a_running_loop_an_inline_tool_uses_the_shared_loop():
-    h = make_harness(INLINE_TOOLS)
-
-    async def from_async_code():
-        return h.exec("test__where_inline")
-
-    thread, _loop = _thread_and_loop(asyncio.run(from_async_code()))
-
-    assert thread != threading.get_ident()
+    assert result.value == {"text": "tool"}
+    assert marker.get() == "caller"
 
 
 def test_budget_is_the_smaller_of_tool_default_and_policy():

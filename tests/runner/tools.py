@@ -62,7 +62,16 @@ async def _block(args: SleepArgs, ctx, caps) -> EchoOut:
 
 
 async def _where(args: Nothing, ctx, caps) -> EchoOut:
-    return EchoOut(text=f"{threading.get_ident()} {id(asyncio.get_running_loop())}")
+    return EchoOut(text=str(threading.get_ident()))
+
+
+def _where_sync(args: Nothing, ctx, caps) -> EchoOut:
+    return EchoOut(text=str(threading.get_ident()))
+
+
+def _slow_sync(args: SleepArgs, ctx, caps) -> EchoOut:
+    time.sleep(args.ms / 1000)  # a plain-function tool that does not return at once
+    return EchoOut(text="done")
 
 
 async def _boom(args: Nothing, ctx, caps) -> EchoOut:
@@ -82,10 +91,8 @@ SIDE_EFFECT = ToolDefinition(_contract("test__send", EchoArgs, EchoOut, effect=T
 SLEEP = ToolDefinition(_contract("test__sleep", SleepArgs, EchoOut, default_timeout_ms=5_000), _sleep)
 BLOCK = ToolDefinition(_contract("test__block", SleepArgs, EchoOut, default_timeout_ms=200), _block)
 WHERE = ToolDefinition(_contract("test__where", Nothing, EchoOut), _where)
-WHERE_INLINE = ToolDefinition(_contract("test__where_inline", Nothing, EchoOut, runs_inline=True), _where)
-SLEEP_INLINE = ToolDefinition(
-    _contract("test__sleep_inline", SleepArgs, EchoOut, default_timeout_ms=5_000, runs_inline=True), _sleep
-)
+WHERE_SYNC = ToolDefinition(_contract("test__where_sync", Nothing, EchoOut), _where_sync)
+SLOW_SYNC = ToolDefinition(_contract("test__slow_sync", SleepArgs, EchoOut, default_timeout_ms=100), _slow_sync)
 BOOM = ToolDefinition(_contract("test__boom", Nothing, EchoOut), _boom)
 BAD_OUTPUT = ToolDefinition(_contract("test__bad_output", Nothing, EchoOut), _bad_output)
 NO_ALLOWLIST = ToolDefinition(_contract("test__no_allowlist", EchoArgs, EchoOut, redaction_allowlist=None), _echo)

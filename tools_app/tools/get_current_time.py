@@ -31,7 +31,7 @@ class GetCurrentTimeResult(ToolOutput):
     timezone: str
 
 
-async def execute(args: GetCurrentTimeArgs, ctx: ToolInvocationContext, caps: ToolCapabilities) -> GetCurrentTimeResult:
+def execute(args: GetCurrentTimeArgs, ctx: ToolInvocationContext, caps: ToolCapabilities) -> GetCurrentTimeResult:
     try:
         now = caps.clock.now().astimezone(ZoneInfo(args.timezone))
     except ZoneInfoNotFoundError:  # listed but missing from this machine's tz data
@@ -52,7 +52,6 @@ TOOL = ToolDefinition(
         version="1.0.0",
         redaction_allowlist=("iso", "epoch_ms", "timezone"),
         capabilities=frozenset({"clock"}),
-        runs_inline=True,
     ),
     execute=execute,
 )

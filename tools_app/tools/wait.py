@@ -37,7 +37,6 @@ TOOL = ToolDefinition(
         version="1.0.0",
         redaction_allowlist=("waited_ms",),
         default_timeout_ms=61_000,
-        runs_inline=True,
     ),
     execute=execute,
 )
