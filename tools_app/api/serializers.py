@@ -259,11 +259,75 @@ class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
         required=False, allow_null=True, help_text="The execution grant; required with a connection_id."
     )
 
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        """A plainly valid body skips DRF's per-field machinery (a tenth of the exec view's CPU).
+
+        `plain_exec_fields` accepts only bodies every field would accept as
+        they are, and returns what the fields would return; anything else, and
+        every error, goes through the fields. A property test holds the two
+        paths to the same answers.
+        """
+        fields = plain_exec_fields(data)
+        if fields is None:
+            return super().run_validation(data)
+        try:
+            return self.validate(fields)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(detail=serializers.as_serializer_error(exc)) from exc
+
     def validate_args(self, value: dict[str, Any]) -> dict[str, Any]:
-        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_ARGS_BYTES:
+        if _serialized_size(value) > MAX_ARGS_BYTES:
             raise serializers.ValidationError(f"args must be at most {MAX_ARGS_BYTES} bytes serialized")
         return value
+
+
+EXEC_FIELDS = ("tool_id", "args", "tool_call_id", "run_id", "connection_id", "connection_ids", "grant_id")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _serialized_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _plain_text(value: Any, max_length: int) -> bool:
+    """What StrictCharField accepts untouched: a non-empty string, short enough, no NUL, no surrogate."""
+    return (
+        isinstance(value, str) and 0 < len(value) <= max_length and "\x00" not in value and not _SURROGATE.search(value)
+    )
+
+
+def plain_exec_fields(data: Any) -> dict[str, Any] | None:
+    """ExecInputSerializer's fields' answer for a body they all accept as it is, else None."""
+    if type(data) is not dict or not data.keys() <= _EXEC_FIELD_SET:
+        return None
+    if not _plain_text(data.get("tool_id"), 128):
+        return None
+    args = data.get("args", {})
+    if type(args) is not dict or _serialized_size(args) > MAX_ARGS_BYTES:
+        return None
+    for name in ("tool_call_id", "run_id"):
+        value = data.get(name)
+        if value is not None and not (isinstance(value, str) and ID_RE.match(value)):
+            return None
+    for name in ("connection_id", "grant_id"):
+        value = data.get(name)
+        if value is not None and not _plain_text(value, 64):
+            return None
+    declared = data.get("connection_ids")
+    if declared is not None and not (
+        type(declared) is list
+        and len(declared) <= MAX_CONNECTION_IDS
+        and all(_plain_text(connection_id, 64) for connection_id in declared)
+    ):
+        return None
+    fields = {name: data[name] for name in EXEC_FIELDS if name in data}
+    fields["args"] = dict(args)
+    if declared is not None:
+        fields["connection_ids"] = list(declared)
+    return fields
+
+
+_EXEC_FIELD_SET = frozenset(EXEC_FIELDS)
 
 
 class FieldErrorSerializer(PrototypeFieldsSerializer):
