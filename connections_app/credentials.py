@@ -14,6 +14,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_core import PydanticCustomError
 
+from runner import wording
+from runner.bound import field_errors
 from runner.capabilities import AuthCapability, BasicAuth, BearerAuth
 
 # What an HTTP header can carry. A token travels as `Authorization: Bearer <token>`, where a
@@ -103,12 +105,18 @@ def credentials_validate(credential_type: str, credentials: Any) -> dict[str, An
     if shape is None:
         raise CredentialsInvalid([("credential_type", "this credential type cannot be stored here")])
     if not isinstance(credentials, Mapping):
-        raise CredentialsInvalid([("credentials", "must be an object")])
+        raise CredentialsInvalid([("credentials", wording.must_be(wording.OBJECT, credentials))])
     try:
         model = shape.model_validate(dict(credentials))
     except ValidationError as exc:
+        names = list(shape.model_fields)
+        errors = field_errors(
+            exc,
+            known_names=frozenset(names),
+            unknown_message=f"unknown field; {credential_type} credentials take: {', '.join(names)}",
+        )
         raise CredentialsInvalid(
-            [(".".join(["credentials", *map(str, error["loc"])]), error["msg"]) for error in exc.errors()]
+            [(".".join(part for part in ("credentials", error.path) if part), error.message) for error in errors]
         ) from None
     return model.model_dump(exclude_none=True)
 

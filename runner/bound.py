@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from runner import wording
 from runner.capabilities import AuthCapability, ClockCapability, HttpCapability, ToolCapabilities
 from runner.contracts import ToolContract, ToolDefinition
 from runner.errors import ContractError, InputInvalid, OutputInvalid
@@ -110,17 +111,27 @@ def property_names(schema: Mapping[str, Any]) -> frozenset[str]:
 def field_errors(
     exc: ValidationError, *, known_names: frozenset[str] = frozenset(), unknown_message: str = UNKNOWN_FIELD_MESSAGE
 ) -> tuple[FieldError, ...]:
-    """Paths and messages of a pydantic error, without the input values it carries.
+    """Paths and messages of a pydantic error, in runner.wording's words, without the values it carries.
 
     A key the schema does not declare is the caller's own text, which may be
-    anything, a secret pasted in the wrong place included: it is reported as
-    `(unknown field)`, never echoed. Declared names and list indexes are kept.
+    anything, a secret pasted in the wrong place included: it is never echoed.
+    An undeclared key is reported at the path of the object holding it, with
+    the closest declared name as a suggestion; elsewhere in a path such a key
+    reads `(unknown field)`. Declared names and list indexes are kept.
     """
     errors = []
-    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+    for error in exc.errors(include_url=False, include_input=True, include_context=True):
+        location = list(error["loc"])
+        if error["type"] == "extra_forbidden":
+            unknown = [str(location.pop())]
+            message = unknown_message
+            guess = wording.unknown_field_message(unknown, sorted(known_names)).partition(";")[0]
+            if guess != "unknown field":
+                message = unknown_message.replace("unknown field", guess, 1)
+        else:
+            message = wording.pydantic_message(error)
         path = ".".join(
-            str(part) if isinstance(part, int) or part in known_names else UNKNOWN_FIELD for part in error["loc"]
+            str(part) if isinstance(part, int) or part in known_names else UNKNOWN_FIELD for part in location
         )
-        message = unknown_message if error["type"] == "extra_forbidden" else error["msg"]
         errors.append(FieldError(path=path, message=message))
     return tuple(errors)

@@ -384,7 +384,7 @@ def test_leaf_detector_reports_other_apps_config_and_the_runner() -> None:
 
 MCP_SERVER_DIR = PROJECT_ROOT / "tools_app" / "mcp_server"
 PROJECT_PACKAGES = frozenset({"config", "runner", "changes_app", "tools_app", "policies_app", "connections_app"})
-# What the MCP interface may use of the project besides runner types and its own package: the caller's
+# What the MCP interface may use of the project besides runner types and wording and its own package: the caller's
 # catalog and the runner (through the services REST uses), the REST exec serializer (one set of rules
 # for the out-of-band ids), and the API-key authentication.
 MCP_ALLOWED_NAMES = frozenset(
@@ -405,7 +405,7 @@ MCP_ALLOWED_NAMES = frozenset(
         "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
     }
 )
-MCP_ALLOWED_PREFIXES = ("runner.types.", "tools_app.mcp_server.")
+MCP_ALLOWED_PREFIXES = ("runner.types.", "runner.wording.", "tools_app.mcp_server.")
 
 
 def imported_names(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 import redis
+from django.conf import settings
 from django.core.management import call_command
 from django.db.models import F
 
@@ -47,6 +48,8 @@ def _wait_until(predicate, seconds: float = 2.0) -> bool:
 
 def _wait_for_the_push_to_arrive() -> None:
     """Redis may answer the publisher before it writes to the subscribers: the push is on its way."""
+    if not settings.REDIS_URL:  # the embedded default reads the generation on every call instead
+        return
     subscription = governance._subscription()
     assert _wait_until(lambda: subscription._pubsub is None or not governance._quiet(subscription._pubsub))
 

@@ -167,7 +167,7 @@ def test_anthropic_turn_answers_one_user_turn_with_is_error(key):
             {"format": CANARY, "message": []},
             [{"path": "format", "message": "must be openai, openai_responses or anthropic"}],
         ),
-        ({"format": "openai"}, [{"path": "message", "message": "This field is required."}]),
+        ({"format": "openai"}, [{"path": "message", "message": "required"}]),
         (
             {"format": "openai", "message": {}, "connection_id": "c1"},
             [{"path": "grant_id", "message": "required whenever connection_id is given"}],
@@ -176,7 +176,7 @@ def test_anthropic_turn_answers_one_user_turn_with_is_error(key):
             {"format": "openai", "message": {}, "tool_calls": []},
             [
                 {
-                    "path": "(unknown field)",
+                    "path": "",
                     "message": "unknown field; the fields are: format, message, run_id, connection_id, connection_ids, "
                     "grant_id",
                 }

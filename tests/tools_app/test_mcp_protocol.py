@@ -483,6 +483,18 @@ def test_a_connection_id_in_arguments_is_refused_by_the_tool_schema(client):
     assert ToolInvocation.objects.get().error_code == "validation"
 
 
+def test_arguments_sent_as_a_string_of_json_are_refused_with_what_to_send_instead(client):
+    response = legacy(client, "tools/call", {"name": TIME, "arguments": '{"timezone": "UTC"}'})
+
+    error = response.json()["error"]
+    assert error["code"] == -32602
+    assert error["message"] == (
+        "arguments must be a JSON object, not a string holding one: parse the string and send the object itself "
+        "(OpenAI's function.arguments is such a string)"
+    )
+    assert not ToolInvocation.objects.exists()
+
+
 def test_arguments_that_break_the_tool_schema_are_a_validation_result(client):
     result = legacy(client, "tools/call", {"name": "core__wait", "arguments": {"ms": -5}}).json()["result"]
 

@@ -14,10 +14,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from django.core.validators import MaxLengthValidator, MinLengthValidator
 from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from runner import wording
 from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.api.pagination import PAGE_PARAMETERS
 from tools_app.models import ToolInvocation
@@ -31,7 +33,6 @@ MAX_ARGS_BYTES = 8 * 1024
 TAGS_QUERY_PATTERN = r"\A[a-z0-9][a-z0-9_.-]{0,31}(?:,[a-z0-9][a-z0-9_.-]{0,31}){0,15}\Z"
 TAGS_QUERY_MESSAGE = "must be up to 16 comma-separated tags of 1 to 32 lower-case letters, digits, '_', '.' or '-'"
 MAX_CONNECTION_IDS = 32
-UNKNOWN_FIELD_PATH = "(unknown field)"
 
 ERROR_CODES = [code.value for code in ErrorCode]
 
@@ -76,7 +77,82 @@ class StrictCharFieldExtension(OpenApiSerializerFieldExtension):
 
 
 class JSONObjectField(serializers.DictField):
-    """A JSON object of any content (a tool's args, a credential): its strings are NUL-free too."""
+    """A JSON object of any content (a tool's args, a credential): its strings are NUL-free too.
+
+    A string holding a JSON object is the usual slip (OpenAI hands a tool
+    call's arguments over as such a string): the answer says to parse it.
+    """
+
+    default_error_messages = {"json_string": wording.JSON_STRING_HINT}
+
+    def to_internal_value(self, data: Any) -> dict[Any, Any]:
+        if wording.is_json_object_text(data):
+            self.fail("json_string")
+        return super().to_internal_value(data)
+
+
+def plain_messages(field: serializers.Field) -> None:
+    """Say a field's problems in runner.wording's words instead of DRF's; messages set on purpose stay.
+
+    DRF's defaults are written for forms ("This field is required.", "Expected
+    a dictionary of items but got type \"str\".") and differ from the runner's;
+    the API answers both in one wording.
+    """
+    defaults: dict[str, Any] = {}
+    for cls in reversed(type(field).__mro__):
+        defaults.update(getattr(cls, "default_error_messages", {}))
+    plain = {
+        "required": wording.REQUIRED,
+        "null": wording.NOT_NULL,
+        "blank": wording.NOT_EMPTY,
+        "empty": wording.NOT_EMPTY,
+        "not_a_dict": wording.must_be(wording.OBJECT),
+        "not_a_list": wording.must_be("a list"),
+    }
+    type_messages, limits = _type_messages(field)
+    plain.update(type_messages)
+    for code, message in plain.items():
+        if code in defaults and field.error_messages.get(code) == defaults[code]:
+            field.error_messages[code] = message
+    for code, template in limits.items():
+        limit = getattr(field, code, None)
+        if limit is not None and field.error_messages.get(code) == defaults.get(code):
+            _set_validator_message(field, code, template.format(limit, "" if limit == 1 else "s"))
+    child = getattr(field, "child", None)
+    if isinstance(child, serializers.Field):
+        plain_messages(child)
+
+
+def _type_messages(field: serializers.Field) -> tuple[dict[str, str], dict[str, str]]:
+    """The messages of what a field of this kind expects, and the templates of its length limits."""
+    plain: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if isinstance(field, serializers.CharField):
+        plain["invalid"] = wording.must_be("a string")
+        limits = {"max_length": "must be at most {} characters", "min_length": "must be at least {} characters"}
+    elif isinstance(field, serializers.ListField):
+        limits = {"max_length": "must have at most {} item{}", "min_length": "must have at least {} item{}"}
+    elif isinstance(field, serializers.BooleanField):
+        plain["invalid"] = wording.must_be("true or false")
+    elif isinstance(field, serializers.IntegerField):
+        plain["invalid"] = wording.must_be("an integer")
+    elif isinstance(field, serializers.DateTimeField):
+        plain["invalid"] = plain["date"] = wording.must_be("an ISO 8601 date-time")
+    elif isinstance(field, serializers.UUIDField):
+        plain["invalid"] = wording.must_be("a UUID")
+    elif isinstance(field, serializers.ChoiceField):
+        choices = ", ".join(str(choice) for choice in field.choices).replace("{", "{{").replace("}", "}}")
+        plain["invalid_choice"] = f"must be one of: {choices}"
+    return plain, limits
+
+
+def _set_validator_message(field: serializers.Field, code: str, message: str) -> None:
+    """DRF builds a field's length validators, message included, when the field is made: reword them."""
+    field.error_messages[code] = message
+    kind = MaxLengthValidator if code == "max_length" else MinLengthValidator
+    for validator in field.validators:
+        if isinstance(validator, kind):
+            validator.message = message
 
 
 # How deep the schema spells out the NUL rule inside a free-form object. The rule holds at
@@ -163,6 +239,8 @@ class PrototypeFieldsSerializer(serializers.Serializer):
         cls = type(self)
         if "_prototype_fields" not in cls.__dict__:
             cls._prototype_fields = super().get_fields()
+            for field in cls._prototype_fields.values():
+                plain_messages(field)
         return {name: copy.copy(field) for name, field in cls._prototype_fields.items()}
 
 
@@ -182,15 +260,16 @@ class StrictInputSerializer(PrototypeFieldsSerializer):
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
             errors.update(exc.detail if isinstance(exc.detail, Mapping) else {"non_field_errors": exc.detail})
-        if isinstance(data, Mapping) and any(key not in self.fields for key in data):
-            # Reported once and never by name: a caller may put anything in a key, a secret included.
-            errors[UNKNOWN_FIELD_PATH] = [self.unknown_message()]
+        unknown = [str(key) for key in data if key not in self.fields] if isinstance(data, Mapping) else []
+        if unknown:
+            # Reported once, at the body, never by name: a caller may put anything in a key, a secret included.
+            errors.setdefault("non_field_errors", []).append(self.unknown_message(unknown))
         if errors:
             raise serializers.ValidationError(errors)
         return value
 
-    def unknown_message(self) -> str:
-        return f"unknown field; the fields are: {', '.join(self.fields)}"
+    def unknown_message(self, unknown: list[str]) -> str:
+        return wording.unknown_field_message(unknown, self.fields)
 
 
 class StrictQuerySerializer(StrictInputSerializer):
@@ -210,11 +289,10 @@ class StrictQuerySerializer(StrictInputSerializer):
             data = {key: data[key] for key in data if key not in skipped}
         return super().to_internal_value(data)
 
-    def unknown_message(self) -> str:
+    def unknown_message(self, unknown: list[str]) -> str:
         names = [*self.fields, *(PAGE_PARAMETERS if self.PAGINATED else ())]
-        if not names:
-            return "unknown query parameter; this operation takes none"
-        return f"unknown query parameter; this operation takes: {', '.join(names)}"
+        message = wording.unknown_field_message(unknown, names, allowed_phrase="this operation takes")
+        return message.replace("unknown field", "unknown query parameter", 1)
 
 
 class PageQuerySerializer(StrictQuerySerializer):

@@ -45,6 +45,7 @@ from mcp_types import (
 )
 
 from runner.types import ToolExecResult, ToolSpec
+from runner.wording import JSON_STRING_HINT, is_json_object_text
 from tools_app.mcp_server.wire import META_PREFIX, call_result, decode_cursor, page_after, tool_entry
 
 HANDSHAKE_VERSIONS: Final = ("2025-06-18", "2025-11-25")
@@ -255,6 +256,8 @@ def _call_tool(params: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
     arguments = params.get("arguments")
     if arguments is None:
         arguments = {}
+    if is_json_object_text(arguments):
+        raise _Refused(INVALID_PARAMS, f"arguments {JSON_STRING_HINT}")
     if not isinstance(arguments, dict):
         raise _Refused(INVALID_PARAMS, "arguments must be an object")
     meta = params.get("_meta")

@@ -1,0 +1,36 @@
+"""runner.wording: one plain wording, never an echo of what the caller sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.wording import json_type_name, must_be, unknown_field_message
+
+
+def test_an_unknown_field_is_answered_with_the_closest_declared_names_only():
+    message = unknown_field_message(["tool_idd", "sk_live_SECRET"], ["tool_id", "args"])
+
+    assert message == "unknown field (did you mean 'tool_id'?); the fields are: tool_id, args"
+    assert "sk_live" not in message
+
+
+def test_an_unknown_field_with_nothing_close_lists_what_is_accepted():
+    assert unknown_field_message(["zzz"], ["a", "b"]) == "unknown field; the fields are: a, b"
+    assert unknown_field_message(["zzz"], []) == "unknown field; none are accepted here"
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (None, "null"),
+        (True, "true/false"),
+        (3, "a number"),
+        (2.5, "a number"),
+        ("x", "a string"),
+        ({}, "an object"),
+        ([], "a list"),
+    ],
+)
+def test_a_value_is_named_by_its_json_kind_never_by_itself(value, kind):
+    assert json_type_name(value) == kind
+    assert must_be("a string", value) == f"must be a string, not {kind}"
