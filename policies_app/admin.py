@@ -26,6 +26,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from policies_app.catalog import enabled_tool_ids
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
 from policies_app.models import ExecutionGrant, ServiceAccount, Tenant, TenantMembership, ToolPolicy
@@ -39,7 +40,6 @@ from policies_app.services import (
     service_account_update,
 )
 from runner.types import Budgets
-from tools_app.selectors import enabled_tool_ids
 
 KEY_CREATED_TEMPLATE = "admin/policies_app/serviceaccount/key_created.html"
 EFFECTIVE_POLICY_TEMPLATE = "admin/policies_app/serviceaccount/effective_policy.html"

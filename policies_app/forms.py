@@ -11,10 +11,10 @@ from typing import Any
 
 from django import forms
 
+from policies_app.catalog import tool_ids_known
 from policies_app.models import ServiceAccount, ToolPolicy
 from policies_app.selectors import policy_active_in_scope
 from runner.types import ToolEffect
-from tools_app.selectors import tool_ids_known
 
 SCOPE_CHOICES = ServiceAccount.Scope.choices
 EFFECT_CHOICES = [(effect.value, effect.value) for effect in ToolEffect]

@@ -7,13 +7,15 @@ cache on the next call.
 
 from __future__ import annotations
 
+from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from policies_app.governance import governance_bump
 from policies_app.models import ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
-from tools_app.models import Tool
 
-GOVERNED_MODELS = (Tool, ToolPolicy, ServiceAccount, Tenant, ExecutionGrant)
+# This app's governance rows; the apps above register theirs (tool switches, grants) with `govern`.
+# A grant's connections are its permission too: its through table is governed like the grant.
+GOVERNED_MODELS = (ToolPolicy, ServiceAccount, Tenant, ExecutionGrant, ExecutionGrant.connections.through)
 
 
 def _bump(sender: type, **kwargs: object) -> None:
@@ -22,9 +24,13 @@ def _bump(sender: type, **kwargs: object) -> None:
     governance_bump()
 
 
+def govern(model: type[models.Model]) -> None:
+    """Saving or deleting a row of `model` (or changing a many-to-many through table) bumps the generation."""
+    post_save.connect(_bump, sender=model, dispatch_uid=f"governance-save-{model._meta.label}")
+    post_delete.connect(_bump, sender=model, dispatch_uid=f"governance-delete-{model._meta.label}")
+    m2m_changed.connect(_bump, sender=model, dispatch_uid=f"governance-m2m-{model._meta.label}")
+
+
 def connect() -> None:
     for model in GOVERNED_MODELS:
-        post_save.connect(_bump, sender=model, dispatch_uid=f"governance-save-{model.__name__}")
-        post_delete.connect(_bump, sender=model, dispatch_uid=f"governance-delete-{model.__name__}")
-    # A grant's connections are its permission too: adding or removing one is a governance change.
-    m2m_changed.connect(_bump, sender=ExecutionGrant.connections.through, dispatch_uid="governance-grant-connections")
+        govern(model)

@@ -6,10 +6,10 @@ import pytest
 
 from config.runtime import runtime
 from policies_app.models import ToolPolicy
-from policies_app.policy_io import PolicyFileError, policy_export, policy_import
 from tests.support.api import enable_tools
 from tests.tools_app.upstream.conftest import add
 from tools_app.models import McpTool, Tool
+from tools_app.policy_io import PolicyFileError, policy_export, policy_import
 from tools_app.registry import code_specs
 from tools_app.upstream.services import mcp_server_discover
 

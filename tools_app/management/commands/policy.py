@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from policies_app.policy_io import (
+from tools_app.policy_io import (
     PolicyFileError,
     policy_document_dumps,
     policy_document_loads,

@@ -12,10 +12,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from policies_app.demo import demo_seed
 from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import caller_for_key, policy_effective_for
+from tools_app.demo import demo_seed
 from tools_app.models import Tool
 
 pytestmark = pytest.mark.django_db

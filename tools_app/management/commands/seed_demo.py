@@ -5,7 +5,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from policies_app.demo import DemoSeedError, demo_seed
+from tools_app.demo import DemoSeedError, demo_seed
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 

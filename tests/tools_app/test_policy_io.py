@@ -8,15 +8,15 @@ import pytest
 
 from policies_app.governance import governance_generation
 from policies_app.models import ToolPolicy
-from policies_app.policy_io import (
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tools_app.models import Tool
+from tools_app.policy_io import (
     PolicyFileError,
     policy_document_dumps,
     policy_document_loads,
     policy_export,
     policy_import,
 )
-from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
-from tools_app.models import Tool
 from tools_app.registry import code_specs
 from tools_app.services import tool_sync
 
