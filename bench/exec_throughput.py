@@ -64,9 +64,9 @@ def _environment() -> dict[str, str]:
 os.environ.update(_environment())
 django.setup()
 
-from connections_app.services import connection_create  # noqa: E402
+from connections_app.services import connection_create, grant_create  # noqa: E402
 from policies_app.models import ToolPolicy  # noqa: E402
-from policies_app.services import grant_create, service_account_create, tenant_create  # noqa: E402
+from policies_app.services import service_account_create, tenant_create  # noqa: E402
 from tools_app.models import ToolInvocation  # noqa: E402
 from tools_app.services import tool_set_enabled  # noqa: E402
 

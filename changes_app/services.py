@@ -40,7 +40,7 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "max_concurrency",
     ),
     "policies_app.serviceaccount": ("tenant", "name", "scopes", "revoked_at"),
-    "policies_app.executiongrant": ("tenant", "service_account", "connections", "expires_at", "revoked_at"),
+    "connections_app.executiongrant": ("tenant", "service_account", "connections", "expires_at", "revoked_at"),
     "policies_app.approvalrequest": ("status", "decided_by_name", "reason"),
     "connections_app.connection": (
         "provider",

@@ -15,14 +15,8 @@ from django.conf import settings
 
 from config.logs import LogContextObserver
 from config.tracing import OtelStageTracer, tracing_provider
-from connections_app.adapters import DatabaseConnectionBroker
-from policies_app.adapters import (
-    CachedGovernanceView,
-    CacheRateLimiter,
-    DatabaseApprovalDesk,
-    DatabaseGrantStore,
-    DatabasePolicyDecider,
-)
+from connections_app.adapters import DatabaseConnectionBroker, DatabaseGrantStore
+from policies_app.adapters import CachedGovernanceView, CacheRateLimiter, DatabaseApprovalDesk, DatabasePolicyDecider
 from runner.bound import BoundTool, bind_tool
 from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition

@@ -14,11 +14,12 @@ from connections_app.credentials import capability_for
 from connections_app.crypto import CredentialError
 from connections_app.models import Connection
 from connections_app.refresh import RefreshOutcome, connection_refresh
-from connections_app.selectors import connection_for_use
+from connections_app.selectors import connection_for_use, grant_for_gate
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
 from policies_app.outages import outage_guard
 from runner.capabilities import AuthCapability
 from runner.errors import BrokerError
+from runner.ports import GrantView
 from runner.types import ErrorCode, ToolInvocationContext, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -130,3 +131,19 @@ def _refresh_now(ctx: ToolInvocationContext, spec: ToolSpec, connection: Connect
     if current.status == Connection.Status.NEEDS_REAUTH:
         _deny(ctx, spec, ErrorCode.CONNECTION_UNAVAILABLE, "connection needs re-authorisation by the tenant")
     _deny(ctx, spec, ErrorCode.AUTH_REFRESH_FAILED, REFRESH_FAILED)
+
+
+class DatabaseGrantStore:
+    @outage_guard
+    def get(self, grant_id: str) -> GrantView | None:
+        grant = grant_for_gate(grant_id=grant_id)
+        if grant is None:
+            return None
+        return GrantView(
+            grant_id=grant_id.lower(),
+            tenant_id=str(grant.tenant_id),
+            actor_id=str(grant.service_account_id),
+            connection_ids=grant.connection_ids,
+            expires_at=grant.expires_at,
+            revoked=grant.revoked_at is not None,
+        )

@@ -9,7 +9,7 @@ here in any form; the key id it was sealed under is shown, for key rotation.
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
@@ -17,16 +17,12 @@ from django.utils.safestring import SafeString
 
 from connections_app import approvals_admin  # registers the approval requests' screen
 from connections_app.forms import OAuthProviderAdminForm
-from connections_app.models import Connection, ConnectionEvent, OAuthProvider
-from connections_app.services import connection_revoke
-from policies_app.admin_display import short_datetime
+from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
+from connections_app.services import connection_revoke, grant_revoke
+from policies_app.admin_display import RevokedFilter, count_of, short_datetime
 from policies_app.models import ServiceAccount
 
 __all__ = ["ConnectionAdmin", "approvals_admin"]
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 @admin.register(Connection)
@@ -133,7 +129,7 @@ class ConnectionAdmin(admin.ModelAdmin):
                 revoked += 1
             else:
                 already += 1
-        message = f"Revoked {_count(revoked, 'connection')}."
+        message = f"Revoked {count_of(revoked, 'connection')}."
         if already:
             message += f" {already} already revoked."
         self.message_user(request, message)
@@ -206,3 +202,53 @@ class OAuthProviderAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: OAuthProvider | None = None) -> tuple[str, ...]:
         return (*self.readonly_fields, "name") if obj is not None else self.readonly_fields
+
+
+@admin.register(ExecutionGrant)
+class ExecutionGrantAdmin(admin.ModelAdmin):
+    """Grants are made over REST or the tenant UI; operators inspect and revoke them."""
+
+    list_display = ("id", "tenant", "service_account", "connection_count", "created_at", "expires_at", "revoked_at")
+    list_filter = ("tenant", RevokedFilter)
+    search_fields = ("service_account__name", "tenant__slug")
+    list_select_related = ("tenant", "service_account__tenant")
+    actions = ("revoke_selected",)
+    fields = (
+        "id",
+        "tenant",
+        "service_account",
+        "connection_list",
+        "created_at",
+        "created_by",
+        "expires_at",
+        "revoked_at",
+        "revoked_by",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ExecutionGrant | None = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ExecutionGrant]:
+        return super().get_queryset(request).annotate(connection_total=Count("connections"))
+
+    @admin.display(description="connections", ordering="connection_total")
+    def connection_count(self, grant: ExecutionGrant) -> int:
+        return grant.connection_total  # type: ignore[attr-defined]
+
+    @admin.display(description="connections")
+    def connection_list(self, grant: ExecutionGrant) -> str:
+        """Provider, label and the id's last four characters: metadata, never credentials."""
+        return ", ".join(str(connection) for connection in grant.connections.all()) or "—"
+
+    @admin.action(description="Revoke selected grants", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ExecutionGrant]) -> None:
+        revoked = 0
+        for grant in queryset:
+            if grant_revoke(grant=grant, revoked_by=request.user):
+                self.log_change(request, grant, "Revoked.")
+                revoked += 1
+        self.message_user(request, f"Revoked {count_of(revoked, 'grant')}.")

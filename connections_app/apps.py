@@ -6,15 +6,21 @@ from tools_app.upstream.vault import install_token_vault
 
 
 class ConnectionsAppConfig(AppConfig):
-    """Tenant connections to third-party accounts, their credentials and refresh."""
+    """Tenant connections to third-party accounts, their credentials, refresh and execution grants."""
 
     name = "connections_app"
     verbose_name = "Connections"
 
     def ready(self) -> None:
         # Model-importing modules load once the app registry is ready, hence here and not above.
+        from connections_app.models import ExecutionGrant  # noqa: PLC0415
         from connections_app.tasks import approval_webhook_listener  # noqa: PLC0415
         from policies_app.services import approval_listener_add  # noqa: PLC0415
+        from policies_app.signals import govern  # noqa: PLC0415
+
+        # Grants are governance: a grant or its connections changing reaches every process's cache.
+        govern(ExecutionGrant)
+        govern(ExecutionGrant.connections.through)
 
         install_token_vault(KeyRingTokenVault())  # MCP servers' operator tokens, sealed like connections
         install_args_vault(KeyRingArgsVault())  # the call args kept for approvers while a request is pending

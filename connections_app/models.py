@@ -142,6 +142,38 @@ class Connection(models.Model):
         return {"tenant": str(self.tenant_id), "connection": str(self.id), "provider": self.provider}
 
 
+class ExecutionGrant(models.Model):
+    """Which connections one service account may use: the authority behind grant ∩ declared.
+
+    The connections must be the grant's tenant's (grant_create checks it; the
+    broker checks the tenant again at every use).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="grants")
+    service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="grants")
+    connections = models.ManyToManyField(
+        Connection, related_name="grants", blank=True, db_table="policies_app_executiongrant_connections"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        # The tables keep the names they had when grants lived in policies_app (migration 0005).
+        db_table = "policies_app_executiongrant"
+
+    def __str__(self) -> str:
+        return f"grant {self.id} for {self.service_account_id}"
+
+
 class OAuthProvider(models.Model):
     """An OAuth 2 authorization server tenants can connect to, registered by an operator.
 

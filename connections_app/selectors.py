@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import Count, QuerySet
 
-from connections_app.models import Connection, ConnectionEvent, OAuthProvider, TenantWebhook, WebhookDelivery
+from connections_app.models import (
+    Connection,
+    ConnectionEvent,
+    ExecutionGrant,
+    OAuthProvider,
+    TenantWebhook,
+    WebhookDelivery,
+)
+from policies_app.governance import governance_cache
 from policies_app.models import Tenant
 
 
@@ -122,3 +132,71 @@ def webhook_of_tenant(*, tenant_id: int) -> tuple[TenantWebhook | None, list[Web
         WebhookDelivery.objects.filter(tenant_id=tenant_id).order_by("-created_at")[:WEBHOOK_DELIVERIES_SHOWN]
     )
     return webhook, deliveries
+
+
+# --- grants ------------------------------------------------------------------------
+
+
+def grant_list(*, tenant_id: int) -> QuerySet[ExecutionGrant]:
+    """A tenant's grants, newest first, with their account and connections loaded."""
+    return (
+        ExecutionGrant.objects.filter(tenant_id=tenant_id)
+        .select_related("service_account", "created_by", "revoked_by")
+        .prefetch_related("connections")
+        .order_by("-created_at")
+    )
+
+
+def grant_get(*, tenant_id: int, grant_id: object) -> ExecutionGrant | None:
+    """The tenant's grant with this id; None for malformed ids and other tenants' grants alike."""
+    try:
+        pk = uuid.UUID(str(grant_id))
+    except ValueError:
+        return None
+    return grant_list(tenant_id=tenant_id).filter(pk=pk).first()
+
+
+@dataclass(frozen=True, slots=True)
+class GrantRow:
+    tenant_id: int
+    service_account_id: uuid.UUID
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    connection_ids: frozenset[str]
+
+
+def grant_for_gate(*, grant_id: str) -> GrantRow | None:
+    """What the connection gate needs of a grant, from the governance cache when warm.
+
+    Grants are governance rows (saving one or its connections bumps the
+    generation), so a revocation reaches the next call. Unknown ids are not
+    remembered: a caller guessing ids costs queries, not this process's memory.
+    """
+    try:
+        pk = uuid.UUID(grant_id)
+    except ValueError:
+        return None
+    return governance_cache.get(("grant", pk), lambda: _load_grant_row(pk), remember_missing=False)
+
+
+def _load_grant_row(grant_id: uuid.UUID) -> GrantRow | None:
+    """The grant joined onto its connections: one query."""
+    rows = list(
+        ExecutionGrant.objects.filter(pk=grant_id).values_list(
+            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id"
+        )
+    )
+    if not rows:
+        return None
+    tenant_id, service_account_id, expires_at, revoked_at, _ = rows[0]
+    connection_ids = frozenset(str(row[4]) for row in rows if row[4] is not None)
+    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids)
+
+
+def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> QuerySet[ExecutionGrant]:
+    """The tenant's grants that name this connection (what revoking it would take away)."""
+    try:
+        pk = uuid.UUID(str(connection_id))
+    except ValueError:
+        return ExecutionGrant.objects.none()
+    return grant_list(tenant_id=tenant_id).filter(connections=pk)

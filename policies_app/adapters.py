@@ -13,9 +13,9 @@ from policies_app.fairness import fairness_check
 from policies_app.governance import governance_cache
 from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
-from policies_app.selectors import grant_for_gate, policy_effective_for
+from policies_app.selectors import policy_effective_for
 from policies_app.services import ApprovalTerms, approval_check, approval_used
-from runner.ports import GrantView, Lease, PolicyDecision, RateLimited
+from runner.ports import Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -102,22 +102,6 @@ class DatabaseApprovalDesk:
     @outage_guard
     def used(self, approval_id: str) -> None:
         approval_used(approval_id=approval_id)
-
-
-class DatabaseGrantStore:
-    @outage_guard
-    def get(self, grant_id: str) -> GrantView | None:
-        grant = grant_for_gate(grant_id=grant_id)
-        if grant is None:
-            return None
-        return GrantView(
-            grant_id=grant_id.lower(),
-            tenant_id=str(grant.tenant_id),
-            actor_id=str(grant.service_account_id),
-            connection_ids=grant.connection_ids,
-            expires_at=grant.expires_at,
-            revoked=grant.revoked_at is not None,
-        )
 
 
 class _Slot:

@@ -17,7 +17,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Field, QuerySet
+from django.db.models import Field, QuerySet
 from django.forms import Field as FormField
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse
@@ -26,13 +26,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from policies_app.admin_display import RevokedFilter, count_of
 from policies_app.catalog import enabled_tool_ids
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
-from policies_app.models import ExecutionGrant, ServiceAccount, Tenant, TenantMembership, ToolPolicy
+from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import policies_applicable_to, policy_effective_for
 from policies_app.services import (
-    grant_revoke,
     policy_delete,
     policy_save,
     service_account_create,
@@ -43,23 +43,6 @@ from runner.types import Budgets
 
 KEY_CREATED_TEMPLATE = "admin/policies_app/serviceaccount/key_created.html"
 EFFECTIVE_POLICY_TEMPLATE = "admin/policies_app/serviceaccount/effective_policy.html"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-class RevokedFilter(admin.SimpleListFilter):
-    title = "revoked"
-    parameter_name = "revoked"
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        return [("yes", "Revoked"), ("no", "Not revoked")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() in ("yes", "no"):
-            return queryset.filter(revoked_at__isnull=self.value() == "no")
-        return queryset
 
 
 @admin.register(Tenant)
@@ -138,7 +121,7 @@ class ServiceAccountAdmin(admin.ModelAdmin):
         if policy is None:
             return format_html('No policy: nothing is allowed. <a href="{}">Details</a>', url)
         return format_html(
-            '{} ({} allowed). <a href="{}">Details</a>', policy.name, _count(len(policy.allowed_tools), "tool"), url
+            '{} ({} allowed). <a href="{}">Details</a>', policy.name, count_of(len(policy.allowed_tools), "tool"), url
         )
 
     # --- creation: the service mints the key, the response shows it once -----------------
@@ -191,7 +174,7 @@ class ServiceAccountAdmin(admin.ModelAdmin):
                 revoked += 1
             else:
                 already += 1
-        message = f"Revoked {_count(revoked, 'service account')}."
+        message = f"Revoked {count_of(revoked, 'service account')}."
         if already:
             message += f" {already} already revoked."
         self.message_user(request, message)
@@ -319,53 +302,3 @@ class ToolPolicyAdmin(admin.ModelAdmin):
         """The bulk delete action too: one service call (and one change-log entry) per policy."""
         for policy in queryset:
             policy_delete(policy=policy)
-
-
-@admin.register(ExecutionGrant)
-class ExecutionGrantAdmin(admin.ModelAdmin):
-    """Grants are made over REST or the tenant UI; operators inspect and revoke them."""
-
-    list_display = ("id", "tenant", "service_account", "connection_count", "created_at", "expires_at", "revoked_at")
-    list_filter = ("tenant", RevokedFilter)
-    search_fields = ("service_account__name", "tenant__slug")
-    list_select_related = ("tenant", "service_account__tenant")
-    actions = ("revoke_selected",)
-    fields = (
-        "id",
-        "tenant",
-        "service_account",
-        "connection_list",
-        "created_at",
-        "created_by",
-        "expires_at",
-        "revoked_at",
-        "revoked_by",
-    )
-    readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: ExecutionGrant | None = None) -> bool:
-        return False
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[ExecutionGrant]:
-        return super().get_queryset(request).annotate(connection_total=Count("connections"))
-
-    @admin.display(description="connections", ordering="connection_total")
-    def connection_count(self, grant: ExecutionGrant) -> int:
-        return grant.connection_total  # type: ignore[attr-defined]
-
-    @admin.display(description="connections")
-    def connection_list(self, grant: ExecutionGrant) -> str:
-        """Provider, label and the id's last four characters: metadata, never credentials."""
-        return ", ".join(str(connection) for connection in grant.connections.all()) or "—"
-
-    @admin.action(description="Revoke selected grants", permissions=["change"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ExecutionGrant]) -> None:
-        revoked = 0
-        for grant in queryset:
-            if grant_revoke(grant=grant, revoked_by=request.user):
-                self.log_change(request, grant, "Revoked.")
-                revoked += 1
-        self.message_user(request, f"Revoked {_count(revoked, 'grant')}.")

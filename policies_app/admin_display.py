@@ -1,4 +1,4 @@
-"""Compact values for admin lists, shared by every app's admin.
+"""Compact values, counters and filters for admin lists, shared by every app's admin.
 
 Django's default datetime ("Nov. 23, 2026, 10:26 p.m.") is twice as wide as the
 information in it; at 1280 px that width is what pushed key columns (the kill
@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils import timezone
 
 SHORT_DATETIME = "%Y-%m-%d %H:%M"
@@ -17,3 +20,23 @@ SHORT_DATETIME = "%Y-%m-%d %H:%M"
 def short_datetime(value: datetime | None) -> str | None:
     """`2026-11-23 22:26` in the site's time zone; None (shown as the admin's empty value) stays None."""
     return timezone.localtime(value).strftime(SHORT_DATETIME) if value is not None else None
+
+
+def count_of(n: int, noun: str) -> str:
+    """`1 grant`, `3 grants`: the admin's messages after a bulk action."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+class RevokedFilter(admin.SimpleListFilter):
+    """Revoked or not, for any model with `revoked_at` (service accounts, grants, connections)."""
+
+    title = "revoked"
+    parameter_name = "revoked"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("yes", "Revoked"), ("no", "Not revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(revoked_at__isnull=self.value() == "no")
+        return queryset

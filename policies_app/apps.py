@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class PoliciesAppConfig(AppConfig):
-    """Tenants, service accounts, tool policies and execution grants."""
+    """Tenants, service accounts, tool policies and approvals."""
 
     name = "policies_app"
     verbose_name = "Policies"

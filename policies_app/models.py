@@ -179,34 +179,6 @@ class ToolPolicy(models.Model):
         return "global"
 
 
-class ExecutionGrant(models.Model):
-    """Which connections one service account may use: the authority behind grant ∩ declared.
-
-    The connections must be the grant's tenant's (grant_create checks it; the
-    broker checks the tenant again at every use).
-    """
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="grants")
-    service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="grants")
-    connections = models.ManyToManyField("connections_app.Connection", related_name="grants", blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"grant {self.id} for {self.service_account_id}"
-
-
 class ApprovalRequest(models.Model):
     """A human decision on one exact call: tenant, caller, tool, connection and args hash.
 

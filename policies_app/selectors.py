@@ -15,7 +15,6 @@ from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
     ApprovalRequest,
     Approver,
-    ExecutionGrant,
     ServiceAccount,
     Tenant,
     TenantMembership,
@@ -145,25 +144,6 @@ def _specificity(policy: ToolPolicy) -> int:
     return 2 if policy.service_account_id else 1 if policy.tenant_id else 0
 
 
-def grant_list(*, tenant_id: int) -> QuerySet[ExecutionGrant]:
-    """A tenant's grants, newest first, with their account and connections loaded."""
-    return (
-        ExecutionGrant.objects.filter(tenant_id=tenant_id)
-        .select_related("service_account", "created_by", "revoked_by")
-        .prefetch_related("connections")
-        .order_by("-created_at")
-    )
-
-
-def grant_get(*, tenant_id: int, grant_id: object) -> ExecutionGrant | None:
-    """The tenant's grant with this id; None for malformed ids and other tenants' grants alike."""
-    try:
-        pk = uuid.UUID(str(grant_id))
-    except ValueError:
-        return None
-    return grant_list(tenant_id=tenant_id).filter(pk=pk).first()
-
-
 def service_account_for_tenant(*, tenant_id: int, name_or_id: str) -> ServiceAccount | None:
     """A tenant's live service account named by its id or its name (ids win when both could match)."""
     accounts = ServiceAccount.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
@@ -172,43 +152,6 @@ def service_account_for_tenant(*, tenant_id: int, name_or_id: str) -> ServiceAcc
     except ValueError:
         by_id = None
     return by_id or accounts.filter(name=name_or_id).first()
-
-
-@dataclass(frozen=True, slots=True)
-class GrantRow:
-    tenant_id: int
-    service_account_id: uuid.UUID
-    expires_at: datetime | None
-    revoked_at: datetime | None
-    connection_ids: frozenset[str]
-
-
-def grant_for_gate(*, grant_id: str) -> GrantRow | None:
-    """What the connection gate needs of a grant, from the governance cache when warm.
-
-    Grants are governance rows (saving one or its connections bumps the
-    generation), so a revocation reaches the next call. Unknown ids are not
-    remembered: a caller guessing ids costs queries, not this process's memory.
-    """
-    try:
-        pk = uuid.UUID(grant_id)
-    except ValueError:
-        return None
-    return governance_cache.get(("grant", pk), lambda: _load_grant_row(pk), remember_missing=False)
-
-
-def _load_grant_row(grant_id: uuid.UUID) -> GrantRow | None:
-    """The grant joined onto its connections: one query."""
-    rows = list(
-        ExecutionGrant.objects.filter(pk=grant_id).values_list(
-            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id"
-        )
-    )
-    if not rows:
-        return None
-    tenant_id, service_account_id, expires_at, revoked_at, _ = rows[0]
-    connection_ids = frozenset(str(row[4]) for row in rows if row[4] is not None)
-    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids)
 
 
 def policies_applicable_to(*, tenant_id: int | str, service_account_id: str) -> list[ToolPolicy]:
@@ -258,15 +201,6 @@ def service_account_get(*, tenant_id: int, account_id: object) -> ServiceAccount
     except ValueError:
         return None
     return service_account_list(tenant_id=tenant_id).filter(pk=pk).first()
-
-
-def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> QuerySet[ExecutionGrant]:
-    """The tenant's grants that name this connection (what revoking it would take away)."""
-    try:
-        pk = uuid.UUID(str(connection_id))
-    except ValueError:
-        return ExecutionGrant.objects.none()
-    return grant_list(tenant_id=tenant_id).filter(connections=pk)
 
 
 def approval_for_caller(*, approval_id: str, service_account_id: str) -> ApprovalRequest | None:

@@ -13,7 +13,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -24,12 +23,9 @@ from changes_app.services import change_record, change_snapshot
 from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
-from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
+from policies_app.models import ApprovalRequest, ServiceAccount, Tenant, ToolPolicy
 from policies_app.selectors import tenant_owner_may_decide
 from runner.types import ConsequenceLevel, ToolEffect
-
-if TYPE_CHECKING:
-    from connections_app.models import Connection
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Accounts whose use this process remembers recording (the oldest are forgotten first).
@@ -154,69 +150,6 @@ def service_account_touch(*, service_account_id: str, last_used_at: datetime | N
     ServiceAccount.objects.filter(pk=service_account_id).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
     ).update(last_used_at=now)
-
-
-@transaction.atomic
-def grant_create(
-    *,
-    tenant: Tenant,
-    service_account: ServiceAccount,
-    connections: Iterable[Connection],
-    expires_at: datetime | None = None,
-    created_by: AbstractBaseUser | None = None,
-) -> ExecutionGrant:
-    """Let one service account use these connections, all of its own tenant and not revoked."""
-    connections = list(connections)
-    if service_account.tenant_id != tenant.pk:
-        raise PolicyServiceError("the service account belongs to another tenant")
-    if service_account.revoked_at is not None:
-        raise PolicyServiceError("the service account is revoked")
-    if not connections:
-        raise PolicyServiceError("a grant names at least one connection")
-    if any(connection.tenant_id != tenant.pk for connection in connections):
-        raise PolicyServiceError("a connection belongs to another tenant")
-    if any(connection.revoked_at is not None for connection in connections):
-        raise PolicyServiceError("a connection is revoked")
-    now = timezone.now()
-    if expires_at is not None and expires_at <= now:
-        raise PolicyServiceError("expires_at is in the past")
-    # A second grant of the same connections adds nothing but a row to revoke later. The lock on the
-    # account serialises grant creation per account, so two simultaneous requests cannot both pass.
-    list(ServiceAccount.objects.select_for_update().filter(pk=service_account.pk).values_list("pk", flat=True))
-    wanted = {connection.pk for connection in connections}
-    live = (
-        ExecutionGrant.objects.filter(service_account=service_account, revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .prefetch_related("connections")
-        .order_by("created_at")
-    )
-    for existing in live:
-        if {connection.pk for connection in existing.connections.all()} == wanted:
-            raise PolicyServiceError(
-                f"{service_account.name} already has an active grant of exactly these connections "
-                f"(grant {existing.pk}); use that grant, or revoke it first to replace it"
-            )
-    grant = ExecutionGrant.objects.create(
-        tenant=tenant, service_account=service_account, expires_at=expires_at, created_by=created_by
-    )
-    grant.connections.set(connections)
-    change_record(action="grant.create", obj=grant, after=change_snapshot(grant))
-    return grant
-
-
-@transaction.atomic
-def grant_revoke(*, grant: ExecutionGrant, revoked_by: AbstractBaseUser | None = None) -> bool:
-    """Revoke once; its connections stop being usable by the account on the next call. False if already revoked."""
-    updated = ExecutionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_by=revoked_by
-    )
-    grant.refresh_from_db()
-    if updated:
-        governance_bump()  # processes serve grants from memory; a queryset update sends no signal
-        change_record(
-            action="grant.revoke", obj=grant, before={"revoked_at": None}, after={"revoked_at": grant.revoked_at}
-        )
-    return bool(updated)
 
 
 # --- policies --------------------------------------------------------------------------

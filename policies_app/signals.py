@@ -11,11 +11,11 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from policies_app.governance import governance_bump
-from policies_app.models import ExecutionGrant, ServiceAccount, Tenant, ToolPolicy
+from policies_app.models import ServiceAccount, Tenant, ToolPolicy
 
 # This app's governance rows; the apps above register theirs (tool switches, grants) with `govern`.
-# A grant's connections are its permission too: its through table is governed like the grant.
-GOVERNED_MODELS = (ToolPolicy, ServiceAccount, Tenant, ExecutionGrant, ExecutionGrant.connections.through)
+# This app's governance rows; the apps above register theirs (tool switches, grants) with `govern`.
+GOVERNED_MODELS = (ToolPolicy, ServiceAccount, Tenant)
 
 
 def _bump(sender: type, **kwargs: object) -> None:

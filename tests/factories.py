@@ -7,9 +7,9 @@ import uuid
 import factory
 from django.contrib.auth import get_user_model
 
-from connections_app.models import Connection
+from connections_app.models import Connection, ExecutionGrant
 from connections_app.services import connection_create
-from policies_app.models import ExecutionGrant, Tenant, TenantMembership, ToolPolicy
+from policies_app.models import Tenant, TenantMembership, ToolPolicy
 from policies_app.services import service_account_create
 
 PASSWORD = "correct-horse-battery-staple"

@@ -27,13 +27,19 @@ from connections_app.api.serializers import (
     GrantOutputSerializer,
 )
 from connections_app.credentials import SHAPES
-from connections_app.models import Connection
-from connections_app.selectors import connection_get, connection_list, connections_of_tenant
-from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
+from connections_app.models import Connection, ExecutionGrant
+from connections_app.selectors import connection_get, connection_list, connections_of_tenant, grant_get, grant_list
+from connections_app.services import (
+    ConnectionServiceError,
+    connection_create,
+    connection_revoke,
+    grant_create,
+    grant_revoke,
+)
 from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, request_caller
-from policies_app.models import ExecutionGrant, ServiceAccount, Tenant
-from policies_app.selectors import grant_get, grant_list, service_account_for_tenant, tenant_of_caller
-from policies_app.services import PolicyServiceError, grant_create, grant_revoke
+from policies_app.models import ServiceAccount, Tenant
+from policies_app.selectors import service_account_for_tenant, tenant_of_caller
+from policies_app.services import PolicyServiceError
 from runner.types import ErrorCode
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from tools_app.api.pagination import StrictLimitOffsetPagination

@@ -22,16 +22,25 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from changes_app.selectors import changes_for_tenant
-from connections_app.models import Connection
+from connections_app.models import Connection, ExecutionGrant
 from connections_app.selectors import (
     connection_events,
     connection_get,
     connection_label,
     connection_list,
+    grant_get,
+    grant_list,
+    grant_list_for_connection,
     oauth_provider_list,
     webhook_of_tenant,
 )
-from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
+from connections_app.services import (
+    ConnectionServiceError,
+    connection_create,
+    connection_revoke,
+    grant_create,
+    grant_revoke,
+)
 from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
 from connections_app.web.forms import (
     CONNECTION_FORMS,
@@ -45,13 +54,10 @@ from connections_app.web.forms import (
 from connections_app.web.tenancy import tenant_member_required, tenant_switch
 from connections_app.webhooks import WebhookError, webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
-from policies_app.models import ExecutionGrant, ServiceAccount, TenantMembership
+from policies_app.models import ServiceAccount, TenantMembership
 from policies_app.selectors import (
     approval_for_tenant,
     approvals_for_tenant,
-    grant_get,
-    grant_list,
-    grant_list_for_connection,
     service_account_get,
     service_account_list,
     tenant_owner_may_decide,
@@ -59,8 +65,6 @@ from policies_app.selectors import (
 from policies_app.services import (
     PolicyServiceError,
     approval_decide_as_tenant_owner,
-    grant_create,
-    grant_revoke,
     service_account_create,
     service_account_revoke,
 )

@@ -471,3 +471,57 @@ def test_mcp_reach_detector_flags_models_selectors_services_and_queries() -> Non
         (8, "runner.pipeline.ToolRunner"),
         (9, "ToolInvocation.objects"),
     ]
+
+
+# --- the app graph: each layer imports only the layers below it (no cycle can form) -------------
+
+# Lowest first. changes_app is the change log every app writes to; policies_app holds tenancy,
+# callers, policies, approvals and governance state; tools_app the catalog, audit and the tools
+# API; connections_app credentials, grants and the tenant portal; config composes them all.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("runner",),
+    ("changes_app",),
+    ("policies_app",),
+    ("tools_app",),
+    ("connections_app",),
+    ("config",),
+)
+LAYER_OF = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
+
+
+def upward_imports(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """Imports (module-level or inside a function) of a Toolgate package on this file's layer or above."""
+    own = module_parts(path)[0]
+    for line, module in imported_modules(tree, path):
+        target = root_of(module)
+        if module.startswith("<"):
+            yield line, module
+        elif target in LAYER_OF and target != own and LAYER_OF[target] >= LAYER_OF[own]:
+            yield line, f"{module} (layer {LAYER_OF[target]} from layer {LAYER_OF[own]})"
+
+
+def test_apps_import_only_the_layers_below_them() -> None:
+    files = [path for package in LAYER_OF for path in python_files(PROJECT_ROOT / package)]
+    assert PROJECT_ROOT / "connections_app" / "services.py" in files
+
+    assert offences(files, upward_imports, "imports upwards:") == []
+
+
+def test_layer_detector_flags_upward_and_sideways_imports_and_allows_downward_ones() -> None:
+    source = (
+        "from connections_app.models import ExecutionGrant\n"
+        "def later():\n"
+        "    from tools_app import services\n"
+        "from changes_app.services import change_record\n"
+        "from runner.types import ToolEffect\n"
+        "from policies_app.models import Tenant\n"
+    )
+
+    found = detect(upward_imports, source, PROJECT_ROOT / "policies_app" / "example.py")
+
+    assert found == [
+        (1, "connections_app.models (layer 4 from layer 2)"),
+        (1, "connections_app.models.ExecutionGrant (layer 4 from layer 2)"),
+        (3, "tools_app (layer 3 from layer 2)"),
+        (3, "tools_app.services (layer 3 from layer 2)"),
+    ]

@@ -18,8 +18,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.urls import reverse
 
 from changes_app.models import Change
-from connections_app.models import Connection, ConnectionEvent
-from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, ToolPolicy
+from connections_app.models import Connection, ConnectionEvent, ExecutionGrant
+from policies_app.models import ApprovalRequest, ServiceAccount, ToolPolicy
 from tests.changes_app.helpers import entries_since, mark, only_entry_since
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client
@@ -226,7 +226,7 @@ def test_admin_grant_revoke(admin_client, admin_actor, acme):
     since = mark()
 
     admin_client.post(
-        reverse("admin:policies_app_executiongrant_changelist"),
+        reverse("admin:connections_app_executiongrant_changelist"),
         {"action": "revoke_selected", "_selected_action": [str(grant.pk)]},
     )
 
@@ -235,7 +235,7 @@ def test_admin_grant_revoke(admin_client, admin_actor, acme):
         "grant.revoke",
         "admin",
         admin_actor,
-        ("policies_app.executiongrant", str(grant.pk)),
+        ("connections_app.executiongrant", str(grant.pk)),
         acme.pk,
     )
     assert entry["before"] == {"revoked_at": None}
@@ -341,7 +341,7 @@ def test_ui_grant_create_and_revoke(acme):
         "grant.create",
         "tenant_ui",
         ("user", user.get_username()),
-        ("policies_app.executiongrant", str(grant.pk)),
+        ("connections_app.executiongrant", str(grant.pk)),
     )
     assert created["after"] == {
         "tenant": acme.pk,

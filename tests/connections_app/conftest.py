@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from config.runtime import runtime
-from connections_app.models import Connection
-from policies_app.models import ExecutionGrant, ServiceAccount, Tenant
+from connections_app.models import Connection, ExecutionGrant
+from policies_app.models import ServiceAccount, Tenant
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
 from tests.support.loopback import LoopbackServer

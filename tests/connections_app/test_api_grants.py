@@ -15,10 +15,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from connections_app.models import Connection
-from connections_app.services import connection_revoke
-from policies_app.models import ExecutionGrant, ServiceAccount
-from policies_app.services import grant_revoke, service_account_revoke
+from connections_app.models import Connection, ExecutionGrant
+from connections_app.services import connection_revoke, grant_revoke
+from policies_app.models import ServiceAccount
+from policies_app.services import service_account_revoke
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
 from tests.support.api import api_client
 

@@ -24,9 +24,15 @@ from connections_app.adapters import EXPIRED, NOT_AVAILABLE, UNREADABLE, Databas
 from connections_app.crypto import KeyRing, seal_json
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.selectors import connection_events
-from connections_app.services import ConnectionServiceError, connection_create, connection_revoke
+from connections_app.services import (
+    ConnectionServiceError,
+    connection_create,
+    connection_revoke,
+    grant_create,
+    grant_revoke,
+)
 from policies_app.governance import governance_cache
-from policies_app.services import PolicyServiceError, grant_create, grant_revoke
+from policies_app.services import PolicyServiceError
 from runner.errors import BrokerError
 from runner.grants import GRANT_REFUSED, NOT_GRANTED
 from runner.types import ErrorCode, ToolInvocationContext

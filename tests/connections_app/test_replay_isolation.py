@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies_app.services import grant_revoke
+from connections_app.services import grant_revoke
 from tests.factories import ConnectionFactory, GrantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client
 from tools_app.services import tool_set_enabled

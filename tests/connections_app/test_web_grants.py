@@ -8,8 +8,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from connections_app.models import ExecutionGrant
 from policies_app.keys import key_matches
-from policies_app.models import ExecutionGrant, ServiceAccount
+from policies_app.models import ServiceAccount
 from policies_app.selectors import caller_for_key
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
 from tests.support.web import member_client

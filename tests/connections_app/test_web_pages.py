@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from connections_app.models import Connection, ConnectionEvent
-from policies_app.models import ExecutionGrant, ServiceAccount
+from connections_app.models import Connection, ConnectionEvent, ExecutionGrant
+from policies_app.models import ServiceAccount
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, UserFactory, service_account_with_key
 from tests.support.web import CSP_REQUIRED, csp_of, invocation, member_client
 

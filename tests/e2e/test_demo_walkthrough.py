@@ -26,7 +26,7 @@ ADMIN_LISTS = {
     "tools_app/toolinvocation": ("Started at", "Tool id", "Decision", "Error code"),
     "policies_app/toolpolicy": ("Name", "Scope", "Is active"),
     "policies_app/serviceaccount": ("Name", "Revoked at"),
-    "policies_app/executiongrant": ("Service account", "Revoked at"),
+    "connections_app/executiongrant": ("Service account", "Revoked at"),
     "policies_app/tenant": ("Slug", "Name"),
     "policies_app/tenantmembership": ("User", "Role"),
     "connections_app/connection": ("Tenant", "Status", "Expires at", "Revoked at"),

@@ -13,9 +13,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from connections_app.models import Connection
+from connections_app.models import Connection, ExecutionGrant
 from connections_app.services import connection_credentials_open
-from policies_app.models import ExecutionGrant, Tenant
+from policies_app.models import Tenant
 from tests.factories import PASSWORD, ConnectionFactory, MembershipFactory, TenantFactory, UserFactory
 from tests.support.web import invocation
 

@@ -13,7 +13,8 @@ import pytest
 from django.db import connection
 
 from config.runtime import bind_tools
-from policies_app.adapters import CachedGovernanceView, CacheRateLimiter, DatabaseGrantStore, DatabasePolicyDecider
+from connections_app.adapters import DatabaseGrantStore
+from policies_app.adapters import CachedGovernanceView, CacheRateLimiter, DatabasePolicyDecider
 from policies_app.governance import governance_bump, governance_cache
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.defaults import LoggingEventSink, NoConnections, SystemClock

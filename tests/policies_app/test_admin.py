@@ -12,8 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from connections_app.models import ExecutionGrant
 from policies_app.governance import governance_cache, governance_generation
-from policies_app.models import ApprovalRequest, ExecutionGrant, ServiceAccount, ToolPolicy
+from policies_app.models import ApprovalRequest, ServiceAccount, ToolPolicy
 from policies_app.selectors import caller_for_key, policy_effective_for
 from policies_app.services import ApprovalTerms, approval_check, service_account_revoke
 from runner.types import ConsequenceLevel, ToolEffect
@@ -140,7 +141,7 @@ def test_grant_and_approval_changelists_search_and_filter(admin_client, acme, gl
     _status, approval = _open_approval(account, "call_1")
 
     grants = admin_client.get(
-        reverse("admin:policies_app_executiongrant_changelist"),
+        reverse("admin:connections_app_executiongrant_changelist"),
         {"q": "bot", "tenant__id__exact": acme.pk, "revoked": "no"},
     )
     approvals = admin_client.get(
@@ -553,7 +554,7 @@ def test_grant_revoke_action(admin_client, admin_user, acme):
     grant = GrantFactory(service_account=account, connections=[ConnectionFactory(tenant=acme)])
 
     response = admin_client.post(
-        reverse("admin:policies_app_executiongrant_changelist"),
+        reverse("admin:connections_app_executiongrant_changelist"),
         {"action": "revoke_selected", "_selected_action": [str(grant.pk)]},
         follow=True,
     )
@@ -568,8 +569,8 @@ def test_grants_cannot_be_added_or_deleted_in_the_admin(admin_client, acme):
     account, _ = service_account_with_key(acme, name="agent")
     grant = GrantFactory(service_account=account)
 
-    add = admin_client.get(reverse("admin:policies_app_executiongrant_add"))
-    delete = admin_client.post(reverse("admin:policies_app_executiongrant_delete", args=[grant.pk]), {"post": "yes"})
+    add = admin_client.get(reverse("admin:connections_app_executiongrant_add"))
+    delete = admin_client.post(reverse("admin:connections_app_executiongrant_delete", args=[grant.pk]), {"post": "yes"})
 
     assert (add.status_code, delete.status_code) == (403, 403)
     assert ExecutionGrant.objects.count() == 1
@@ -699,7 +700,7 @@ def _add_governance_rows(tenant, start: int, n: int) -> None:
     [
         "admin:policies_app_serviceaccount_changelist",
         "admin:policies_app_toolpolicy_changelist",
-        "admin:policies_app_executiongrant_changelist",
+        "admin:connections_app_executiongrant_changelist",
         "admin:policies_app_approvalrequest_changelist",
         "admin:policies_app_tenantmembership_changelist",
     ],
