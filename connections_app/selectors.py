@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Count, QuerySet
@@ -163,6 +163,8 @@ class GrantRow:
     expires_at: datetime | None
     revoked_at: datetime | None
     connection_ids: frozenset[str]
+    # Personal connections of the grant: connection id -> owner's user id.
+    owners: Mapping[str, int] = field(default_factory=dict)
 
 
 def grant_for_gate(*, grant_id: str) -> GrantRow | None:
@@ -180,17 +182,18 @@ def grant_for_gate(*, grant_id: str) -> GrantRow | None:
 
 
 def _load_grant_row(grant_id: uuid.UUID) -> GrantRow | None:
-    """The grant joined onto its connections: one query."""
+    """The grant joined onto its connections (and their owners): one query."""
     rows = list(
         ExecutionGrant.objects.filter(pk=grant_id).values_list(
-            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id"
+            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id", "connections__owner_id"
         )
     )
     if not rows:
         return None
-    tenant_id, service_account_id, expires_at, revoked_at, _ = rows[0]
+    tenant_id, service_account_id, expires_at, revoked_at, _, _ = rows[0]
     connection_ids = frozenset(str(row[4]) for row in rows if row[4] is not None)
-    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids)
+    owners = {str(row[4]): row[5] for row in rows if row[4] is not None and row[5] is not None}
+    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids, owners)
 
 
 def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> QuerySet[ExecutionGrant]:

@@ -22,7 +22,7 @@ from connections_app.credentials import MANUAL_TYPES, CredentialsInvalid, creden
 from connections_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from policies_app.governance import governance_bump
-from policies_app.models import ServiceAccount, Tenant
+from policies_app.models import ServiceAccount, Tenant, TenantMembership
 from policies_app.services import PolicyServiceError
 from tools_app.selectors import tool_providers
 
@@ -51,12 +51,16 @@ def connection_create(
     label: str = "",
     created_by: AbstractBaseUser | None = None,
     created_by_service_account_id: str | None = None,
+    owner: AbstractBaseUser | None = None,
 ) -> Connection:
     """Store a hand-entered credential (API key or app password), encrypted and bound to the new row.
 
     `created_by` is the user of the web UI; `created_by_service_account_id` the API caller that stored it.
+    `owner` makes it a personal connection of that tenant member: usable only by calls on their behalf.
     """
     errors: list[tuple[str, str]] = []
+    if owner is not None and not TenantMembership.objects.filter(tenant=tenant, user=owner).exists():
+        errors.append(("owner", "a personal connection belongs to a member of the tenant"))
     if provider not in tool_providers():
         errors.append(("provider", f"unknown provider; one of: {', '.join(tool_providers())}"))
     if credential_type not in MANUAL_TYPES:
@@ -79,6 +83,7 @@ def connection_create(
         expires_at=expires_at,
         created_by=created_by,
         created_by_service_account_id=created_by_service_account_id,
+        owner=owner,
     )
     seal_credentials_into(connection, secret)
     connection.full_clean()

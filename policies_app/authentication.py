@@ -89,6 +89,23 @@ class ServiceAccountAuthentication(BaseAuthentication):
         return SCHEME
 
 
+SUBJECT_HEADER = "X-Toolgate-Subject"
+_SUBJECT_META = "HTTP_X_TOOLGATE_SUBJECT"
+
+
+def request_subject_token(request: Request) -> str | None:
+    """The subject token sent beside the API key (`X-Toolgate-Subject`), None when the header is absent.
+
+    Only the token travels from here (to `delegation_for_token`, which derives
+    the subject from its digest); a present but empty or non-ASCII header is a
+    token that matches nothing, refused like a forged one.
+    """
+    value = request.META.get(_SUBJECT_META)
+    if value is None:
+        return None
+    return value.strip() if value.isascii() else ""
+
+
 def request_caller(request: Request) -> Caller:
     """The Caller behind an authenticated API request (views run after the permission check)."""
     caller = getattr(request.user, "caller", None)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
 from policies_app.governance import governance_bump
-from policies_app.selectors import Caller, policy_effective_for
+from policies_app.selectors import Caller, delegation_for_token, policy_effective_for
 from runner.catalog import catalog_for
 from runner.contracts import tags_problem
 from runner.pipeline import ToolRunner, new_tool_call_id
@@ -134,6 +134,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "ended_at": record.ended_at,
         "duration_ms": record.duration_ms or 0,
         "lease_expires_at": None,
+        "authz_reason": record.authz_reason or "",
     }
     if record.audit_ref is not None:
         pk, attempt = parse_claim_ref(record.audit_ref)
@@ -154,6 +155,7 @@ def _context_fields(ctx: ToolInvocationContext) -> dict:
         "run_id": ctx.run_id,
         "connection_id": ctx.connection_id or "",
         "grant_id": ctx.grant_id or "",
+        "subject_id": ctx.subject_id or "",
     }
 
 
@@ -231,8 +233,15 @@ class ExecRequest:
     grant_id: str | None = None
 
 
-def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> ToolExecResult:
-    """Run one call for an authenticated service account through the runner (the only path)."""
+def tool_exec(
+    *, runner: ToolRunner, caller: Caller, request: ExecRequest, subject_token: str | None = None
+) -> ToolExecResult:
+    """Run one call for an authenticated service account through the runner (the only path).
+
+    `subject_token` is the person's token the caller sent beside its key (on
+    whose behalf it calls); it is resolved here to the delegation it names and
+    goes no further. The runner's authorization stage decides what it allows.
+    """
     if request.connection_ids is not None:
         declared = tuple(request.connection_ids)
     else:
@@ -246,6 +255,7 @@ def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> To
         connection_id=request.connection_id,
         grant_id=request.grant_id,
         declared_connection_ids=declared,
+        delegation_id=None if subject_token is None else delegation_for_token(token=subject_token),
     )
     return runner.exec(request.tool_id, request.args, ctx)
 

@@ -210,10 +210,14 @@ class ActivityFilterForm(UIForm):
         required=False, choices=[("", "Any outcome"), ("ok", "Succeeded"), ("failed", "Failed or refused")]
     )
     run = forms.CharField(label="Run id", required=False, max_length=128)
+    person = forms.ChoiceField(label="On behalf of", required=False)
 
-    def __init__(self, *args: Any, tool_ids: Iterable[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, tool_ids: Iterable[str], people: Iterable[tuple[str, str]] = (), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.fields["tool"].choices = [("", "All tools"), *((tool_id, tool_id) for tool_id in tool_ids)]
+        self.fields["person"].choices = [("", "Anyone (or no one)"), *people]
 
     def filters(self) -> dict[str, Any]:
         """Keyword arguments for `invocation_list`, from the fields that are valid."""
@@ -223,6 +227,7 @@ class ActivityFilterForm(UIForm):
             "tool_id": data.get("tool") or "",
             "ok": self.OUTCOMES.get(data.get("outcome") or ""),
             "run_id": data.get("run") or "",
+            "subject_id": data.get("person") or "",
         }
 
 

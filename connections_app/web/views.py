@@ -61,6 +61,7 @@ from policies_app.selectors import (
     service_account_get,
     service_account_list,
     tenant_owner_may_decide,
+    tenant_subjects,
 )
 from policies_app.services import (
     PolicyServiceError,
@@ -73,7 +74,7 @@ from tools_app.selectors import invocation_list, tool_ids_known, tool_providers
 ACTIVITY_PAGE_SIZE = 50
 CHANGES_PAGE_SIZE = 50
 APPROVALS_PAGE_SIZE = 50
-NO_FILTERS = {"tool_id": "", "ok": None, "run_id": ""}
+NO_FILTERS = {"tool_id": "", "ok": None, "run_id": "", "subject_id": ""}
 
 
 class TenantLoginView(LoginView):
@@ -436,11 +437,15 @@ def _account_details(account: ServiceAccount) -> list[tuple[str, str]]:
 @require_GET
 def activity(request: HttpRequest) -> HttpResponse:
     """The tenant's finished calls, filtered and paginated, over a chart of the last 14 days."""
-    form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known())
+    people = tenant_subjects(tenant_id=request.tenant.pk)
+    form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known(), people=people)
     filters = form.filters() if request.GET else NO_FILTERS
     page = Paginator(invocation_list(tenant_id=request.tenant.pk, **filters), ACTIVITY_PAGE_SIZE).get_page(
         request.GET.get("page")
     )
+    names = dict(people)
+    for call in page.object_list:
+        call.person = names.get(call.subject_id, call.subject_id)  # a former member: their id
     days = chart_days(today=timezone.localdate())
     counts = activity_per_day(tenant_id=request.tenant.pk, since=days[0], **filters)
     return render(

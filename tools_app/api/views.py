@@ -22,14 +22,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from policies_app.authentication import ToolsExecScope, request_caller
+from policies_app.authentication import ToolsExecScope, request_caller, request_subject_token
 from policies_app.selectors import approval_for_caller
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode, ToolSpec
 from runner.wire import anthropic, openai, openai_responses
 from tools_app.api import ToolCallFailed
-from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from tools_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from tools_app.api.pagination import StrictLimitOffsetPagination
 from tools_app.api.serializers import (
     ID_RE,
@@ -86,7 +86,9 @@ EXEC_RESPONSES = {
         "`invalid_json`: the body is not a JSON object (or is malformed, too deep, has duplicate keys)."
     ),
     403: error_response(
-        "`forbidden` (scope) or `policy_denied`; a refused call also carries tool_call_id, tool_id and ok=false."
+        "`forbidden` (scope), `policy_denied`, or `authz_denied` (a call on behalf of a person, "
+        "`X-Toolgate-Subject`, without their active delegation or permission); a refused call also carries "
+        "tool_call_id, tool_id and ok=false."
     ),
     404: _refused("`unavailable`: no such tool."),
     409: _refused("`idempotency_conflict` or `connection_unavailable`."),
@@ -151,7 +153,7 @@ class ToolExecView(ToolsApiView):
         summary="Execute a tool call",
         request=ExecInputSerializer,
         responses=EXEC_RESPONSES,
-        parameters=RESPONSE_HEADERS,
+        parameters=[SUBJECT_HEADER, *RESPONSE_HEADERS],
         examples=[EXEC_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
@@ -164,10 +166,15 @@ class ToolExecView(ToolsApiView):
             tool_call_id=data.get("tool_call_id"),
             run_id=data.get("run_id"),
             connection_id=data.get("connection_id"),
-            connection_ids=data.get("connection_ids") or None,
+            connection_ids=data.get("connection_ids"),
             grant_id=data.get("grant_id"),
         )
-        result = tool_exec(runner=self.runtime().runner, caller=request_caller(request), request=exec_request)
+        result = tool_exec(
+            runner=self.runtime().runner,
+            caller=request_caller(request),
+            request=exec_request,
+            subject_token=request_subject_token(request),
+        )
         if result.ok:
             return Response(ExecSuccessOutputSerializer(result).data)
         raise ToolCallFailed(
@@ -245,6 +252,7 @@ class InvocationListView(ToolsApiView):
             run_id=filters.get("run_id", ""),
             tool_id=filters.get("tool_id", ""),
             ok=None if "ok" not in filters else filters["ok"] == "true",
+            subject_id=filters.get("subject_id", ""),
         )
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(rows, request, view=self)
