@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from connections_app.models import (
     Connection,
@@ -28,21 +28,33 @@ def _uuid_or_none(value: object) -> uuid.UUID | None:
         return None
 
 
-def connection_list(*, tenant: Tenant, include_revoked: bool = True) -> QuerySet[Connection]:
+def connection_list(
+    *, tenant: Tenant, include_revoked: bool = True, visible_to_user_id: int | None = None
+) -> QuerySet[Connection]:
+    """The tenant's connections, newest first.
+
+    `visible_to_user_id` narrows them to what a member (not an owner) sees: the
+    tenant's shared connections and their own personal ones. Owners, operators
+    and the REST API see every row's metadata (None).
+    """
     rows = Connection.objects.filter(tenant=tenant).select_related(
-        "created_by", "created_by_service_account", "revoked_by"
+        "created_by", "created_by_service_account", "revoked_by", "owner"
     )
+    if visible_to_user_id is not None:
+        rows = rows.filter(Q(owner__isnull=True) | Q(owner_id=visible_to_user_id))
     if not include_revoked:
         rows = rows.filter(revoked_at__isnull=True)
     return rows.order_by("-created_at")
 
 
-def connection_get(*, tenant: Tenant, connection_id: object) -> Connection | None:
-    """The tenant's connection with this id; None for malformed ids and for other tenants' rows alike."""
+def connection_get(
+    *, tenant: Tenant, connection_id: object, visible_to_user_id: int | None = None
+) -> Connection | None:
+    """The tenant's connection with this id; None for malformed ids, other tenants' and others' personal rows alike."""
     pk = _uuid_or_none(connection_id)
     if pk is None:
         return None
-    return connection_list(tenant=tenant).filter(pk=pk).first()
+    return connection_list(tenant=tenant, visible_to_user_id=visible_to_user_id).filter(pk=pk).first()
 
 
 def connections_of_tenant(*, tenant: Tenant, connection_ids: Iterable[object]) -> tuple[list[Connection], list[str]]:

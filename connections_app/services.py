@@ -293,8 +293,12 @@ def grant_create(
     connections: Iterable[Connection],
     expires_at: datetime | None = None,
     created_by: AbstractBaseUser | None = None,
+    created_by_service_account_id: str | None = None,
 ) -> ExecutionGrant:
-    """Let one service account use these connections, all of its own tenant and not revoked."""
+    """Let one service account use these connections, all of its own tenant and not revoked.
+
+    `created_by` is the web UI's user; `created_by_service_account_id` the API caller that made it.
+    """
     connections = list(connections)
     if service_account.tenant_id != tenant.pk:
         raise PolicyServiceError("the service account belongs to another tenant")
@@ -326,7 +330,11 @@ def grant_create(
                 f"(grant {existing.pk}); use that grant, or revoke it first to replace it"
             )
     grant = ExecutionGrant.objects.create(
-        tenant=tenant, service_account=service_account, expires_at=expires_at, created_by=created_by
+        tenant=tenant,
+        service_account=service_account,
+        expires_at=expires_at,
+        created_by=created_by,
+        created_by_service_account_id=created_by_service_account_id,
     )
     grant.connections.set(connections)
     change_record(action="grant.create", obj=grant, after=change_snapshot(grant))

@@ -23,6 +23,8 @@ from rest_framework.views import APIView
 from connections_app.api.serializers import (
     ConnectionCreateInputSerializer,
     ConnectionOutputSerializer,
+    DelegationTokenInputSerializer,
+    DelegationTokenOutputSerializer,
     GrantCreateInputSerializer,
     GrantOutputSerializer,
 )
@@ -36,10 +38,10 @@ from connections_app.services import (
     grant_create,
     grant_revoke,
 )
-from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, request_caller
+from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, ToolsExecScope, request_caller
 from policies_app.models import ServiceAccount, Tenant
-from policies_app.selectors import service_account_for_tenant, tenant_of_caller
-from policies_app.services import PolicyServiceError
+from policies_app.selectors import service_account_for_tenant, subject_id_of, tenant_of_caller
+from policies_app.services import ConsentExchangeError, PolicyServiceError, consent_exchange
 from runner.types import ErrorCode
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from tools_app.api.pagination import StrictLimitOffsetPagination
@@ -297,7 +299,11 @@ class GrantListView(ConnectionsApiView):
         )
         try:
             grant = grant_create(
-                tenant=tenant, service_account=account, connections=connections, expires_at=data["expires_at"]
+                tenant=tenant,
+                service_account=account,
+                connections=connections,
+                expires_at=data["expires_at"],
+                created_by_service_account_id=request_caller(request).service_account_id,
             )
         except PolicyServiceError as exc:
             raise _invalid([("", str(exc))]) from None
@@ -338,3 +344,60 @@ def _grant_or_404(request: Request, grant_id: str) -> ExecutionGrant:
     if grant is None:
         raise NotFound("no such grant in this tenant")
     return grant
+
+
+# --- delegations: the consent redirect's code exchange -------------------------------------------
+
+
+class DelegationTokenView(APIView):
+    """`POST /api/v1/delegations/token`: a service trades a person's one-time consent code for their subject token.
+
+    The code comes back to the service's registered redirect URI after the
+    person approved (`GET /delegations/consent`). The exchange needs the
+    service's own API key (the account the person approved), the same
+    redirect_uri and the PKCE verifier of the challenge it sent. A code works
+    once; used again, it revokes the delegation it created.
+    """
+
+    permission_classes = [ToolsExecScope]
+
+    @extend_schema(
+        operation_id="delegations_token",
+        summary="Exchange a consent code for a person's subject token",
+        request=DelegationTokenInputSerializer,
+        parameters=RESPONSE_HEADERS,
+        responses={
+            200: DelegationTokenOutputSerializer,
+            **common_errors("tools:exec"),
+            **BODY_ERRORS,
+            422: error_response(
+                "`validation`: the body is invalid, or the code is unknown, expired, already used, or was "
+                "issued for another redirect_uri, caller or PKCE challenge (one message for all)."
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = DelegationTokenInputSerializer(data=_json_object(request))
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            delegation, token = consent_exchange(
+                service_account_id=request_caller(request).service_account_id,
+                code=data["code"],
+                code_verifier=data["code_verifier"],
+                redirect_uri=data["redirect_uri"],
+            )
+        except ConsentExchangeError as exc:
+            raise _invalid([("code", str(exc))]) from None
+        return Response(
+            DelegationTokenOutputSerializer(
+                {
+                    "subject_token": token,
+                    "delegation_id": delegation.pk,
+                    "subject_id": subject_id_of(delegation.user_id),
+                    "tools": delegation.tools,
+                    "expires_at": delegation.expires_at,
+                }
+            ).data,
+            headers={"Cache-Control": "no-store"},
+        )

@@ -101,10 +101,15 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 # --- connections ------------------------------------------------------------------------
 
 
+def visible_to(request: HttpRequest) -> int | None:
+    """Whose personal connections this user sees: an owner sees every row (None), a member only their own."""
+    return None if request.tenant_role == TenantMembership.Role.OWNER else request.user.pk
+
+
 @tenant_member_required
 @require_GET
 def connections(request: HttpRequest) -> HttpResponse:
-    rows = connection_list(tenant=request.tenant)
+    rows = connection_list(tenant=request.tenant, visible_to_user_id=visible_to(request))
     return render(
         request,
         "tenant/connection_list.html",
@@ -137,6 +142,7 @@ def connection_new(request: HttpRequest) -> HttpResponse:
                 expires_at=form.cleaned_data["expires_at"],
                 label=form.cleaned_data["label"],
                 created_by=request.user,
+                owner=request.user if form.cleaned_data["personal"] else None,
             )
         except ConnectionServiceError as error:
             form.add_service_errors(error.errors)
@@ -151,7 +157,9 @@ def connection_new(request: HttpRequest) -> HttpResponse:
 
 
 def _connection_or_404(request: HttpRequest, connection_id: object) -> Connection:
-    connection = connection_get(tenant=request.tenant, connection_id=connection_id)
+    connection = connection_get(
+        tenant=request.tenant, connection_id=connection_id, visible_to_user_id=visible_to(request)
+    )
     if connection is None:
         raise Http404("no such connection")
     return connection
@@ -223,7 +231,9 @@ def grant_new(request: HttpRequest) -> HttpResponse:
     form = GrantForm(
         request.POST or None,
         service_accounts=service_account_list(tenant_id=request.tenant.pk, include_revoked=False),
-        connections=connection_list(tenant=request.tenant, include_revoked=False),
+        connections=connection_list(
+            tenant=request.tenant, include_revoked=False, visible_to_user_id=visible_to(request)
+        ),
     )
     if request.method == "POST" and form.is_valid():
         try:
