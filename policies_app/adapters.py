@@ -74,6 +74,7 @@ class DatabaseApprovalDesk:
             connection_id=ctx.connection_id,
             args_sha256=args_sha256,
             tool_call_id=ctx.tool_call_id,
+            subject_id=ctx.subject_id,
             terms=ApprovalTerms(
                 effect=spec.effect,
                 consequence_level=spec.consequence_level,

@@ -277,6 +277,8 @@ class ApprovalRequest(models.Model):
     required_because = models.CharField(max_length=200, blank=True)
     approver = models.CharField(max_length=16, choices=Approver.choices, default=Approver.OPERATOR)
     connection_id = models.CharField(max_length=64, blank=True)
+    # The person the call is made for (`user:<id>`, from their subject token); blank: no one.
+    subject_id = models.CharField(max_length=64, blank=True)
     args_sha256 = models.CharField(max_length=64)
     args_sealed = models.BinaryField(null=True, blank=True, editable=False)
     args_bytes = models.PositiveIntegerField(default=0, editable=False)

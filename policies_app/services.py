@@ -217,6 +217,7 @@ def approval_check(
     tool_call_id: str,
     terms: ApprovalTerms,
     seal_args: ArgsSealer | None = None,
+    subject_id: str | None = None,
 ) -> tuple[str, ApprovalRequest]:
     """Where this exact call stands: ("allow" | "pending" | "deny:<reason>", the approval).
 
@@ -240,10 +241,12 @@ def approval_check(
             tool_call_id=tool_call_id,
             terms=terms,
             seal_args=seal_args,
+            subject_id=subject_id,
         )
         return "pending", approval
     bound = (
         str(approval.service_account_id) == service_account_id
+        and approval.subject_id == (subject_id or "")  # approved for one person's call, not another's
         and approval.tool_id == tool_id
         and approval.connection_id == (connection_id or "")
         and approval.args_sha256 == args_sha256
@@ -272,6 +275,7 @@ def _approval_open(
     tool_call_id: str,
     terms: ApprovalTerms,
     seal_args: ArgsSealer | None,
+    subject_id: str | None = None,
 ) -> ApprovalRequest:
     approval_id = uuid.uuid4()  # known before the INSERT: the sealed args are bound to it
     sealed, args_bytes = seal_args(str(approval_id), str(tenant_id)) if seal_args else (None, 0)
@@ -287,6 +291,7 @@ def _approval_open(
                 required_because=terms.required_because[:200],
                 approver=terms.approver,
                 connection_id=connection_id or "",
+                subject_id=subject_id or "",
                 args_sha256=args_sha256,
                 args_sealed=sealed,
                 args_bytes=args_bytes,

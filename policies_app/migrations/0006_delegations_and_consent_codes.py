@@ -15,6 +15,11 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name='approvalrequest',
+            name='subject_id',
+            field=models.CharField(blank=True, max_length=64),
+        ),
+        migrations.AddField(
             model_name='serviceaccount',
             name='consent_redirect_uris',
             field=models.JSONField(blank=True, default=list),

@@ -23,8 +23,8 @@ from django.utils import timezone
 from config import logs
 from policies_app import governance
 from policies_app.keys import subject_token_generate
-from policies_app.models import TenantMembership
-from policies_app.services import delegation_create, delegation_revoke
+from policies_app.models import ApprovalRequest, TenantMembership
+from policies_app.services import approval_decide, delegation_create, delegation_revoke
 from runner.authz import SUBJECT_REFUSED, TOOL_NOT_DELEGATED
 from runner.grants import PERSONAL
 from tests.connections_app.test_canary import everything_in_the_database
@@ -315,3 +315,46 @@ def test_a_canary_subject_token_never_leaks(agent, alice, caplog, admin_client, 
         if secret in text
     ]
     assert leaks == []
+
+
+def test_an_approval_given_for_one_persons_call_does_not_run_it_for_another(agent, alice, bob):
+    # given a policy that asks a person to approve every call of the time tool
+    account, key = agent
+    policy = account.tenant.policies.get()
+    policy.require_approval_for_tools = [TIME]
+    policy.save()
+    _d, alice_token = delegation_create(tenant=account.tenant, user=alice, service_account=account)
+    _d, bob_token = delegation_create(tenant=account.tenant, user=bob, service_account=account)
+    asked = as_person(key, alice_token, tool_call_id="needs-ok")
+    assert (asked.status_code, asked.json()["error_code"]) == (202, "approval_required")
+    approval = ApprovalRequest.objects.get(pk=asked.json()["approval_id"])
+    assert approval.subject_id == f"user:{alice.pk}"
+    approval_decide(approval=approval, approve=True, decided_by=None, decided_by_name="op")
+
+    # when another person's token repeats the approved call
+    stolen = as_person(key, bob_token, tool_call_id="needs-ok")
+
+    # then it is refused, and the approval is still there for alice's call
+    assert (stolen.status_code, stolen.json()["error_code"]) == (403, "policy_denied")
+    assert as_person(key, alice_token, tool_call_id="needs-ok").status_code == 200
+
+
+def test_a_models_tool_calls_run_for_the_person_too(agent, alice):
+    account, key = agent
+    _d, token = delegation_create(tenant=account.tenant, user=alice, service_account=account)
+    turn = {
+        "format": "anthropic",
+        "message": [{"type": "tool_use", "id": "toolu_1", "name": TIME, "input": {}}],
+    }
+
+    allowed = api_client(key).post("/api/v1/tools/calls", turn, format="json", HTTP_X_TOOLGATE_SUBJECT=token)
+    forged = api_client(key).post(
+        "/api/v1/tools/calls",
+        {**turn, "message": [{"type": "tool_use", "id": "toolu_2", "name": TIME, "input": {}}]},
+        format="json",
+        HTTP_X_TOOLGATE_SUBJECT=subject_token_generate().key,
+    )
+
+    assert allowed.json()["calls"][0]["ok"] is True
+    assert ToolInvocation.objects.get(tool_call_id="toolu_1").subject_id == f"user:{alice.pk}"
+    assert forged.json()["calls"][0]["error_code"] == "authz_denied"

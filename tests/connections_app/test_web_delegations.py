@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 from django.test import Client
 
+from changes_app.models import Change
 from connections_app.models import ExecutionGrant
 from policies_app.models import ConsentCode, Delegation
 from policies_app.services import delegation_create, service_account_set_redirect_uris
@@ -315,3 +316,20 @@ def test_a_grant_made_over_rest_records_the_acting_service_account(acme, agent):
 
     assert created.status_code == 201
     assert ExecutionGrant.objects.get().created_by_service_account == account
+
+
+def test_delegation_writes_are_in_the_change_log(acme, alice, agent):
+    client = logged_in(alice)
+    client.post("/delegations/new/", {"service_account": str(agent[0].pk)})
+    delegation = Delegation.objects.get()
+    client.post(f"/delegations/{delegation.pk}/revoke/")
+
+    rows = list(Change.objects.filter(object_type="policies_app.delegation").order_by("id"))
+
+    assert [(row.action, row.origin, row.actor_label) for row in rows] == [
+        ("delegation.create", "tenant_ui", "alice"),
+        ("delegation.token_issue", "tenant_ui", "alice"),
+        ("delegation.revoke", "tenant_ui", "alice"),
+    ]
+    assert all("token_prefix" not in row.after and "token_digest" not in row.after for row in rows)
+    assert client.get("/changes/").status_code == 200
