@@ -51,7 +51,7 @@ from connections_app.web.forms import (
     ServiceAccountForm,
     WebhookForm,
 )
-from connections_app.web.tenancy import tenant_member_required, tenant_switch
+from connections_app.web.tenancy import tenant_member_required, tenant_switch, visible_to
 from connections_app.webhooks import WebhookError, webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
 from policies_app.models import ServiceAccount, TenantMembership
@@ -99,11 +99,6 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 
 
 # --- connections ------------------------------------------------------------------------
-
-
-def visible_to(request: HttpRequest) -> int | None:
-    """Whose personal connections this user sees: an owner sees every row (None), a member only their own."""
-    return None if request.tenant_role == TenantMembership.Role.OWNER else request.user.pk
 
 
 @tenant_member_required
