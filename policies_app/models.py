@@ -135,6 +135,13 @@ class Delegation(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["tenant", "user"], name="delegation_tenant_user")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "service_account"],
+                condition=Q(revoked_at__isnull=True),
+                name="delegation_one_live_per_person_and_account",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"delegation of user {self.user_id} to {self.service_account_id}"

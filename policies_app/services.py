@@ -452,9 +452,18 @@ def delegation_create(
         tenant=tenant, user=user, service_account=service_account, revoked_at__isnull=True
     ):
         delegation_revoke(delegation=older, revoked_by=user)
-    delegation = Delegation.objects.create(
-        tenant=tenant, user=user, service_account=service_account, tools=tools, expires_at=expires_at, origin=origin
-    )
+    try:
+        with transaction.atomic():  # a savepoint: the constraint decides a race between two new delegations
+            delegation = Delegation.objects.create(
+                tenant=tenant,
+                user=user,
+                service_account=service_account,
+                tools=tools,
+                expires_at=expires_at,
+                origin=origin,
+            )
+    except IntegrityError:
+        raise PolicyServiceError("another delegation to this service account was just made; try again") from None
     change_record(action="delegation.create", obj=delegation, after=change_snapshot(delegation))
     token = delegation_issue_token(delegation=delegation) if issue_token else None
     return delegation, token

@@ -62,4 +62,8 @@ class Migration(migrations.Migration):
             model_name='delegation',
             index=models.Index(fields=['tenant', 'user'], name='delegation_tenant_user'),
         ),
+        migrations.AddConstraint(
+            model_name='delegation',
+            constraint=models.UniqueConstraint(condition=models.Q(('revoked_at__isnull', True)), fields=('user', 'service_account'), name='delegation_one_live_per_person_and_account'),
+        ),
     ]
