@@ -58,19 +58,6 @@ class ExecView(Protocol):
     def exec_runner(self) -> ToolRunner: ...
 
 
-def exec_request_from(fields: Mapping[str, Any]) -> ExecRequest:
-    """ExecInputSerializer's validated data as the service's request."""
-    return ExecRequest(
-        tool_id=fields["tool_id"],
-        args=fields["args"],
-        tool_call_id=fields.get("tool_call_id"),
-        run_id=fields.get("run_id"),
-        connection_id=fields.get("connection_id"),
-        connection_ids=fields.get("connection_ids") or None,
-        grant_id=fields.get("grant_id"),
-    )
-
-
 def exec_failed(result: ToolExecResult) -> ToolCallFailed:
     """A call that ended without a value, as the exception the API's handler answers."""
     return ToolCallFailed(
@@ -88,7 +75,7 @@ def exec_directly(view: ExecView, request: HttpRequest) -> Response | None:
     caller, fields = plain
     request.user = caller_signed_in(caller)  # what DRF's authentication would have set
     try:
-        result = tool_exec(runner=view.exec_runner(), caller=caller, request=exec_request_from(fields))
+        result = tool_exec(runner=view.exec_runner(), caller=caller, request=ExecRequest.of(fields))
         if result.ok:
             response = Response(ExecSuccessOutputSerializer(result).data)
         else:

@@ -29,7 +29,7 @@ from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode, ToolSpec
 from runner.wire import anthropic, openai, openai_responses
-from tools_app.api.direct import exec_directly, exec_failed, exec_request_from
+from tools_app.api.direct import exec_directly, exec_failed
 from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from tools_app.api.pagination import StrictLimitOffsetPagination
 from tools_app.api.serializers import (
@@ -46,7 +46,7 @@ from tools_app.api.serializers import (
     ToolSpecOutputSerializer,
 )
 from tools_app.selectors import invocation_get, invocation_list
-from tools_app.services import tool_catalog, tool_catalog_empty_hint, tool_exec
+from tools_app.services import ExecRequest, tool_catalog, tool_catalog_empty_hint, tool_exec
 
 
 class ToolRuntime(Protocol):
@@ -168,7 +168,7 @@ class ToolExecView(ToolsApiView):
     def post(self, request: Request) -> Response:
         serializer = ExecInputSerializer(data=_json_object(request))
         serializer.is_valid(raise_exception=True)
-        exec_request = exec_request_from(serializer.validated_data)
+        exec_request = ExecRequest.of(serializer.validated_data)
         result = tool_exec(runner=self.exec_runner(), caller=request_caller(request), request=exec_request)
         if result.ok:
             return Response(ExecSuccessOutputSerializer(result).data)
