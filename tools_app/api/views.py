@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -28,7 +29,7 @@ from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode, ToolSpec
 from runner.wire import anthropic, openai, openai_responses
-from tools_app.api import ToolCallFailed
+from tools_app.api.direct import exec_directly, exec_failed
 from tools_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from tools_app.api.pagination import StrictLimitOffsetPagination
 from tools_app.api.serializers import (
@@ -148,6 +149,16 @@ class ToolExecView(ToolsApiView):
 
     throttle_classes = ()
 
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """A plain call is answered by the direct path (tools_app/api/direct.py); any other, by DRF."""
+        response = exec_directly(self, request)
+        if response is not None:
+            return response
+        return super().dispatch(request, *args, **kwargs)
+
+    def exec_runner(self) -> ToolRunner:
+        return self.runtime().runner
+
     @extend_schema(
         operation_id="tools_exec",
         summary="Execute a tool call",
@@ -159,29 +170,16 @@ class ToolExecView(ToolsApiView):
     def post(self, request: Request) -> Response:
         serializer = ExecInputSerializer(data=_json_object(request))
         serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        exec_request = ExecRequest(
-            tool_id=data["tool_id"],
-            args=data["args"],
-            tool_call_id=data.get("tool_call_id"),
-            run_id=data.get("run_id"),
-            connection_id=data.get("connection_id"),
-            connection_ids=data.get("connection_ids"),
-            grant_id=data.get("grant_id"),
-        )
+        exec_request = ExecRequest.of(serializer.validated_data)
         result = tool_exec(
-            runner=self.runtime().runner,
+            runner=self.exec_runner(),
             caller=request_caller(request),
             request=exec_request,
             subject_token=request_subject_token(request),
         )
         if result.ok:
             return Response(ExecSuccessOutputSerializer(result).data)
-        raise ToolCallFailed(
-            error_code=str(result.error_code),
-            body=ExecFailureOutputSerializer(result).data,
-            retry_after_s=result.retry_after_s,
-        )
+        raise exec_failed(result)
 
 
 class ToolCatalogView(ToolsApiView):
