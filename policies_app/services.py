@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
+from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
@@ -32,10 +33,6 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 MAX_USE_NOTES = 10_000
 logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
-
-
-class PolicyServiceError(ValueError):
-    """A request the service refuses; the message is safe to show to the operator or caller."""
 
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
@@ -53,7 +50,7 @@ def service_account_create(
     scopes = sorted(set(scopes))
     unknown = set(scopes) - VALID_SCOPES
     if unknown:
-        raise PolicyServiceError(f"unknown scopes: {', '.join(sorted(unknown))}")
+        raise AppError(f"unknown scopes: {', '.join(sorted(unknown))}")
     new_key = key_generate()
     account = ServiceAccount(
         tenant=tenant,
@@ -74,7 +71,7 @@ def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
     """Save an edited account's name and scopes (its tenant and key never change), remembering the change."""
     unknown = set(account.scopes) - VALID_SCOPES
     if unknown:
-        raise PolicyServiceError(f"unknown scopes: {', '.join(sorted(unknown))}")
+        raise AppError(f"unknown scopes: {', '.join(sorted(unknown))}")
     stored = ServiceAccount.objects.select_for_update().get(pk=account.pk)
     before = change_snapshot(stored)
     stored.name = account.name

@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from connections_app.oauth import oauth_provider_upsert
-from connections_app.services import ConnectionServiceError
+from policies_app.errors import command_errors
 
 SECRET_VARIABLE = "TOOLGATE_OAUTH_CLIENT_SECRET"  # noqa: S105 - the name of the variable, not a secret
 
@@ -31,21 +31,20 @@ class Command(BaseCommand):
         if not secret:
             raise CommandError(f"set the client secret in the environment variable {SECRET_VARIABLE}")
         try:
-            provider, created = oauth_provider_upsert(
-                name=name,
-                authorize_url=options["authorize_url"],
-                token_url=options["token_url"],
-                client_id=options["client_id"],
-                client_secret=secret,
-                scopes=options["scopes"].split(","),
-                use_pkce=not options["no_pkce"],
-                display_name=options["display_name"],
-            )
+            with command_errors(f"provider {name!r}: "):
+                provider, created = oauth_provider_upsert(
+                    name=name,
+                    authorize_url=options["authorize_url"],
+                    token_url=options["token_url"],
+                    client_id=options["client_id"],
+                    client_secret=secret,
+                    scopes=options["scopes"].split(","),
+                    use_pkce=not options["no_pkce"],
+                    display_name=options["display_name"],
+                )
         except ValidationError as error:
             fields = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())
             raise CommandError(f"provider {name!r}: {fields}") from None
-        except ConnectionServiceError as error:
-            raise CommandError(f"provider {name!r}: {error}") from None
         pkce = "with PKCE" if provider.use_pkce else "without PKCE"
         action = "registered" if created else "updated"
         self.stdout.write(self.style.SUCCESS(f"{action} OAuth provider {provider.name} ({pkce})"))
