@@ -533,6 +533,7 @@ def test_layer_detector_flags_upward_and_sideways_imports_and_allows_downward_on
 KERNEL_ERRORS = PROJECT_ROOT / "policies_app" / "errors.py"
 KERNEL_PARSER = PROJECT_ROOT / "policies_app" / "api" / "parser.py"
 KERNEL_PAGINATION = PROJECT_ROOT / "policies_app" / "api" / "pagination.py"
+KERNEL_IDS = PROJECT_ROOT / "policies_app" / "ids.py"
 API_VIEW_DIRS = (PROJECT_ROOT / "tools_app" / "api", PROJECT_ROOT / "connections_app" / "api")
 
 
@@ -541,11 +542,13 @@ def _base_names(node: ast.ClassDef) -> list[str]:
 
 
 def kernel_copies(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
-    """What only the kernel may define: service error types, the status table, the body reader, pagination.
+    """What only the kernel may define: service error types, the status table, the body reader, pagination,
+    the reading of ids.
 
     Services refuse with policies_app.errors.AppError; the status of a code comes
     from its one table; a body is read with policies_app.api.parser.json_object;
-    lists page with policies_app.api.pagination.
+    lists page with policies_app.api.pagination; a caller's id is read with
+    policies_app.ids.uuid_or_none.
     """
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
@@ -560,6 +563,8 @@ def kernel_copies(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(target, ast.Name) and target.id == "ERROR_STATUS" for target in targets):
                 yield node.lineno, "ERROR_STATUS (the table lives in policies_app.errors)"
+        elif isinstance(node, ast.Call) and path != KERNEL_IDS and ast.unparse(node.func) in {"uuid.UUID", "UUID"}:
+            yield node.lineno, f"{ast.unparse(node.func)}(...) (use policies_app.ids.uuid_or_none)"
 
 
 def hand_translations(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
@@ -570,8 +575,9 @@ def hand_translations(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]
 
 
 def test_the_error_type_and_the_api_plumbing_exist_once_in_the_kernel() -> None:
-    files = [path for package in LAYER_OF for path in python_files(PROJECT_ROOT / package)]
-    assert {KERNEL_ERRORS, KERNEL_PARSER, KERNEL_PAGINATION} <= set(files)
+    # the apps and config (the runner, framework-free, cannot import the kernel: it keeps its own)
+    files = [path for package in LAYER_OF if package != "runner" for path in python_files(PROJECT_ROOT / package)]
+    assert {KERNEL_ERRORS, KERNEL_PARSER, KERNEL_PAGINATION, KERNEL_IDS} <= set(files)
 
     assert offences(files, kernel_copies, "defines") == []
 
@@ -590,6 +596,7 @@ def test_kernel_detectors_flag_copies_and_hand_translations() -> None:
         "class PagePagination(LimitOffsetPagination): ...\n"
         "def _json_object(request): ...\n"
         "ERROR_STATUS = {}\n"
+        "pk = uuid.UUID(str(value))\n"
         "try:\n"
         "    grant_create()\n"
         "except AppError as exc:\n"
@@ -603,5 +610,6 @@ def test_kernel_detectors_flag_copies_and_hand_translations() -> None:
         (3, "class PagePagination (use policies_app.api.pagination)"),
         (4, "def _json_object (use policies_app.api.parser.json_object)"),
         (5, "ERROR_STATUS (the table lives in policies_app.errors)"),
+        (6, "uuid.UUID(...) (use policies_app.ids.uuid_or_none)"),
     ]
-    assert detect(hand_translations, source, path) == [(8, "AppError")]
+    assert detect(hand_translations, source, path) == [(9, "AppError")]
