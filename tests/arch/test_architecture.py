@@ -534,6 +534,7 @@ KERNEL_ERRORS = PROJECT_ROOT / "policies_app" / "errors.py"
 KERNEL_PARSER = PROJECT_ROOT / "policies_app" / "api" / "parser.py"
 KERNEL_PAGINATION = PROJECT_ROOT / "policies_app" / "api" / "pagination.py"
 KERNEL_IDS = PROJECT_ROOT / "policies_app" / "ids.py"
+KERNEL_ADMIN_DISPLAY = PROJECT_ROOT / "policies_app" / "admin_display.py"
 API_VIEW_DIRS = (PROJECT_ROOT / "tools_app" / "api", PROJECT_ROOT / "connections_app" / "api")
 
 
@@ -548,7 +549,7 @@ def kernel_copies(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
     Services refuse with policies_app.errors.AppError; the status of a code comes
     from its one table; a body is read with policies_app.api.parser.json_object;
     lists page with policies_app.api.pagination; a caller's id is read with
-    policies_app.ids.uuid_or_none.
+    policies_app.ids.uuid_or_none; admin messages count with admin_display.count_of.
     """
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
@@ -559,6 +560,8 @@ def kernel_copies(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("json_object"):
             if path != KERNEL_PARSER:
                 yield node.lineno, f"def {node.name} (use policies_app.api.parser.json_object)"
+        elif isinstance(node, ast.FunctionDef) and node.name in {"_count", "count_of"} and path != KERNEL_ADMIN_DISPLAY:
+            yield node.lineno, f"def {node.name} (use policies_app.admin_display.count_of)"
         elif isinstance(node, ast.Assign | ast.AnnAssign) and path != KERNEL_ERRORS:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(target, ast.Name) and target.id == "ERROR_STATUS" for target in targets):
@@ -577,7 +580,7 @@ def hand_translations(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]
 def test_the_error_type_and_the_api_plumbing_exist_once_in_the_kernel() -> None:
     # the apps and config (the runner, framework-free, cannot import the kernel: it keeps its own)
     files = [path for package in LAYER_OF if package != "runner" for path in python_files(PROJECT_ROOT / package)]
-    assert {KERNEL_ERRORS, KERNEL_PARSER, KERNEL_PAGINATION, KERNEL_IDS} <= set(files)
+    assert {KERNEL_ERRORS, KERNEL_PARSER, KERNEL_PAGINATION, KERNEL_IDS, KERNEL_ADMIN_DISPLAY} <= set(files)
 
     assert offences(files, kernel_copies, "defines") == []
 
@@ -597,6 +600,7 @@ def test_kernel_detectors_flag_copies_and_hand_translations() -> None:
         "def _json_object(request): ...\n"
         "ERROR_STATUS = {}\n"
         "pk = uuid.UUID(str(value))\n"
+        "def _count(n, noun): ...\n"
         "try:\n"
         "    grant_create()\n"
         "except AppError as exc:\n"
@@ -611,5 +615,6 @@ def test_kernel_detectors_flag_copies_and_hand_translations() -> None:
         (4, "def _json_object (use policies_app.api.parser.json_object)"),
         (5, "ERROR_STATUS (the table lives in policies_app.errors)"),
         (6, "uuid.UUID(...) (use policies_app.ids.uuid_or_none)"),
+        (7, "def _count (use policies_app.admin_display.count_of)"),
     ]
-    assert detect(hand_translations, source, path) == [(9, "AppError")]
+    assert detect(hand_translations, source, path) == [(10, "AppError")]
