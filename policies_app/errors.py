@@ -12,6 +12,9 @@ place each, and never by hand in a view:
 - forms: `add_app_error_to_form` puts each field error on its field;
 - management commands: `command_errors` turns it into a CommandError.
 
+A model's own validation (`full_clean`) reaches interfaces the same way:
+services call `full_clean_or_refuse`, never letting Django's ValidationError out.
+
 It lives in policies_app, the lowest app, because every app raises it and
 the REST handler, the MCP endpoint and the forms all need the same table
 (CONTRACT.md §4). It extends the runner's `ToolgateError`, so there is one
@@ -25,7 +28,9 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.management.base import CommandError
+from django.db.models import Model
 
 from runner.errors import ToolgateError
 from runner.types import ErrorCode, FieldError
@@ -137,6 +142,25 @@ class AppError(ToolgateError):
     def messages(self) -> list[str]:
         """Every message it carries, for an operator: the field errors' messages, else the safe message."""
         return [error.message for error in self.field_errors] or [self.safe_message]
+
+
+def field_errors_of(error: ValidationError) -> list[FieldError]:
+    """Django's validation errors as field errors, in order; errors of no one field are the whole request's."""
+    if not hasattr(error, "error_dict"):
+        return [FieldError(path="", message=message) for message in error.messages]
+    return [
+        FieldError(path="" if field == NON_FIELD_ERRORS else field, message=message)
+        for field, messages in error.message_dict.items()
+        for message in messages
+    ]
+
+
+def full_clean_or_refuse(instance: Model, *, exclude: Iterable[str] | None = None) -> None:
+    """`instance.full_clean()`, its refusal as an AppError: every message in the safe message, each on its field."""
+    try:
+        instance.full_clean(exclude=exclude)
+    except ValidationError as error:
+        raise AppError(" ".join(error.messages), field_errors=field_errors_of(error)) from None
 
 
 def _as_dicts(errors: Iterable[FieldError]) -> list[dict[str, str]]:

@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
-from policies_app.errors import AppError
+from policies_app.errors import AppError, full_clean_or_refuse
 from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
@@ -37,7 +37,7 @@ VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
     tenant = Tenant(slug=slug, name=name or slug)
-    tenant.full_clean()
+    full_clean_or_refuse(tenant)
     tenant.save()
     return tenant
 

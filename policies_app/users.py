@@ -10,7 +10,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from policies_app.errors import AppError
+from policies_app.errors import AppError, full_clean_or_refuse
 from policies_app.models import Tenant, TenantMembership
 
 
@@ -40,10 +40,7 @@ def tenant_user_upsert(*, tenant: Tenant, username: str, password: str, role: st
     user_created = user is None
     if user is None:
         user = user_model(**{user_model.USERNAME_FIELD: username})
-        try:
-            user.full_clean(exclude=["password"])
-        except ValidationError as error:
-            raise AppError(_messages(error)) from None
+        full_clean_or_refuse(user, exclude=["password"])
     try:
         validate_password(password, user)
     except ValidationError as error:
