@@ -16,7 +16,6 @@ from rest_framework.response import Response
 from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from policies_app.api.parser import json_object
 from policies_app.authentication import request_caller
-from runner.wire.openai import WireFormatError
 from runner.wire.turns import MAX_CALLS_PER_TURN, WireFormat
 from tools_app.api.serializers import (
     ERROR_CODES,
@@ -154,10 +153,5 @@ class ToolCallsView(ToolsApiView):
             connection_ids=data.get("connection_ids") or None,
             grant_id=data.get("grant_id"),
         )
-        try:
-            outcome = tool_calls_run(
-                runner=self.runtime().runner, caller=request_caller(request), request=calls_request
-            )
-        except WireFormatError as exc:
-            raise serializers.ValidationError({"message": [str(exc)]}) from None
+        outcome = tool_calls_run(runner=self.runtime().runner, caller=request_caller(request), request=calls_request)
         return Response(CallsOutputSerializer({"results": outcome.results, "calls": outcome.calls}).data)
