@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
-from policies_app.errors import AppError, full_clean_or_refuse
+from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
 from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
@@ -347,19 +347,17 @@ def approval_decide(
     return bool(updated)
 
 
-class ApprovalNotYours(PermissionError):
-    """The user may not decide this request (not an owner, or the policy names operators only)."""
-
-
 def approval_decide_as_tenant_owner(
     *, approval: ApprovalRequest, user: AbstractBaseUser, approve: bool, reason: str = ""
 ) -> bool:
-    """A tenant owner's decision, when the request's policy lets owners decide; else ApprovalNotYours.
+    """A tenant owner's decision, when the request's policy lets owners decide; else a `forbidden` AppError.
 
     Returns False, like approval_decide, when the request is no longer pending.
     """
     if not tenant_owner_may_decide(approval=approval, user_id=user.pk):
-        raise ApprovalNotYours("only an owner of this tenant may decide this request, and only when its policy says so")
+        raise AppError(
+            "only an owner of this tenant may decide this request, and only when its policy says so", code=FORBIDDEN
+        )
     return approval_decide(approval=approval, approve=approve, decided_by=user, reason=reason)
 
 
