@@ -139,10 +139,6 @@ class AppError(ToolgateError):
             body.setdefault("errors", _as_dicts(self.field_errors))
         return body
 
-    def messages(self) -> list[str]:
-        """Every message it carries, for an operator: the field errors' messages, else the safe message."""
-        return [error.message for error in self.field_errors] or [self.safe_message]
-
 
 def field_errors_of(error: ValidationError) -> list[FieldError]:
     """Django's validation errors as field errors, in order; errors of no one field are the whole request's."""
