@@ -127,12 +127,13 @@ class AppError(ToolgateError):
 
         A `validation` refusal answers as every invalid request does: the fixed
         "the request is invalid", with `errors` saying where (a refusal without
-        field errors is one of the whole request, path ""). The fields of
-        `extra` come first, in their own order.
+        field errors is one of the whole request, path ""), grouped by path in
+        the order the paths first appear, as DRF lists a serializer's errors.
+        The fields of `extra` come first, in their own order.
         """
         if self.code == ErrorCode.VALIDATION and not self.extra:
             errors = self.field_errors or (FieldError(path="", message=self.safe_message),)
-            return envelope(self.code, VALIDATION_MESSAGE, errors=_as_dicts(errors))
+            return envelope(self.code, VALIDATION_MESSAGE, errors=_as_dicts(_by_path(errors)))
         body = dict(self.extra)
         body.update(envelope(self.code, self.safe_message))
         if self.field_errors:
@@ -157,6 +158,13 @@ def full_clean_or_refuse(instance: Model, *, exclude: Iterable[str] | None = Non
         instance.full_clean(exclude=exclude)
     except ValidationError as error:
         raise AppError(" ".join(error.messages), field_errors=field_errors_of(error)) from None
+
+
+def _by_path(errors: Iterable[FieldError]) -> list[FieldError]:
+    grouped: dict[str, list[FieldError]] = {}
+    for error in errors:
+        grouped.setdefault(error.path, []).append(error)
+    return [error for same_path in grouped.values() for error in same_path]
 
 
 def _as_dicts(errors: Iterable[FieldError]) -> list[dict[str, str]]:

@@ -24,6 +24,12 @@ def test_a_validation_refusal_answers_like_every_invalid_request():
     }
 
 
+def test_errors_of_one_path_stand_together_where_the_path_first_appears():
+    error = AppError("refused", field_errors=[("a", "1"), ("b", "2"), ("a", "3")])
+
+    assert [(item["path"], item["message"]) for item in error.body()["errors"]] == [("a", "1"), ("a", "3"), ("b", "2")]
+
+
 def test_a_refusal_without_field_errors_is_one_of_the_whole_request():
     assert AppError("a connection is revoked").body()["errors"] == [{"path": "", "message": "a connection is revoked"}]
 
