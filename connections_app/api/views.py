@@ -31,7 +31,7 @@ from connections_app.selectors import connection_get, connection_list, connectio
 from connections_app.services import connection_create, connection_revoke, grant_create, grant_revoke
 from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from policies_app.api.pagination import StrictLimitOffsetPagination
-from policies_app.api.parser import json_object
+from policies_app.api.parser import validated_body
 from policies_app.api.serializers import PageQuerySerializer
 from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, request_caller
 from policies_app.errors import AppError
@@ -161,9 +161,7 @@ class ConnectionListView(ConnectionsApiView):
         examples=[CONNECTION_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = ConnectionCreateInputSerializer(data=json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(request, ConnectionCreateInputSerializer)
         connection = connection_create(
             tenant=_caller_tenant(request),
             provider=data["provider"],
@@ -251,9 +249,7 @@ class GrantListView(ConnectionsApiView):
         examples=[GRANT_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = GrantCreateInputSerializer(data=json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(request, GrantCreateInputSerializer)
         tenant = _caller_tenant(request)
         account, connections = _grant_references(
             tenant=tenant, service_account=data["service_account"], connection_ids=data["connection_ids"]

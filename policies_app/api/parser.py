@@ -1,8 +1,9 @@
 """The API's JSON parser: bounded size and depth, strict JSON, objects only.
 
 Every /api/ view parses its body with `HardenedJSONParser` (REST_FRAMEWORK's
-only parser, set in config/settings.py) and reads it with `json_object`, which
-also refuses an empty body. It lives in policies_app, the lowest app, so the
+only parser, set in config/settings.py) and reads it with `validated_body`:
+the JSON object (`json_object` also refuses an empty body) through the view's
+input serializer. It lives in policies_app, the lowest app, so the
 tools API, the connections API and the MCP endpoint share one parser instead
 of each app keeping a copy. Its messages name the problem, never the input.
 """
@@ -17,6 +18,7 @@ from typing import Any, Final
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
+from rest_framework.serializers import BaseSerializer
 
 from policies_app.errors import BODY_TOO_LARGE_STATUS
 from runner.types import ErrorCode
@@ -175,3 +177,10 @@ def json_object(request: Request) -> dict[str, Any]:
     if request.stream is None:  # DRF does not call the parser for an empty body
         raise _invalid_json("request body is empty")
     return data  # type: ignore[no-any-return]
+
+
+def validated_body(request: Request, serializer_class: type[BaseSerializer]) -> Any:
+    """The request's JSON object as `serializer_class` validates it; its refusal is a ValidationError (422)."""
+    serializer = serializer_class(data=json_object(request))
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data

@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
-from policies_app.api.parser import json_object
+from policies_app.api.parser import validated_body
 from policies_app.authentication import request_caller
 from runner.wire.turns import MAX_CALLS_PER_TURN, WireFormat
 from tools_app.api.serializers import (
@@ -142,9 +142,7 @@ class ToolCallsView(ToolsApiView):
         examples=[CALLS_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = CallsInputSerializer(data=json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(request, CallsInputSerializer)
         calls_request = CallsRequest(
             wire_format=WireFormat(data["format"]),
             message=data["message"],

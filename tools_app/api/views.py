@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
 from policies_app.api.pagination import StrictLimitOffsetPagination
-from policies_app.api.parser import json_object
+from policies_app.api.parser import validated_body
 from policies_app.authentication import ToolsExecScope, request_caller
 from policies_app.errors import AppError
 from policies_app.selectors import approval_for_caller
@@ -150,9 +150,7 @@ class ToolExecView(ToolsApiView):
         examples=[EXEC_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = ExecInputSerializer(data=json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(request, ExecInputSerializer)
         exec_request = ExecRequest(
             tool_id=data["tool_id"],
             args=data["args"],
