@@ -30,6 +30,7 @@ from authlib.common.security import generate_token
 from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import OAuth2Client
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from changes_app.services import change_snapshot
@@ -37,7 +38,7 @@ from connections_app.credentials import credentials_validate
 from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import connection_change_record, connection_event_record, seal_credentials_into
-from policies_app.errors import AppError
+from policies_app.errors import AppError, field_errors_of
 from policies_app.models import Tenant
 from policies_app.tracing import trace_context_injected
 
@@ -85,7 +86,11 @@ def oauth_provider_upsert(
     provider.use_pkce = use_pkce
     provider.display_name = display_name or provider.display_name
     oauth_provider_set_secret(provider=provider, client_secret=client_secret)
-    provider.full_clean()
+    try:
+        provider.full_clean()
+    except ValidationError as error:  # said field by field: "token_url: Enter a valid URL."
+        fields = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())
+        raise AppError(fields, field_errors=field_errors_of(error)) from None
     provider.save()
     return provider, created
 

@@ -2,7 +2,6 @@
 
 import os
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from connections_app.oauth import oauth_provider_upsert
@@ -30,21 +29,17 @@ class Command(BaseCommand):
         secret = os.environ.get(SECRET_VARIABLE, "")
         if not secret:
             raise CommandError(f"set the client secret in the environment variable {SECRET_VARIABLE}")
-        try:
-            with command_errors(f"provider {name!r}: "):
-                provider, created = oauth_provider_upsert(
-                    name=name,
-                    authorize_url=options["authorize_url"],
-                    token_url=options["token_url"],
-                    client_id=options["client_id"],
-                    client_secret=secret,
-                    scopes=options["scopes"].split(","),
-                    use_pkce=not options["no_pkce"],
-                    display_name=options["display_name"],
-                )
-        except ValidationError as error:
-            fields = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())
-            raise CommandError(f"provider {name!r}: {fields}") from None
+        with command_errors(f"provider {name!r}: "):
+            provider, created = oauth_provider_upsert(
+                name=name,
+                authorize_url=options["authorize_url"],
+                token_url=options["token_url"],
+                client_id=options["client_id"],
+                client_secret=secret,
+                scopes=options["scopes"].split(","),
+                use_pkce=not options["no_pkce"],
+                display_name=options["display_name"],
+            )
         pkce = "with PKCE" if provider.use_pkce else "without PKCE"
         action = "registered" if created else "updated"
         self.stdout.write(self.style.SUCCESS(f"{action} OAuth provider {provider.name} ({pkce})"))
