@@ -298,7 +298,7 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT}
 else:
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "filesystem://localhost//"  # a host named: kombu warns about a missing one
     _queue_dir, _control_dir = VAR_DIR / "celery" / "queue", VAR_DIR / "celery" / "control"
     _queue_dir.mkdir(parents=True, exist_ok=True)
     _control_dir.mkdir(parents=True, exist_ok=True)

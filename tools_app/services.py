@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -230,6 +230,19 @@ class ExecRequest:
     connection_id: str | None = None
     connection_ids: list[str] | None = None
     grant_id: str | None = None
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> ExecRequest:
+        """From ExecInputSerializer's validated data (REST, MCP): an empty `connection_ids` declares the default."""
+        return cls(
+            tool_id=fields["tool_id"],
+            args=fields["args"],
+            tool_call_id=fields.get("tool_call_id"),
+            run_id=fields.get("run_id"),
+            connection_id=fields.get("connection_id"),
+            connection_ids=fields.get("connection_ids") or None,
+            grant_id=fields.get("grant_id"),
+        )
 
 
 def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> ToolExecResult:

@@ -156,7 +156,7 @@ class HardenedJSONParser(BaseParser):
         self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         request = (parser_context or {}).get("request")
-        if request is not None and _declared_length(request.META) > MAX_BODY_BYTES:
+        if request is not None and declared_length(request.META) > MAX_BODY_BYTES:
             raise RequestBodyTooLarge()
         raw = stream.read(MAX_BODY_BYTES + 1)
         if len(raw) > MAX_BODY_BYTES:
@@ -164,7 +164,8 @@ class HardenedJSONParser(BaseParser):
         return parse_json_object(raw)
 
 
-def _declared_length(meta: Mapping[str, Any]) -> int:
+def declared_length(meta: Mapping[str, Any]) -> int:
+    """The request's Content-Length as declared; 0 when absent or not a number."""
     try:
         return int(meta.get("CONTENT_LENGTH") or 0)
     except ValueError:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -27,12 +28,12 @@ from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_resp
 from policies_app.api.pagination import StrictLimitOffsetPagination
 from policies_app.api.parser import validated_body
 from policies_app.authentication import ToolsExecScope, request_caller
-from policies_app.errors import AppError
 from policies_app.selectors import approval_for_caller
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode, ToolSpec
 from runner.wire import anthropic, openai, openai_responses
+from tools_app.api.direct import exec_directly, exec_failed
 from tools_app.api.serializers import (
     ID_RE,
     ID_SCHEMA_PATTERN,
@@ -141,6 +142,16 @@ class ToolExecView(ToolsApiView):
 
     throttle_classes = ()
 
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """A plain call is answered by the direct path (tools_app/api/direct.py); any other, by DRF."""
+        response = exec_directly(self, request)
+        if response is not None:
+            return response
+        return super().dispatch(request, *args, **kwargs)
+
+    def exec_runner(self) -> ToolRunner:
+        return self.runtime().runner
+
     @extend_schema(
         operation_id="tools_exec",
         summary="Execute a tool call",
@@ -150,21 +161,11 @@ class ToolExecView(ToolsApiView):
         examples=[EXEC_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        data = validated_body(request, ExecInputSerializer)
-        exec_request = ExecRequest(
-            tool_id=data["tool_id"],
-            args=data["args"],
-            tool_call_id=data.get("tool_call_id"),
-            run_id=data.get("run_id"),
-            connection_id=data.get("connection_id"),
-            connection_ids=data.get("connection_ids") or None,
-            grant_id=data.get("grant_id"),
-        )
-        result = tool_exec(runner=self.runtime().runner, caller=request_caller(request), request=exec_request)
+        exec_request = ExecRequest.of(validated_body(request, ExecInputSerializer))
+        result = tool_exec(runner=self.exec_runner(), caller=request_caller(request), request=exec_request)
         if result.ok:
             return Response(ExecSuccessOutputSerializer(result).data)
-        body = ExecFailureOutputSerializer(result).data
-        raise AppError(body["safe_message"], code=body["error_code"], extra=body, retry_after_s=result.retry_after_s)
+        raise exec_failed(result)
 
 
 class ToolCatalogView(ToolsApiView):

@@ -225,16 +225,7 @@ def _exec_request(name: str, arguments: dict[str, Any], meta: Mapping[str, Any])
             safe_message=REQUEST_INVALID,
             errors=tuple(errors),
         )
-    fields = serializer.validated_data
-    return ExecRequest(
-        tool_id=fields["tool_id"],
-        args=fields["args"],
-        tool_call_id=fields.get("tool_call_id"),
-        run_id=fields.get("run_id"),
-        connection_id=fields.get("connection_id"),
-        connection_ids=fields.get("connection_ids") or None,
-        grant_id=fields.get("grant_id"),
-    )
+    return ExecRequest.of(serializer.validated_data)
 
 
 def _field_errors(detail: Any, path: str) -> list[FieldError]:

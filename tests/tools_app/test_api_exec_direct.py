@@ -1,0 +1,204 @@
+"""The exec endpoint's direct path (tools_app/api/direct.py) answers exactly as DRF's view does.
+
+Every request is sent twice through the whole stack (middleware included):
+once as served, once with the direct path switched off, so DRF answers it.
+Status, headers and body must match, once the per-call values (ids, times,
+the clock's reading) are set aside. A spy records which path answered, so
+each case also proves it exercised the path it is meant to.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from policies_app.governance import governance_bump
+from policies_app.models import ServiceAccount
+from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tests.support.api import enable_tools
+from tools_app.api import direct, views
+from tools_app.models import Tool, ToolInvocation
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/tools/exec"
+JSON = "application/json"
+PER_CALL = {"tool_call_id", "started_at", "ended_at", "value"}
+UNCOMPARED_HEADERS = {"X-Request-ID", "Content-Length"}
+
+
+@pytest.fixture
+def keys():
+    tenant = TenantFactory(slug="acme")
+    enable_tools("core__get_current_time", "core__wait")
+    Tool.objects.filter(pk="core__wait").update(is_enabled=False)
+    governance_bump()
+    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time", "core__wait"])
+    _account, key = service_account_with_key(tenant, name="agent")
+    _reader, reader_key = service_account_with_key(tenant, name="reader", scopes=("connections:manage",))
+    return {"exec": key, "no scope": reader_key}
+
+
+@pytest.fixture
+def served_by(monkeypatch):
+    """Which path answered each request: 'direct' or 'drf'."""
+    answers: list[str] = []
+    original = direct.exec_directly
+
+    def spy(view: Any, request: Any) -> Any:
+        response = original(view, request)
+        answers.append("drf" if response is None else "direct")
+        return response
+
+    monkeypatch.setattr(views, "exec_directly", spy)
+    return answers
+
+
+def send(body: bytes | str, *, method: str = "post", content_type: str = JSON, **headers: str):
+    client = Client()
+    return getattr(client, method)(URL, body, content_type=content_type, **headers)
+
+
+def comparable(response) -> tuple[int, dict[str, str], Any]:
+    headers = {name: value for name, value in response.headers.items() if name not in UNCOMPARED_HEADERS}
+    try:
+        body = response.json()
+    except ValueError:
+        return response.status_code, headers, response.content
+    if isinstance(body, dict):
+        body = {name: ("<per call>" if name in PER_CALL else value) for name, value in body.items()}
+    return response.status_code, headers, body
+
+
+def both_paths(monkeypatch, served_by, body_of, **request) -> tuple[tuple, tuple]:
+    """(the answer as served, DRF's answer to the same request); `body_of(n)` gives the body of attempt n."""
+    served = comparable(send(body_of(1), **request))
+    with monkeypatch.context() as switched_off:
+        switched_off.setattr(views, "exec_directly", lambda view, request: None)
+        by_drf = comparable(send(body_of(2), **request))
+    return served, by_drf
+
+
+def call(tool_id: str = "core__get_current_time", **fields: Any):
+    """A body per attempt; a tool_call_id of its own each time, so the second is not a replay of the first."""
+
+    def body_of(attempt: int) -> str:
+        return json.dumps({"tool_id": tool_id, "tool_call_id": f"call_{attempt}", **fields})
+
+    return body_of
+
+
+def fixed(body: bytes | str):
+    return lambda attempt: body
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+
+# Answered by the direct path: every outcome of a call the runner decides.
+DIRECT_CASES = {
+    "ok": (call(args={"timezone": "UTC"}), {}),
+    "ok, generated id": (fixed(json.dumps({"tool_id": "core__get_current_time"})), {}),
+    "ok, charset and Accept": (call(), {"content_type": "application/json; charset=UTF-8", "HTTP_ACCEPT": "*/*"}),
+    "Accept: application/json": (call(), {"HTTP_ACCEPT": JSON}),
+    "lower-case scheme": (call(), {"scheme": "bearer"}),
+    "unknown tool": (call("core__get_current_tme"), {}),
+    "tool switched off": (call("core__wait", args={"ms": 1}), {}),
+    "args against the tool's schema": (call(args={"timezone": 5}), {}),
+    "connection for a tool that takes none": (call(connection_id="c1", grant_id="g1"), {}),
+}
+
+# Left to DRF: nothing runs on the direct path; DRF refuses them in its words, or (two) accepts them.
+DRF_CASES = {
+    "no key": (call(), {"no_auth": True}),
+    "unknown key": (call(), {"key": "tg_abcdefgh_" + "x" * 32}),
+    "Token scheme": (call(), {"scheme": "Token"}),
+    "X-API-Key": (call(), {"no_auth": True, "HTTP_X_API_KEY": "whatever"}),
+    "key without tools:exec": (call(), {"key_name": "no scope"}),
+    "text/plain": (call(), {"content_type": "text/plain"}),
+    "latin-1 charset": (call(), {"content_type": "application/json; charset=latin-1"}),
+    "Accept: text/html": (call(), {"HTTP_ACCEPT": "text/html"}),
+    "Accept with indent": (call(), {"HTTP_ACCEPT": "application/json; indent=4"}),
+    "not JSON": (fixed(b"{nope"), {}),
+    "duplicate keys": (fixed('{"tool_id": "a", "tool_id": "core__get_current_time"}'), {}),
+    "an array": (fixed("[]"), {}),
+    "empty body": (fixed(b""), {}),
+    "unknown field": (call(tools="x"), {}),
+    "args as a string": (call(args='{"timezone": "UTC"}'), {}),
+    "connection without grant": (call(connection_id="c1"), {}),
+    "over 64 KiB": (call(args={"padding": "x" * (64 * 1024)}), {}),
+    "NUL in a string": (call(run_id="r\u0000"), {}),
+}
+
+
+def request_options(keys: dict[str, str], options: dict[str, Any]) -> dict[str, str]:
+    options = dict(options)
+    key = options.pop("key", None) or keys[options.pop("key_name", "exec")]
+    scheme = options.pop("scheme", "Bearer")
+    if not options.pop("no_auth", False):
+        options["HTTP_AUTHORIZATION"] = f"{scheme} {key}"
+    return options
+
+
+@pytest.mark.parametrize("case", DIRECT_CASES)
+def test_a_plain_call_is_answered_directly_exactly_as_drf_answers_it(case, keys, served_by, monkeypatch):
+    body_of, options = DIRECT_CASES[case]
+
+    served, by_drf = both_paths(monkeypatch, served_by, body_of, **request_options(keys, options))
+
+    assert served_by == ["direct"]
+    assert served == by_drf
+
+
+@pytest.mark.parametrize("case", DRF_CASES)
+def test_anything_else_is_left_to_drf_before_anything_runs(case, keys, served_by, monkeypatch):
+    body_of, options = DRF_CASES[case]
+    rows_before = ToolInvocation.objects.count()
+
+    served, by_drf = both_paths(monkeypatch, served_by, body_of, **request_options(keys, options))
+
+    assert served_by == ["drf"]
+    assert served == by_drf
+    ran = ToolInvocation.objects.count() - rows_before
+    assert ran == (2 if served[0] == 200 else 0)  # DRF runs what it accepts (another charset, indenting)
+
+
+def test_a_get_is_left_to_drf(keys, served_by):
+    response = send("", method="get", **bearer(keys["exec"]))
+
+    assert served_by == ["drf"]
+    assert response.status_code == 405
+    assert response.json()["error_code"] == "method_not_allowed"
+
+
+def test_the_direct_path_signs_the_caller_in_as_authentication_does(keys, served_by):
+    ServiceAccount.objects.filter(name="agent").update(last_used_at=None)
+    governance_bump()
+
+    response = send(call()(1), **bearer(keys["exec"]))
+
+    assert (served_by, response.status_code) == (["direct"], 200)
+    assert ServiceAccount.objects.get(name="agent").last_used_at is not None
+    row = ToolInvocation.objects.get(tool_call_id="call_1")
+    assert (row.service_account.name, row.executed) == ("agent", True)
+
+
+def test_an_error_inside_the_call_is_answered_by_the_api_handler_not_retried_by_drf(keys, served_by, monkeypatch):
+    calls = []
+
+    def failing_exec(**kwargs: Any):
+        calls.append(kwargs)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(direct, "tool_exec", failing_exec)
+
+    response = send(call()(1), **bearer(keys["exec"]))
+
+    assert served_by == ["direct"]
+    assert len(calls) == 1
+    assert response.status_code == 500
+    assert response.json() == {"error_code": "internal", "safe_message": "internal error"}
