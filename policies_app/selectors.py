@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -10,6 +9,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from policies_app.governance import governance_cache
+from policies_app.ids import uuid_or_none
 from policies_app.keys import key_matches, key_prefix
 from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
@@ -147,10 +147,8 @@ def _specificity(policy: ToolPolicy) -> int:
 def service_account_for_tenant(*, tenant_id: int, name_or_id: str) -> ServiceAccount | None:
     """A tenant's live service account named by its id or its name (ids win when both could match)."""
     accounts = ServiceAccount.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
-    try:
-        by_id = accounts.filter(pk=uuid.UUID(name_or_id)).first()
-    except ValueError:
-        by_id = None
+    pk = uuid_or_none(name_or_id)
+    by_id = accounts.filter(pk=pk).first() if pk is not None else None
     return by_id or accounts.filter(name=name_or_id).first()
 
 
@@ -196,18 +194,15 @@ def service_account_list(*, tenant_id: int, include_revoked: bool = True) -> Que
 
 def service_account_get(*, tenant_id: int, account_id: object) -> ServiceAccount | None:
     """The tenant's account with this id, revoked or not; None for malformed ids and other tenants' alike."""
-    try:
-        pk = uuid.UUID(str(account_id))
-    except ValueError:
+    pk = uuid_or_none(account_id)
+    if pk is None:
         return None
     return service_account_list(tenant_id=tenant_id).filter(pk=pk).first()
 
 
 def approval_for_caller(*, approval_id: str, service_account_id: str) -> ApprovalRequest | None:
     """One approval request of this service account; another caller's (or a malformed id) is None."""
-    try:
-        uuid.UUID(approval_id)
-    except ValueError:
+    if uuid_or_none(approval_id) is None:
         return None
     return ApprovalRequest.objects.filter(pk=approval_id, service_account_id=service_account_id).first()
 
@@ -237,9 +232,8 @@ def approvals_for_tenant(*, tenant_id: int) -> tuple[list[ApprovalRequest], Quer
 
 def approval_for_tenant(*, tenant_id: int, approval_id: object) -> ApprovalRequest | None:
     """One request of this tenant; another tenant's (or a malformed id) is None."""
-    try:
-        pk = uuid.UUID(str(approval_id))
-    except ValueError:
+    pk = uuid_or_none(approval_id)
+    if pk is None:
         return None
     return (
         ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant").first()

@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
+from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
 from policies_app.governance import governance_bump
 from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
@@ -34,13 +35,9 @@ logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
 
 
-class PolicyServiceError(ValueError):
-    """A request the service refuses; the message is safe to show to the operator or caller."""
-
-
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
     tenant = Tenant(slug=slug, name=name or slug)
-    tenant.full_clean()
+    full_clean_or_refuse(tenant)
     tenant.save()
     return tenant
 
@@ -53,7 +50,7 @@ def service_account_create(
     scopes = sorted(set(scopes))
     unknown = set(scopes) - VALID_SCOPES
     if unknown:
-        raise PolicyServiceError(f"unknown scopes: {', '.join(sorted(unknown))}")
+        raise AppError(f"unknown scopes: {', '.join(sorted(unknown))}")
     new_key = key_generate()
     account = ServiceAccount(
         tenant=tenant,
@@ -74,7 +71,7 @@ def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
     """Save an edited account's name and scopes (its tenant and key never change), remembering the change."""
     unknown = set(account.scopes) - VALID_SCOPES
     if unknown:
-        raise PolicyServiceError(f"unknown scopes: {', '.join(sorted(unknown))}")
+        raise AppError(f"unknown scopes: {', '.join(sorted(unknown))}")
     stored = ServiceAccount.objects.select_for_update().get(pk=account.pk)
     before = change_snapshot(stored)
     stored.name = account.name
@@ -350,19 +347,17 @@ def approval_decide(
     return bool(updated)
 
 
-class ApprovalNotYours(PermissionError):
-    """The user may not decide this request (not an owner, or the policy names operators only)."""
-
-
 def approval_decide_as_tenant_owner(
     *, approval: ApprovalRequest, user: AbstractBaseUser, approve: bool, reason: str = ""
 ) -> bool:
-    """A tenant owner's decision, when the request's policy lets owners decide; else ApprovalNotYours.
+    """A tenant owner's decision, when the request's policy lets owners decide; else a `forbidden` AppError.
 
     Returns False, like approval_decide, when the request is no longer pending.
     """
     if not tenant_owner_may_decide(approval=approval, user_id=user.pk):
-        raise ApprovalNotYours("only an owner of this tenant may decide this request, and only when its policy says so")
+        raise AppError(
+            "only an owner of this tenant may decide this request, and only when its policy says so", code=FORBIDDEN
+        )
     return approval_decide(approval=approval, approve=approve, decided_by=user, reason=reason)
 
 

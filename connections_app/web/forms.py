@@ -99,12 +99,6 @@ class ConnectionForm(UIForm):
     def credentials(self) -> dict[str, str]:
         return {name: self.cleaned_data[name] for name in self.SECRET_FIELDS}
 
-    def add_service_errors(self, errors: Iterable[tuple[str, str]]) -> None:
-        """Attach a service's (path, message) errors to the fields they name, the rest to the form."""
-        for path, message in errors:
-            field = path.removeprefix("credentials.")
-            self.add_error(field if field in self.fields else None, message)
-
 
 class ApiKeyConnectionForm(ConnectionForm):
     SECRET_FIELDS = ("api_key",)

@@ -34,13 +34,7 @@ from connections_app.selectors import (
     oauth_provider_list,
     webhook_of_tenant,
 )
-from connections_app.services import (
-    ConnectionServiceError,
-    connection_create,
-    connection_revoke,
-    grant_create,
-    grant_revoke,
-)
+from connections_app.services import connection_create, connection_revoke, grant_create, grant_revoke
 from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
 from connections_app.web.forms import (
     CONNECTION_FORMS,
@@ -52,8 +46,9 @@ from connections_app.web.forms import (
     WebhookForm,
 )
 from connections_app.web.tenancy import tenant_member_required, tenant_switch
-from connections_app.webhooks import WebhookError, webhook_remove, webhook_set
+from connections_app.webhooks import webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
+from policies_app.errors import AppError, add_app_error_to_form
 from policies_app.models import ServiceAccount, TenantMembership
 from policies_app.selectors import (
     approval_for_tenant,
@@ -63,7 +58,6 @@ from policies_app.selectors import (
     tenant_owner_may_decide,
 )
 from policies_app.services import (
-    PolicyServiceError,
     approval_decide_as_tenant_owner,
     service_account_create,
     service_account_revoke,
@@ -137,8 +131,8 @@ def connection_new(request: HttpRequest) -> HttpResponse:
                 label=form.cleaned_data["label"],
                 created_by=request.user,
             )
-        except ConnectionServiceError as error:
-            form.add_service_errors(error.errors)
+        except AppError as error:
+            add_app_error_to_form(form, error)
         else:
             messages.success(request, f"Connection “{connection.label or connection.provider}” added.")
             return redirect("web:connection-list")
@@ -233,8 +227,8 @@ def grant_new(request: HttpRequest) -> HttpResponse:
                 expires_at=form.cleaned_data["expires_at"],
                 created_by=request.user,
             )
-        except PolicyServiceError as error:
-            form.add_error(None, str(error))
+        except AppError as error:
+            add_app_error_to_form(form, error)
         else:
             messages.success(request, f"Grant for “{form.cleaned_data['service_account'].name}” created.")
             return redirect("web:grant-list")
@@ -345,8 +339,8 @@ def webhook(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             try:
                 secret = webhook_set(tenant=request.tenant, url=form.cleaned_data["url"], user=request.user)
-            except WebhookError as error:
-                form.add_error("url", str(error))
+            except AppError as error:
+                add_app_error_to_form(form, error, field="url")
             else:
                 return render(
                     request, "tenant/webhook_secret.html", {"section": "approvals", "secret": secret}, status=201
@@ -383,8 +377,8 @@ def service_account_new(request: HttpRequest) -> HttpResponse:
                 scopes=form.cleaned_data["scopes"],
                 created_by=request.user,
             )
-        except PolicyServiceError as error:
-            form.add_error(None, str(error))
+        except AppError as error:
+            add_app_error_to_form(form, error)
         except ValidationError as error:
             form.add_service_errors(error)
         else:

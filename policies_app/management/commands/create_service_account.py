@@ -4,9 +4,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from policies_app.errors import command_errors
 from policies_app.management import tenant_or_error
 from policies_app.models import ServiceAccount
-from policies_app.services import PolicyServiceError, service_account_create
+from policies_app.services import service_account_create
 
 
 def parse_scopes(value: str) -> list[str]:
@@ -36,9 +37,8 @@ class Command(BaseCommand):
         if ServiceAccount.objects.filter(tenant=owner, name=name).exists():
             raise CommandError(f"service account {tenant}/{name} already exists")
         try:
-            account, key = service_account_create(tenant=owner, name=name, scopes=requested)
-        except PolicyServiceError as error:
-            raise CommandError(str(error)) from None
+            with command_errors():
+                account, key = service_account_create(tenant=owner, name=name, scopes=requested)
         except ValidationError as error:
             raise CommandError(f"service account {tenant}/{name} refused: {' '.join(error.messages)}") from None
         except IntegrityError:  # created concurrently after full_clean's check
