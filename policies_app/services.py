@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -26,13 +27,14 @@ from policies_app.keys import key_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
 from policies_app.models import ApprovalRequest, ServiceAccount, Tenant, ToolPolicy
 from policies_app.selectors import tenant_owner_may_decide
-from runner.types import ConsequenceLevel, ToolEffect
+from runner.types import ConsequenceLevel, FieldError, ToolEffect
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Accounts whose use this process remembers recording (the oldest are forgotten first).
 MAX_USE_NOTES = 10_000
 logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
+SERVICE_ACCOUNT_NAME_TAKEN = "A service account with this name already exists in this tenant."
 
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
@@ -60,10 +62,26 @@ def service_account_create(
         key_digest=new_key.digest,
         created_by=created_by,
     )
-    account.full_clean()
+    _refuse_invalid(account)
     account.save()  # the save signal bumps the governance generation
     change_record(action="service_account.create", obj=account, after=change_snapshot(account))
     return account, new_key.key
+
+
+def _refuse_invalid(account: ServiceAccount) -> None:
+    """The model's validation as an AppError; a name the tenant already uses is said on the name."""
+    try:
+        account.full_clean()
+    except ValidationError as error:
+        errors = [
+            FieldError(path="name", message=SERVICE_ACCOUNT_NAME_TAKEN)
+            if one.code == "unique_together"
+            else FieldError(path="" if field == NON_FIELD_ERRORS else field, message=message)
+            for field, found in error.update_error_dict({}).items()
+            for one in found
+            for message in one.messages
+        ]
+        raise AppError(" ".join(one.message for one in errors), field_errors=errors) from None
 
 
 @transaction.atomic
@@ -76,7 +94,7 @@ def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
     before = change_snapshot(stored)
     stored.name = account.name
     stored.scopes = sorted(set(account.scopes))
-    stored.full_clean()
+    _refuse_invalid(stored)
     stored.save(update_fields=["name", "scopes"])  # the save signal bumps the governance generation
     change_record(action="service_account.update", obj=stored, before=before, after=change_snapshot(stored))
     account.refresh_from_db()

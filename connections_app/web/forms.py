@@ -12,7 +12,6 @@ from typing import Any
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MaxLengthValidator
 from django.db.models import QuerySet
 
@@ -183,15 +182,6 @@ class ServiceAccountForm(UIForm):
         initial=[ServiceAccount.Scope.TOOLS_EXEC],
         widget=forms.CheckboxSelectMultiple,
     )
-
-    def add_service_errors(self, error: ValidationError) -> None:
-        """Attach the model's validation errors; its only two-field constraint (tenant, name) is about the name."""
-        for field, errors in error.update_error_dict({}).items():
-            for one in errors:
-                if field == NON_FIELD_ERRORS and one.code == "unique_together":
-                    self.add_error("name", "A service account with this name already exists in this tenant.")
-                else:
-                    self.add_error(field if field in self.fields else None, one.messages)
 
 
 class ActivityFilterForm(UIForm):

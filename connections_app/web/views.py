@@ -12,7 +12,6 @@ from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.views import LoginView
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -379,8 +378,6 @@ def service_account_new(request: HttpRequest) -> HttpResponse:
             )
         except AppError as error:
             add_app_error_to_form(form, error)
-        except ValidationError as error:
-            form.add_service_errors(error)
         else:
             return render(
                 request,

@@ -1,6 +1,5 @@
 """manage.py create_service_account --tenant SLUG NAME [--scopes tools:exec,connections:manage]"""
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
@@ -37,10 +36,8 @@ class Command(BaseCommand):
         if ServiceAccount.objects.filter(tenant=owner, name=name).exists():
             raise CommandError(f"service account {tenant}/{name} already exists")
         try:
-            with command_errors():
+            with command_errors(prefix=f"service account {tenant}/{name} refused: "):
                 account, key = service_account_create(tenant=owner, name=name, scopes=requested)
-        except ValidationError as error:
-            raise CommandError(f"service account {tenant}/{name} refused: {' '.join(error.messages)}") from None
         except IntegrityError:  # created concurrently after full_clean's check
             raise CommandError(f"service account {tenant}/{name} already exists") from None
         self.stdout.write(f"created service account {account} with scopes {', '.join(account.scopes)}")
