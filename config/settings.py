@@ -341,14 +341,14 @@ if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
     }
 
 # --- REST API (CONTRACT.md §4) -----------------------------------------------------
-# The API's JSON parser enforces the 64 KiB body limit itself (config/api.py); this
+# The API's JSON parser enforces the 64 KiB body limit itself (policies_app/api/parser.py); this
 # bounds every other body Django reads (admin and UI forms) the same way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["policies_app.authentication.ServiceAccountAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["config.api.HardenedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["policies_app.api.parser.HardenedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["policies_app.authentication.ServiceAccountRateThrottle"],

@@ -20,15 +20,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from connections_app.selectors import connection_label
+from policies_app.admin_display import count_of
 from policies_app.approval_args import approval_args_view
 from policies_app.models import ApprovalRequest
 from policies_app.services import approval_decide
 
 CHANGE_FORM_TEMPLATE = "admin/policies_app/approvalrequest/change_form.html"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class ApprovalDecisionForm(forms.Form):
@@ -196,11 +193,11 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
                 decided += 1
             else:
                 skipped += 1
-        self.message_user(request, f"{verb} {_count(decided, 'request')}.")
+        self.message_user(request, f"{verb} {count_of(decided, 'request')}.")
         if skipped:
             self.message_user(
                 request,
-                f"Skipped {_count(skipped, 'request')} that {'was' if skipped == 1 else 'were'} "
+                f"Skipped {count_of(skipped, 'request')} that {'was' if skipped == 1 else 'were'} "
                 "not pending or had expired.",
                 messages.WARNING,
             )

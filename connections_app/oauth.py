@@ -30,18 +30,15 @@ from authlib.common.security import generate_token
 from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import OAuth2Client
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from changes_app.services import change_snapshot
 from connections_app.credentials import credentials_validate
 from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
-from connections_app.services import (
-    ConnectionServiceError,
-    connection_change_record,
-    connection_event_record,
-    seal_credentials_into,
-)
+from connections_app.services import connection_change_record, connection_event_record, seal_credentials_into
+from policies_app.errors import AppError, field_errors_of
 from policies_app.models import Tenant
 from policies_app.tracing import trace_context_injected
 
@@ -89,7 +86,11 @@ def oauth_provider_upsert(
     provider.use_pkce = use_pkce
     provider.display_name = display_name or provider.display_name
     oauth_provider_set_secret(provider=provider, client_secret=client_secret)
-    provider.full_clean()
+    try:
+        provider.full_clean()
+    except ValidationError as error:  # said field by field: "token_url: Enter a valid URL."
+        fields = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())
+        raise AppError(fields, field_errors=field_errors_of(error)) from None
     provider.save()
     return provider, created
 
@@ -97,7 +98,7 @@ def oauth_provider_upsert(
 def oauth_provider_set_secret(*, provider: OAuthProvider, client_secret: str) -> None:
     """Seal a new client secret into the (unsaved or saved) row; the caller saves."""
     if not client_secret:
-        raise ConnectionServiceError("the client secret is empty", [("client_secret", "required")])
+        raise AppError("the client secret is empty", field_errors=[("client_secret", "required")])
     sealed = seal(client_secret.encode(), binding=provider.binding(), ring=KeyRing.from_settings())
     provider.encrypted_client_secret = sealed.blob
     provider.encryption_key_id = sealed.key_id
@@ -295,7 +296,7 @@ def oauth_connection_reconnect(
     """New tokens for a connection that needs re-authorisation (same id: its grants keep working)."""
     row = Connection.objects.select_for_update().get(pk=connection.pk)
     if row.revoked_at is not None:
-        raise ConnectionServiceError("the connection has been revoked; connect again instead")
+        raise AppError("the connection has been revoked; connect again instead")
     before = change_snapshot(row)
     expires_at = token_expiry(token, now=now)
     seal_credentials_into(row, token_credentials(token))

@@ -18,14 +18,8 @@ from connections_app.models import (
     WebhookDelivery,
 )
 from policies_app.governance import governance_cache
+from policies_app.ids import uuid_or_none
 from policies_app.models import Tenant
-
-
-def _uuid_or_none(value: object) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None
 
 
 def connection_list(
@@ -51,7 +45,7 @@ def connection_get(
     *, tenant: Tenant, connection_id: object, visible_to_user_id: int | None = None
 ) -> Connection | None:
     """The tenant's connection with this id; None for malformed ids, other tenants' and others' personal rows alike."""
-    pk = _uuid_or_none(connection_id)
+    pk = uuid_or_none(connection_id)
     if pk is None:
         return None
     return connection_list(tenant=tenant, visible_to_user_id=visible_to_user_id).filter(pk=pk).first()
@@ -59,7 +53,7 @@ def connection_get(
 
 def connections_of_tenant(*, tenant: Tenant, connection_ids: Iterable[object]) -> tuple[list[Connection], list[str]]:
     """(the tenant's connections among these ids, the ids that are not the tenant's or malformed)."""
-    wanted = {str(raw): _uuid_or_none(raw) for raw in connection_ids}
+    wanted = {str(raw): uuid_or_none(raw) for raw in connection_ids}
     found = {
         str(connection.pk): connection
         for connection in Connection.objects.filter(tenant=tenant, pk__in=[pk for pk in wanted.values() if pk])
@@ -70,14 +64,14 @@ def connections_of_tenant(*, tenant: Tenant, connection_ids: Iterable[object]) -
 
 def connection_for_use(*, connection_id: str) -> Connection | None:
     """The row the broker checks (any tenant: the broker compares tenants itself and says why)."""
-    pk = _uuid_or_none(connection_id)
+    pk = uuid_or_none(connection_id)
     return Connection.objects.filter(pk=pk).first() if pk else None
 
 
 def connection_events(*, tenant: Tenant, connection_id: object | None = None) -> QuerySet[ConnectionEvent]:
     rows = ConnectionEvent.objects.filter(tenant=tenant).select_related("actor")
     if connection_id is not None:
-        rows = rows.filter(connection_id=_uuid_or_none(connection_id))
+        rows = rows.filter(connection_id=uuid_or_none(connection_id))
     return rows
 
 
@@ -127,7 +121,7 @@ def connection_label(*, tenant_id: int, connection_id: str) -> str:
     """
     if not connection_id:
         return "none"
-    pk = _uuid_or_none(connection_id)
+    pk = uuid_or_none(connection_id)
     row = Connection.objects.filter(tenant_id=tenant_id, pk=pk).values("label", "provider").first() if pk else None
     if row is None:
         return f"unknown connection {connection_id}"
@@ -161,9 +155,8 @@ def grant_list(*, tenant_id: int) -> QuerySet[ExecutionGrant]:
 
 def grant_get(*, tenant_id: int, grant_id: object) -> ExecutionGrant | None:
     """The tenant's grant with this id; None for malformed ids and other tenants' grants alike."""
-    try:
-        pk = uuid.UUID(str(grant_id))
-    except ValueError:
+    pk = uuid_or_none(grant_id)
+    if pk is None:
         return None
     return grant_list(tenant_id=tenant_id).filter(pk=pk).first()
 
@@ -186,9 +179,8 @@ def grant_for_gate(*, grant_id: str) -> GrantRow | None:
     generation), so a revocation reaches the next call. Unknown ids are not
     remembered: a caller guessing ids costs queries, not this process's memory.
     """
-    try:
-        pk = uuid.UUID(grant_id)
-    except ValueError:
+    pk = uuid_or_none(grant_id)
+    if pk is None:
         return None
     return governance_cache.get(("grant", pk), lambda: _load_grant_row(pk), remember_missing=False)
 
@@ -210,8 +202,7 @@ def _load_grant_row(grant_id: uuid.UUID) -> GrantRow | None:
 
 def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> QuerySet[ExecutionGrant]:
     """The tenant's grants that name this connection (what revoking it would take away)."""
-    try:
-        pk = uuid.UUID(str(connection_id))
-    except ValueError:
+    pk = uuid_or_none(connection_id)
+    if pk is None:
         return ExecutionGrant.objects.none()
     return grant_list(tenant_id=tenant_id).filter(connections=pk)

@@ -18,25 +18,29 @@ from django.db.models import Q
 from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record, change_snapshot
-from connections_app.credentials import MANUAL_TYPES, CredentialsInvalid, credentials_validate
+from connections_app.credentials import MANUAL_TYPES, SHAPES, CredentialsInvalid, credentials_validate
 from connections_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
+from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount, Tenant, TenantMembership
-from policies_app.services import PolicyServiceError
+from runner.bound import UNKNOWN_FIELD
 from tools_app.selectors import tool_providers
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 MAX_SCOPES = 50
 MAX_SCOPE_LENGTH = 200
+# A path segment of a credentials error that is not a field of any credential shape is a key the
+# caller sent: it is reported as UNKNOWN_FIELD, since a caller may put anything in a key, even a secret.
+_CREDENTIAL_FIELDS = frozenset(name for shape in SHAPES.values() for name in shape.model_fields)
 
 
-class ConnectionServiceError(ValueError):
-    """A request the service refuses. `errors` are (field path, message) pairs, safe to show."""
-
-    def __init__(self, message: str, errors: Iterable[tuple[str, str]] = ()) -> None:
-        super().__init__(message)
-        self.errors = list(errors)
+def _safe_path(path: str) -> str:
+    """A credentials error's path with the segments the caller chose (keys of `credentials`) masked."""
+    head, _, rest = path.partition(".")
+    if head != "credentials" or not rest:
+        return path
+    return ".".join([head, *(part if part in _CREDENTIAL_FIELDS else UNKNOWN_FIELD for part in rest.split("."))])
 
 
 @transaction.atomic
@@ -69,11 +73,13 @@ def connection_create(
     if expires_at is not None and expires_at <= timezone.now():
         errors.append(("expires_at", "must be in the future"))
     if errors:
-        raise ConnectionServiceError("the connection is not valid", errors)
+        raise AppError("the connection is not valid", field_errors=errors)
     try:
         secret = credentials_validate(credential_type, credentials)
     except CredentialsInvalid as exc:
-        raise ConnectionServiceError("the credentials are not valid", exc.errors) from None
+        raise AppError(
+            "the credentials are not valid", field_errors=[(_safe_path(path), message) for path, message in exc.errors]
+        ) from None
     connection = Connection(
         tenant=tenant,
         provider=provider,
@@ -301,18 +307,18 @@ def grant_create(
     """
     connections = list(connections)
     if service_account.tenant_id != tenant.pk:
-        raise PolicyServiceError("the service account belongs to another tenant")
+        raise AppError("the service account belongs to another tenant")
     if service_account.revoked_at is not None:
-        raise PolicyServiceError("the service account is revoked")
+        raise AppError("the service account is revoked")
     if not connections:
-        raise PolicyServiceError("a grant names at least one connection")
+        raise AppError("a grant names at least one connection")
     if any(connection.tenant_id != tenant.pk for connection in connections):
-        raise PolicyServiceError("a connection belongs to another tenant")
+        raise AppError("a connection belongs to another tenant")
     if any(connection.revoked_at is not None for connection in connections):
-        raise PolicyServiceError("a connection is revoked")
+        raise AppError("a connection is revoked")
     now = timezone.now()
     if expires_at is not None and expires_at <= now:
-        raise PolicyServiceError("expires_at is in the past")
+        raise AppError("expires_at is in the past")
     # A second grant of the same connections adds nothing but a row to revoke later. The lock on the
     # account serialises grant creation per account, so two simultaneous requests cannot both pass.
     list(ServiceAccount.objects.select_for_update().filter(pk=service_account.pk).values_list("pk", flat=True))
@@ -325,7 +331,7 @@ def grant_create(
     )
     for existing in live:
         if {connection.pk for connection in existing.connections.all()} == wanted:
-            raise PolicyServiceError(
+            raise AppError(
                 f"{service_account.name} already has an active grant of exactly these connections "
                 f"(grant {existing.pk}); use that grant, or revoke it first to replace it"
             )

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import TenantWebhook, WebhookDelivery
+from policies_app.errors import AppError
 from policies_app.models import ApprovalRequest, Tenant
 from tools_app.upstream.netguard import (
     UpstreamAddressRefused,
@@ -51,10 +52,6 @@ DELIVERY_TIMEOUT_S = 10.0
 MAX_ERROR_LENGTH = 300
 
 
-class WebhookError(ValueError):
-    """A webhook URL was refused; the message says why and is safe to show."""
-
-
 class TransientDeliveryError(Exception):
     """The receiver could not be reached or answered 5xx/429: the task retries with backoff."""
 
@@ -64,11 +61,11 @@ def _binding(tenant_id: int) -> dict[str, str]:
 
 
 def webhook_url_check(url: str) -> None:
-    """http(s), no user info, and (unless allowed) no loopback or private address; else WebhookError."""
+    """http(s), no user info, and (unless allowed) no loopback or private address; else an AppError."""
     try:
         check_url_now(url, allow_private=settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS)
     except UpstreamAddressRefused as refused:
-        raise WebhookError(f"webhook URL refused: {refused}") from None
+        raise AppError(f"webhook URL refused: {refused}") from None
 
 
 @transaction.atomic
@@ -160,7 +157,7 @@ def webhook_deliver(*, delivery_id: str, final_attempt: bool) -> DeliveryOutcome
     body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True).encode()
     try:
         status = _post(webhook.url, body, secret=secret, event=delivery.event, delivery_id=str(delivery.pk))
-    except WebhookError as refused:
+    except AppError as refused:
         return _finish(delivery, WebhookDelivery.Status.FAILED, str(refused))
     except httpx.HTTPError as error:
         return _transient(delivery, f"could not reach the receiver ({type(error).__name__})", final_attempt)
@@ -204,7 +201,7 @@ def _post(url: str, body: bytes, *, secret: str, event: str, delivery_id: str) -
                 list(dict.fromkeys(str(info[4][0]) for info in infos)), allow_private=allow_private
             )
     except UpstreamAddressRefused as refused:
-        raise WebhookError(f"webhook URL refused: {refused}") from None
+        raise AppError(f"webhook URL refused: {refused}") from None
     parts = urlsplit(url)
     host = f"[{address}]" if ":" in address else address
     pinned = urlunsplit((parts.scheme, f"{host}:{endpoint.port}", parts.path or "/", parts.query, ""))

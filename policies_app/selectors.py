@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from policies_app.governance import governance_cache
+from policies_app.ids import uuid_or_none
 from policies_app.keys import key_matches, key_prefix, subject_token_prefix
 from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
@@ -148,10 +149,8 @@ def _specificity(policy: ToolPolicy) -> int:
 def service_account_for_tenant(*, tenant_id: int, name_or_id: str) -> ServiceAccount | None:
     """A tenant's live service account named by its id or its name (ids win when both could match)."""
     accounts = ServiceAccount.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
-    try:
-        by_id = accounts.filter(pk=uuid.UUID(name_or_id)).first()
-    except ValueError:
-        by_id = None
+    pk = uuid_or_none(name_or_id)
+    by_id = accounts.filter(pk=pk).first() if pk is not None else None
     return by_id or accounts.filter(name=name_or_id).first()
 
 
@@ -197,18 +196,15 @@ def service_account_list(*, tenant_id: int, include_revoked: bool = True) -> Que
 
 def service_account_get(*, tenant_id: int, account_id: object) -> ServiceAccount | None:
     """The tenant's account with this id, revoked or not; None for malformed ids and other tenants' alike."""
-    try:
-        pk = uuid.UUID(str(account_id))
-    except ValueError:
+    pk = uuid_or_none(account_id)
+    if pk is None:
         return None
     return service_account_list(tenant_id=tenant_id).filter(pk=pk).first()
 
 
 def approval_for_caller(*, approval_id: str, service_account_id: str) -> ApprovalRequest | None:
     """One approval request of this service account; another caller's (or a malformed id) is None."""
-    try:
-        uuid.UUID(approval_id)
-    except ValueError:
+    if uuid_or_none(approval_id) is None:
         return None
     return ApprovalRequest.objects.filter(pk=approval_id, service_account_id=service_account_id).first()
 
@@ -238,9 +234,8 @@ def approvals_for_tenant(*, tenant_id: int) -> tuple[list[ApprovalRequest], Quer
 
 def approval_for_tenant(*, tenant_id: int, approval_id: object) -> ApprovalRequest | None:
     """One request of this tenant; another tenant's (or a malformed id) is None."""
-    try:
-        pk = uuid.UUID(str(approval_id))
-    except ValueError:
+    pk = uuid_or_none(approval_id)
+    if pk is None:
         return None
     return (
         ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant").first()
@@ -314,14 +309,13 @@ def delegation_for_authz(*, delegation_id: str) -> DelegationRow | None:
     Delegations and memberships are governance rows: revoking one (or removing
     the person from the tenant) bumps the generation, so it reaches the next call.
     """
-    try:
-        pk = uuid.UUID(delegation_id)
-    except ValueError:
+    pk = uuid_or_none(delegation_id)
+    if pk is None:
         return None
     return governance_cache.get(("delegation", pk), lambda: _load_delegation_row(pk), remember_missing=False)
 
 
-def _load_delegation_row(pk: uuid.UUID) -> DelegationRow | None:
+def _load_delegation_row(pk: UUID) -> DelegationRow | None:
     member = TenantMembership.objects.filter(tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"))
     row = (
         Delegation.objects.filter(pk=pk)
@@ -354,18 +348,16 @@ def delegation_list(*, tenant_id: int, user_id: int | None = None) -> QuerySet[D
 
 def delegation_get(*, tenant_id: int, delegation_id: object, user_id: int | None = None) -> Delegation | None:
     """One delegation of the tenant (and of the person, when given); None for malformed ids and others' alike."""
-    try:
-        pk = uuid.UUID(str(delegation_id))
-    except ValueError:
+    pk = uuid_or_none(delegation_id)
+    if pk is None:
         return None
     return delegation_list(tenant_id=tenant_id, user_id=user_id).filter(pk=pk).first()
 
 
 def service_account_for_consent(*, service_account_id: object) -> ServiceAccount | None:
     """A live service account named by id in a consent request (any tenant: the view checks membership)."""
-    try:
-        pk = uuid.UUID(str(service_account_id))
-    except ValueError:
+    pk = uuid_or_none(service_account_id)
+    if pk is None:
         return None
     return ServiceAccount.objects.select_related("tenant").filter(pk=pk, revoked_at__isnull=True).first()
 

@@ -17,11 +17,13 @@ from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
+from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
 from policies_app.governance import governance_bump
 from policies_app.keys import consent_code_generate, key_digest, key_generate, pkce_s256, subject_token_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
@@ -35,22 +37,19 @@ from policies_app.models import (
     ToolPolicy,
 )
 from policies_app.selectors import tenant_owner_may_decide
-from runner.types import ConsequenceLevel, ToolEffect
+from runner.types import ConsequenceLevel, FieldError, ToolEffect
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Accounts whose use this process remembers recording (the oldest are forgotten first).
 MAX_USE_NOTES = 10_000
 logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
-
-
-class PolicyServiceError(ValueError):
-    """A request the service refuses; the message is safe to show to the operator or caller."""
+SERVICE_ACCOUNT_NAME_TAKEN = "A service account with this name already exists in this tenant."
 
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
     tenant = Tenant(slug=slug, name=name or slug)
-    tenant.full_clean()
+    full_clean_or_refuse(tenant)
     tenant.save()
     return tenant
 
@@ -63,7 +62,7 @@ def service_account_create(
     scopes = sorted(set(scopes))
     unknown = set(scopes) - VALID_SCOPES
     if unknown:
-        raise PolicyServiceError(f"unknown scopes: {', '.join(sorted(unknown))}")
+        raise AppError(f"unknown scopes: {', '.join(sorted(unknown))}")
     new_key = key_generate()
     account = ServiceAccount(
         tenant=tenant,
@@ -73,10 +72,26 @@ def service_account_create(
         key_digest=new_key.digest,
         created_by=created_by,
     )
-    account.full_clean()
+    _refuse_invalid(account)
     account.save()  # the save signal bumps the governance generation
     change_record(action="service_account.create", obj=account, after=change_snapshot(account))
     return account, new_key.key
+
+
+def _refuse_invalid(account: ServiceAccount) -> None:
+    """The model's validation as an AppError; a name the tenant already uses is said on the name."""
+    try:
+        account.full_clean()
+    except ValidationError as error:
+        errors = [
+            FieldError(path="name", message=SERVICE_ACCOUNT_NAME_TAKEN)
+            if one.code == "unique_together"
+            else FieldError(path="" if field == NON_FIELD_ERRORS else field, message=message)
+            for field, found in error.update_error_dict({}).items()
+            for one in found
+            for message in one.messages
+        ]
+        raise AppError(" ".join(one.message for one in errors), field_errors=errors) from None
 
 
 @transaction.atomic
@@ -84,12 +99,12 @@ def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
     """Save an edited account's name and scopes (its tenant and key never change), remembering the change."""
     unknown = set(account.scopes) - VALID_SCOPES
     if unknown:
-        raise PolicyServiceError(f"unknown scopes: {', '.join(sorted(unknown))}")
+        raise AppError(f"unknown scopes: {', '.join(sorted(unknown))}")
     stored = ServiceAccount.objects.select_for_update().get(pk=account.pk)
     before = change_snapshot(stored)
     stored.name = account.name
     stored.scopes = sorted(set(account.scopes))
-    stored.full_clean()
+    _refuse_invalid(stored)
     stored.save(update_fields=["name", "scopes"])  # the save signal bumps the governance generation
     change_record(action="service_account.update", obj=stored, before=before, after=change_snapshot(stored))
     account.refresh_from_db()
@@ -365,19 +380,17 @@ def approval_decide(
     return bool(updated)
 
 
-class ApprovalNotYours(PermissionError):
-    """The user may not decide this request (not an owner, or the policy names operators only)."""
-
-
 def approval_decide_as_tenant_owner(
     *, approval: ApprovalRequest, user: AbstractBaseUser, approve: bool, reason: str = ""
 ) -> bool:
-    """A tenant owner's decision, when the request's policy lets owners decide; else ApprovalNotYours.
+    """A tenant owner's decision, when the request's policy lets owners decide; else a `forbidden` AppError.
 
     Returns False, like approval_decide, when the request is no longer pending.
     """
     if not tenant_owner_may_decide(approval=approval, user_id=user.pk):
-        raise ApprovalNotYours("only an owner of this tenant may decide this request, and only when its policy says so")
+        raise AppError(
+            "only an owner of this tenant may decide this request, and only when its policy says so", code=FORBIDDEN
+        )
     return approval_decide(approval=approval, approve=approve, decided_by=user, reason=reason)
 
 
@@ -415,10 +428,6 @@ PKCE_VERIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu
 CONSENT_CODE_REFUSED = "the code is unknown, expired, already used, or was issued for another redirect_uri or caller"
 
 
-class ConsentExchangeError(ValueError):
-    """A consent code that cannot be exchanged; one message whatever was wrong with it."""
-
-
 @transaction.atomic
 def delegation_create(
     *,
@@ -438,16 +447,16 @@ def delegation_create(
     """
     tools = sorted(set(tools))
     if not TenantMembership.objects.filter(tenant=tenant, user=user).exists():
-        raise PolicyServiceError("only a member of the tenant can delegate")
+        raise AppError("only a member of the tenant can delegate")
     if service_account.tenant_id != tenant.pk:
-        raise PolicyServiceError("the service account belongs to another tenant")
+        raise AppError("the service account belongs to another tenant")
     if service_account.revoked_at is not None:
-        raise PolicyServiceError("the service account is revoked")
+        raise AppError("the service account is revoked")
     if len(tools) > MAX_DELEGATED_TOOLS or any(not isinstance(t, str) or not t or len(t) > 64 for t in tools):
-        raise PolicyServiceError(f"tools: at most {MAX_DELEGATED_TOOLS} tool ids")
+        raise AppError(f"tools: at most {MAX_DELEGATED_TOOLS} tool ids")
     now = timezone.now()
     if expires_at is not None and expires_at <= now:
-        raise PolicyServiceError("expires_at is in the past")
+        raise AppError("expires_at is in the past")
     for older in Delegation.objects.select_for_update().filter(
         tenant=tenant, user=user, service_account=service_account, revoked_at__isnull=True
     ):
@@ -463,7 +472,7 @@ def delegation_create(
                 origin=origin,
             )
     except IntegrityError:
-        raise PolicyServiceError("another delegation to this service account was just made; try again") from None
+        raise AppError("another delegation to this service account was just made; try again") from None
     change_record(action="delegation.create", obj=delegation, after=change_snapshot(delegation))
     token = delegation_issue_token(delegation=delegation) if issue_token else None
     return delegation, token
@@ -473,7 +482,7 @@ def delegation_create(
 def delegation_issue_token(*, delegation: Delegation) -> str:
     """A new subject token for this delegation, replacing any earlier one; the clear token is returned once."""
     if delegation.revoked_at is not None:
-        raise PolicyServiceError("the delegation is revoked")
+        raise AppError("the delegation is revoked")
     before = change_snapshot(delegation)
     new = subject_token_generate()
     delegation.token_prefix = new.prefix
@@ -519,11 +528,11 @@ def service_account_set_redirect_uris(*, account: ServiceAccount, uris: Iterable
     """Register where consent redirects may return to for this account (exact match, replaces the list)."""
     cleaned = list(dict.fromkeys(uri.strip() for uri in uris if uri.strip()))
     if len(cleaned) > MAX_REDIRECT_URIS:
-        raise PolicyServiceError(f"at most {MAX_REDIRECT_URIS} redirect URIs")
+        raise AppError(f"at most {MAX_REDIRECT_URIS} redirect URIs")
     for uri in cleaned:
         problem = redirect_uri_problem(uri)
         if problem is not None:
-            raise PolicyServiceError(problem)
+            raise AppError(problem)
     stored = ServiceAccount.objects.select_for_update().get(pk=account.pk)
     before = change_snapshot(stored)
     stored.consent_redirect_uris = cleaned
@@ -549,7 +558,7 @@ def consent_approve(
     same redirect_uri) for the subject token; only the code's digest is stored.
     """
     if redirect_uri not in service_account.consent_redirect_uris:
-        raise PolicyServiceError("redirect_uri is not registered for this service account")
+        raise AppError("redirect_uri is not registered for this service account")
     delegation, _ = delegation_create(
         tenant=service_account.tenant,
         user=user,
@@ -587,7 +596,7 @@ def consent_exchange(
             .first()
         )
         if row is None or str(row.delegation.service_account_id) != service_account_id:
-            raise ConsentExchangeError(CONSENT_CODE_REFUSED)
+            raise AppError(CONSENT_CODE_REFUSED, field_errors=[("code", CONSENT_CODE_REFUSED)])
         if row.used_at is not None:
             delegation_revoke(delegation=row.delegation)
             reused = True
@@ -608,4 +617,4 @@ def consent_exchange(
                 return row.delegation, token
     if reused:
         logger.warning("consent code %s used twice; its delegation %s is revoked", row.pk, row.delegation_id)
-    raise ConsentExchangeError(CONSENT_CODE_REFUSED)
+    raise AppError(CONSENT_CODE_REFUSED, field_errors=[("code", CONSENT_CODE_REFUSED)])

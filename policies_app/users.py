@@ -10,8 +10,8 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from policies_app.errors import AppError, full_clean_or_refuse
 from policies_app.models import Tenant, TenantMembership
-from policies_app.services import PolicyServiceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,20 +34,17 @@ def tenant_user_upsert(*, tenant: Tenant, username: str, password: str, role: st
     re-run with the same password (the demo seed) writes nothing.
     """
     if role not in TenantMembership.Role.values:
-        raise PolicyServiceError(f"unknown role {role!r}: use one of {', '.join(TenantMembership.Role.values)}")
+        raise AppError(f"unknown role {role!r}: use one of {', '.join(TenantMembership.Role.values)}")
     user_model = get_user_model()
     user = user_model.objects.filter(**{user_model.USERNAME_FIELD: username}).first()
     user_created = user is None
     if user is None:
         user = user_model(**{user_model.USERNAME_FIELD: username})
-        try:
-            user.full_clean(exclude=["password"])
-        except ValidationError as error:
-            raise PolicyServiceError(_messages(error)) from None
+        full_clean_or_refuse(user, exclude=["password"])
     try:
         validate_password(password, user)
     except ValidationError as error:
-        raise PolicyServiceError(f"password rejected: {_messages(error)}") from None
+        raise AppError(f"password rejected: {_messages(error)}") from None
     password_changed = not user.check_password(password)
     if password_changed:
         user.set_password(password)

@@ -17,7 +17,8 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from policies_app.admin_display import short_datetime
+from policies_app.admin_display import count_of, short_datetime
+from policies_app.errors import AppError
 from tools_app.models import Tool, ToolInvocation
 from tools_app.selectors import tool_ids_known
 from tools_app.services import tool_metadata_set, tool_set_enabled
@@ -25,10 +26,6 @@ from tools_app.upstream import admin as upstream_admin  # registers the MCP serv
 from tools_app.upstream.services import mcp_tools_enable_check
 
 __all__ = ["ToolAdmin", "ToolInvocationAdmin", "upstream_admin"]
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 @admin.register(Tool)
@@ -125,7 +122,7 @@ class ToolAdmin(admin.ModelAdmin):
                     requires_confirmation=obj.requires_confirmation,
                     tags=obj.tags,
                 )
-            except ValueError as exc:
+            except AppError as exc:
                 self.message_user(request, f"Metadata not saved: {exc}", messages.ERROR)
         problems = mcp_tools_enable_check([obj.pk]) if obj.is_enabled else []
         if problems:  # an upstream tool runs only with an approved definition
@@ -153,9 +150,9 @@ class ToolAdmin(admin.ModelAdmin):
             if tool.pk in changed:
                 self.log_change(request, tool, f"{verb} by bulk action.")
         unchanged = len(selected) - len(changed)
-        message = f"{verb} {_count(len(changed), 'tool')}."
+        message = f"{verb} {count_of(len(changed), 'tool')}."
         if unchanged:
-            message += f" {_count(unchanged, 'tool')} already {verb.lower()}."
+            message += f" {count_of(unchanged, 'tool')} already {verb.lower()}."
         self.message_user(request, message)
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies_app.errors import AppError
 from policies_app.selectors import Caller
 from runner.pipeline import ToolRunner
 from runner.types import ToolExecResult
+from runner.wire.openai import WireFormatError
 from runner.wire.turns import ModelCall, WireFormat, decode_turn, encode_results
 from tools_app.services import ExecRequest, tool_exec
 
@@ -47,12 +49,15 @@ class CallsOutcome:
 def tool_calls_run(
     *, runner: ToolRunner, caller: Caller, request: CallsRequest, subject_token: str | None = None
 ) -> CallsOutcome:
-    """Run every call of the turn through the pipeline under the model's call id; `WireFormatError` if it is no turn.
+    """Run every call of the turn through the pipeline under the model's call id; an AppError if it is no turn.
 
     A malformed call reaches the runner as `MalformedArgs` and comes back as
     its own refusal (audited like any call); it does not stop the others.
     """
-    calls = decode_turn(request.wire_format, request.message)
+    try:
+        calls = decode_turn(request.wire_format, request.message)
+    except WireFormatError as exc:  # its message names a location and a type, never a value
+        raise AppError("the message is not a turn of this format", field_errors=[("message", str(exc))]) from None
     results = [
         tool_exec(
             runner=runner,

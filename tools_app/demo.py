@@ -21,6 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from policies_app.errors import AppError
 from policies_app.keys import key_matches, key_prefix
 from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.services import service_account_create, tenant_create
@@ -40,10 +41,6 @@ DEMO_TOOLS = ("core__get_current_time", "core__wait", "github__create_issue", "g
 DEMO_APPROVAL_EFFECTS = (ToolEffect.EXTERNAL_SIDE_EFFECT.value,)
 DEMO_MAX_RUNTIME_MS = 15_000
 DEMO_MAX_RESULT_BYTES = 32_768
-
-
-class DemoSeedError(RuntimeError):
-    """The seed cannot proceed; the message says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +177,9 @@ def _credentials_read(path: Path) -> dict[str, str]:
     try:
         data: Any = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise DemoSeedError(f"{path} is unreadable ({error}); delete it and run seed_demo again") from None
+        raise AppError(f"{path} is unreadable ({error}); delete it and run seed_demo again") from None
     if not isinstance(data, dict) or not all(isinstance(value, str) for value in data.values()):
-        raise DemoSeedError(f"{path} is not a demo credentials file; delete it and run seed_demo again")
+        raise AppError(f"{path} is not a demo credentials file; delete it and run seed_demo again")
     return data
 
 

@@ -21,6 +21,7 @@ from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 
 from changes_app.services import change_record, change_snapshot
+from policies_app.errors import AppError
 from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
     MAX_APPROVAL_TTL_S,
@@ -37,7 +38,7 @@ from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
 from tools_app.services import tool_metadata_set, tool_switch_record, tool_sync
-from tools_app.upstream.services import McpServerError, mcp_tool_approve
+from tools_app.upstream.services import mcp_tool_approve
 
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
 # Approval settings beyond the effects (seed 002): absent keys take the model's defaults.
@@ -66,12 +67,20 @@ MAX_BUDGET = 2_147_483_647  # PositiveIntegerField's bound on every supported da
 MAX_NAME_LENGTH = ToolPolicy._meta.get_field("name").max_length
 
 
-class PolicyFileError(ValueError):
-    """The file was refused; `problems` names every offending tool id, tenant or policy."""
+class PolicyFileError(AppError):
+    """The file was refused: a `validation` AppError whose field errors name every offending tool id,
+    tenant or policy (`problems`), one message each, all in its safe message too."""
 
     def __init__(self, problems: Iterable[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("policy file refused, nothing was changed:\n  " + "\n  ".join(self.problems))
+        problems = list(problems)
+        super().__init__(
+            "policy file refused, nothing was changed:\n  " + "\n  ".join(problems),
+            field_errors=[("", problem) for problem in problems],
+        )
+
+    @property
+    def problems(self) -> list[str]:
+        return [error.message for error in self.field_errors]
 
 
 @dataclass
@@ -439,7 +448,7 @@ def _approve_pinned(switches: Mapping[str, bool], pins: Mapping[str, str], tool_
         if enabled and tool_rows[tool_id].source == Tool.Source.MCP:
             try:
                 approved = mcp_tool_approve(tool_id=tool_id, via="policy import", only_if_unapproved=True)
-            except McpServerError as error:
+            except AppError as error:
                 raise PolicyFileError([f"tools: {error}"]) from None
             if approved.tool.schema_hash != pins[tool_id]:
                 raise PolicyFileError(

@@ -12,6 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
+from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.selectors import Caller, delegation_for_token, policy_effective_for
 from runner.catalog import catalog_for
@@ -334,25 +335,26 @@ def tool_switch_record(*, tool_id: str, enabled: bool) -> None:
     )
 
 
-class ToolMetadataLocked(ValueError):
-    """A code tool's metadata comes from its contract: an operator edit would be undone by the next sync."""
-
-
 @transaction.atomic
 def tool_metadata_set(*, tool_id: str, consequence_level: str, requires_confirmation: bool, tags: list[str]) -> bool:
     """An operator's metadata for an upstream MCP tool (tightening its defaults); True if anything changed.
 
-    Code tools declare theirs in the contract, so they are refused here. The
-    governance generation moves, so policy decisions use the new values on the
-    next call in every process.
+    Code tools declare theirs in the contract (an operator edit would be undone
+    by the next sync), so they are refused here. The governance generation
+    moves, so policy decisions use the new values on the next call in every
+    process.
     """
     problem = tags_problem(tags)
     if problem:
-        raise ValueError(problem)
+        raise AppError(problem, field_errors=[("tags", problem)])
+    levels = [level.value for level in ConsequenceLevel]
+    if consequence_level not in levels:
+        rule = f"must be one of: {', '.join(levels)}"
+        raise AppError(f"consequence_level {rule}", field_errors=[("consequence_level", rule)])
     level = ConsequenceLevel(consequence_level)
     tool = Tool.objects.select_for_update().get(pk=tool_id)
     if tool.source != Tool.Source.MCP:
-        raise ToolMetadataLocked(f"{tool_id} is a code tool: its metadata is set in its contract, not here")
+        raise AppError(f"{tool_id} is a code tool: its metadata is set in its contract, not here")
     new = {"consequence_level": level.value, "requires_confirmation": requires_confirmation, "tags": list(tags)}
     before = {name: getattr(tool, name) for name in new}
     if before == new:

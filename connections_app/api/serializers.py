@@ -15,7 +15,7 @@ from rest_framework import serializers
 from connections_app.credentials import APP_CREDENTIAL_PATTERN, KEY_PATTERN, MANUAL_TYPES, USERNAME_PATTERN
 from connections_app.models import Connection
 from connections_app.services import MAX_SCOPE_LENGTH, MAX_SCOPES
-from tools_app.api.serializers import JSONObjectField, StrictCharField, StrictInputSerializer
+from policies_app.api.serializers import JSONObjectField, StrictCharField, StrictInputSerializer
 
 MAX_PROVIDER_LENGTH = 64
 MAX_LABEL_LENGTH = 100

@@ -1,21 +1,21 @@
 """The connections and grants API: a tenant's connections and who may use them (scope `connections:manage`).
 
 Each view validates its input, makes one service or selector call and shapes
-the output; errors leave as DRF exceptions, which the API's exception handler
-(config/api.py) turns into the contract's envelope. Rows of other tenants are
+the output; a refusal leaves as the service's `AppError` (or a DRF exception),
+which the API's exception handler (config/api.py) turns into the contract's
+envelope: no view translates errors by hand. Rows of other tenants are
 answered exactly like rows that do not exist, so ids cannot be probed.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError, ValidationError
+from rest_framework.exceptions import AuthenticationFailed, NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -28,32 +28,22 @@ from connections_app.api.serializers import (
     GrantCreateInputSerializer,
     GrantOutputSerializer,
 )
-from connections_app.credentials import SHAPES
 from connections_app.models import Connection, ExecutionGrant
 from connections_app.selectors import connection_get, connection_list, connections_of_tenant, grant_get, grant_list
-from connections_app.services import (
-    ConnectionServiceError,
-    connection_create,
-    connection_revoke,
-    grant_create,
-    grant_revoke,
-)
+from connections_app.services import connection_create, connection_revoke, grant_create, grant_revoke
+from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from policies_app.api.pagination import StrictLimitOffsetPagination
+from policies_app.api.parser import validated_body
+from policies_app.api.serializers import PageQuerySerializer
 from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, ToolsExecScope, request_caller
+from policies_app.errors import AppError
 from policies_app.models import ServiceAccount, Tenant
 from policies_app.selectors import service_account_for_tenant, subject_id_of, tenant_of_caller
-from policies_app.services import ConsentExchangeError, PolicyServiceError, consent_exchange
-from runner.types import ErrorCode
-from tools_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
-from tools_app.api.pagination import StrictLimitOffsetPagination
-from tools_app.api.serializers import PageQuerySerializer
+from policies_app.services import consent_exchange
 
 NO_SUCH_CONNECTION = "no such connection in this tenant"
 NO_SUCH_SERVICE_ACCOUNT = "no such active service account in this tenant"
 CONNECTION_REVOKED = "the connection is revoked"
-# A path segment of a service error that is not a field of any credential shape is a key the
-# caller sent: it is reported as this, since a caller may put anything in a key, even a secret.
-UNKNOWN_FIELD = "(unknown field)"
-_CREDENTIAL_FIELDS = frozenset(name for shape in SHAPES.values() for name in shape.model_fields)
 
 
 # --- schema pieces shared by the operations ---------------------------------------------
@@ -112,33 +102,10 @@ def _caller_tenant(request: Request) -> Tenant:
     return tenant
 
 
-def _json_object(request: Request) -> Any:
-    data = request.data
-    if request.stream is None:  # DRF does not call the parser for an empty body
-        raise ParseError("request body is empty", code=ErrorCode.INVALID_JSON.value)
-    return data
-
-
-def _invalid(errors: Iterable[tuple[str, str]]) -> ValidationError:
-    """(path, message) pairs as the envelope's `errors`, in order."""
-    detail: dict[str, list[str]] = {}
-    for path, message in errors:
-        detail.setdefault(path, []).append(message)
-    return ValidationError(detail)
-
-
-def _safe_path(path: str) -> str:
-    """A service error's path with segments the caller chose (keys of `credentials`) masked."""
-    head, _, rest = path.partition(".")
-    if head != "credentials" or not rest:
-        return path
-    return ".".join([head, *(part if part in _CREDENTIAL_FIELDS else UNKNOWN_FIELD for part in rest.split("."))])
-
-
 def _grant_references(
     *, tenant: Tenant, service_account: str, connection_ids: Sequence[uuid.UUID]
 ) -> tuple[ServiceAccount, list[Connection]]:
-    """The rows a grant request names, or a ValidationError naming each reference that fails.
+    """The rows a grant request names, or an AppError naming each reference that fails.
 
     Missing and other tenants' references get the same message. The service
     checks the same rules again; this only says which field broke them.
@@ -156,7 +123,7 @@ def _grant_references(
         elif connection.is_revoked:
             errors.append((f"connection_ids.{index}", CONNECTION_REVOKED))
     if errors or account is None:
-        raise _invalid(errors)
+        raise AppError("the grant names rows this tenant does not have", field_errors=errors)
     return account, found
 
 
@@ -197,22 +164,17 @@ class ConnectionListView(ConnectionsApiView):
         examples=[CONNECTION_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = ConnectionCreateInputSerializer(data=_json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        try:
-            connection = connection_create(
-                tenant=_caller_tenant(request),
-                provider=data["provider"],
-                credential_type=data["credential_type"],
-                credentials=data["credentials"],
-                scopes=data["scopes"],
-                expires_at=data["expires_at"],
-                label=data["label"],
-                created_by_service_account_id=request_caller(request).service_account_id,
-            )
-        except ConnectionServiceError as exc:
-            raise _invalid((_safe_path(path), message) for path, message in exc.errors) from None
+        data = validated_body(request, ConnectionCreateInputSerializer)
+        connection = connection_create(
+            tenant=_caller_tenant(request),
+            provider=data["provider"],
+            credential_type=data["credential_type"],
+            credentials=data["credentials"],
+            scopes=data["scopes"],
+            expires_at=data["expires_at"],
+            label=data["label"],
+            created_by_service_account_id=request_caller(request).service_account_id,
+        )
         return Response(ConnectionOutputSerializer(connection).data, status=status.HTTP_201_CREATED)
 
 
@@ -290,23 +252,18 @@ class GrantListView(ConnectionsApiView):
         examples=[GRANT_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = GrantCreateInputSerializer(data=_json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(request, GrantCreateInputSerializer)
         tenant = _caller_tenant(request)
         account, connections = _grant_references(
             tenant=tenant, service_account=data["service_account"], connection_ids=data["connection_ids"]
         )
-        try:
-            grant = grant_create(
-                tenant=tenant,
-                service_account=account,
-                connections=connections,
-                expires_at=data["expires_at"],
-                created_by_service_account_id=request_caller(request).service_account_id,
-            )
-        except PolicyServiceError as exc:
-            raise _invalid([("", str(exc))]) from None
+        grant = grant_create(
+            tenant=tenant,
+            service_account=account,
+            connections=connections,
+            expires_at=data["expires_at"],
+            created_by_service_account_id=request_caller(request).service_account_id,
+        )
         return Response(GrantOutputSerializer(grant).data, status=status.HTTP_201_CREATED)
 
 
@@ -377,18 +334,13 @@ class DelegationTokenView(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        serializer = DelegationTokenInputSerializer(data=_json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        try:
-            delegation, token = consent_exchange(
-                service_account_id=request_caller(request).service_account_id,
-                code=data["code"],
-                code_verifier=data["code_verifier"],
-                redirect_uri=data["redirect_uri"],
-            )
-        except ConsentExchangeError as exc:
-            raise _invalid([("code", str(exc))]) from None
+        data = validated_body(request, DelegationTokenInputSerializer)
+        delegation, token = consent_exchange(  # a refused code is an AppError (422, at `code`)
+            service_account_id=request_caller(request).service_account_id,
+            code=data["code"],
+            code_verifier=data["code_verifier"],
+            redirect_uri=data["redirect_uri"],
+        )
         return Response(
             DelegationTokenOutputSerializer(
                 {

@@ -34,6 +34,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from connections_app.web.forms import DelegationForm, RedirectUrisForm
 from connections_app.web.tenancy import memberships_of, tenant_member_required
+from policies_app.errors import AppError, add_app_error_to_form
 from policies_app.models import TenantMembership
 from policies_app.selectors import (
     delegation_get,
@@ -43,7 +44,6 @@ from policies_app.selectors import (
     service_account_list,
 )
 from policies_app.services import (
-    PolicyServiceError,
     consent_approve,
     delegation_create,
     delegation_revoke,
@@ -99,8 +99,8 @@ def delegation_new(request: HttpRequest) -> HttpResponse:
                 tools=form.cleaned_data["tools"],
                 expires_at=form.cleaned_data["expires_at"],
             )
-        except PolicyServiceError as error:
-            form.add_error(None, str(error))
+        except AppError as error:
+            add_app_error_to_form(form, error)
         else:
             return render(
                 request,
@@ -162,8 +162,8 @@ def service_account_redirect_uris(request: HttpRequest, account_id: UUID) -> Htt
     if request.method == "POST" and form.is_valid():
         try:
             service_account_set_redirect_uris(account=account, uris=form.cleaned_data["redirect_uris"])
-        except PolicyServiceError as error:
-            form.add_error("redirect_uris", str(error))
+        except AppError as error:
+            add_app_error_to_form(form, error, field="redirect_uris")
         else:
             messages.success(request, f"Consent redirect URIs of “{account.name}” saved.")
             return redirect("web:service-account-list")
@@ -283,8 +283,8 @@ def _consent_answer(request: HttpRequest) -> HttpResponse:
             tools=asked["tools"],
             expires_at=expires_at,
         )
-    except PolicyServiceError as error:
-        return _consent_error(request, str(error))
+    except AppError as error:
+        return _consent_error(request, error.safe_message)
     return _back(asked["redirect_uri"], {"code": code, "state": state})
 
 

@@ -12,7 +12,6 @@ from typing import Any
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MaxLengthValidator
 from django.db.models import QuerySet
 
@@ -107,12 +106,6 @@ class ConnectionForm(UIForm):
     def credentials(self) -> dict[str, str]:
         return {name: self.cleaned_data[name] for name in self.SECRET_FIELDS}
 
-    def add_service_errors(self, errors: Iterable[tuple[str, str]]) -> None:
-        """Attach a service's (path, message) errors to the fields they name, the rest to the form."""
-        for path, message in errors:
-            field = path.removeprefix("credentials.")
-            self.add_error(field if field in self.fields else None, message)
-
 
 class ApiKeyConnectionForm(ConnectionForm):
     SECRET_FIELDS = ("api_key",)
@@ -197,15 +190,6 @@ class ServiceAccountForm(UIForm):
         initial=[ServiceAccount.Scope.TOOLS_EXEC],
         widget=forms.CheckboxSelectMultiple,
     )
-
-    def add_service_errors(self, error: ValidationError) -> None:
-        """Attach the model's validation errors; its only two-field constraint (tenant, name) is about the name."""
-        for field, errors in error.update_error_dict({}).items():
-            for one in errors:
-                if field == NON_FIELD_ERRORS and one.code == "unique_together":
-                    self.add_error("name", "A service account with this name already exists in this tenant.")
-                else:
-                    self.add_error(field if field in self.fields else None, one.messages)
 
 
 class ActivityFilterForm(UIForm):

@@ -30,8 +30,8 @@ from connections_app.oauth import (
     oauth_flow_start,
 )
 from connections_app.selectors import connection_get
-from connections_app.services import ConnectionServiceError
 from connections_app.web.tenancy import tenant_member_required, visible_to
+from policies_app.errors import AppError
 
 MESSAGES = {
     "access_denied": "You declined access at the provider, so nothing was connected.",
@@ -109,7 +109,7 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
             oauth_connection_reconnect(
                 connection=connection, token=token, now=now, refresh_window=_refresh_window(), actor=request.user
             )
-        except ConnectionServiceError:
+        except AppError:
             return _oauth_error(request, "revoked")
         messages.success(request, f"{connection} is connected again.")
     else:

@@ -12,7 +12,6 @@ from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.views import LoginView
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -34,13 +33,7 @@ from connections_app.selectors import (
     oauth_provider_list,
     webhook_of_tenant,
 )
-from connections_app.services import (
-    ConnectionServiceError,
-    connection_create,
-    connection_revoke,
-    grant_create,
-    grant_revoke,
-)
+from connections_app.services import connection_create, connection_revoke, grant_create, grant_revoke
 from connections_app.web.activity import CHART_DAYS, activity_chart, activity_per_day, chart_days
 from connections_app.web.forms import (
     CONNECTION_FORMS,
@@ -52,8 +45,9 @@ from connections_app.web.forms import (
     WebhookForm,
 )
 from connections_app.web.tenancy import tenant_member_required, tenant_switch, visible_to
-from connections_app.webhooks import WebhookError, webhook_remove, webhook_set
+from connections_app.webhooks import webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
+from policies_app.errors import AppError, add_app_error_to_form
 from policies_app.models import ServiceAccount, TenantMembership
 from policies_app.selectors import (
     approval_for_tenant,
@@ -64,7 +58,6 @@ from policies_app.selectors import (
     tenant_subjects,
 )
 from policies_app.services import (
-    PolicyServiceError,
     approval_decide_as_tenant_owner,
     service_account_create,
     service_account_revoke,
@@ -139,8 +132,8 @@ def connection_new(request: HttpRequest) -> HttpResponse:
                 created_by=request.user,
                 owner=request.user if form.cleaned_data["personal"] else None,
             )
-        except ConnectionServiceError as error:
-            form.add_service_errors(error.errors)
+        except AppError as error:
+            add_app_error_to_form(form, error)
         else:
             messages.success(request, f"Connection “{connection.label or connection.provider}” added.")
             return redirect("web:connection-list")
@@ -239,8 +232,8 @@ def grant_new(request: HttpRequest) -> HttpResponse:
                 expires_at=form.cleaned_data["expires_at"],
                 created_by=request.user,
             )
-        except PolicyServiceError as error:
-            form.add_error(None, str(error))
+        except AppError as error:
+            add_app_error_to_form(form, error)
         else:
             messages.success(request, f"Grant for “{form.cleaned_data['service_account'].name}” created.")
             return redirect("web:grant-list")
@@ -351,8 +344,8 @@ def webhook(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             try:
                 secret = webhook_set(tenant=request.tenant, url=form.cleaned_data["url"], user=request.user)
-            except WebhookError as error:
-                form.add_error("url", str(error))
+            except AppError as error:
+                add_app_error_to_form(form, error, field="url")
             else:
                 return render(
                     request, "tenant/webhook_secret.html", {"section": "approvals", "secret": secret}, status=201
@@ -389,10 +382,8 @@ def service_account_new(request: HttpRequest) -> HttpResponse:
                 scopes=form.cleaned_data["scopes"],
                 created_by=request.user,
             )
-        except PolicyServiceError as error:
-            form.add_error(None, str(error))
-        except ValidationError as error:
-            form.add_service_errors(error)
+        except AppError as error:
+            add_app_error_to_form(form, error)
         else:
             return render(
                 request,

@@ -399,8 +399,9 @@ MCP_ALLOWED_NAMES = frozenset(
         "policies_app.authentication.request_caller",
         "policies_app.authentication.ServiceAccountRateThrottle",
         "policies_app.selectors.Caller",
-        # the outage mapping and its answer, shared with the REST exception handler
+        # the outage mapping and its answer, and the application error, shared with the REST exception handler
         "policies_app.outages.OUTAGE_ERRORS",
+        "policies_app.errors.AppError",
         "runner.pipeline.DEPENDENCY_MESSAGE",
         "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
     }
@@ -525,3 +526,95 @@ def test_layer_detector_flags_upward_and_sideways_imports_and_allows_downward_on
         (3, "tools_app (layer 3 from layer 2)"),
         (3, "tools_app.services (layer 3 from layer 2)"),
     ]
+
+
+# --- one error hierarchy and one copy of the API's plumbing, in the lowest app ------------------
+
+KERNEL_ERRORS = PROJECT_ROOT / "policies_app" / "errors.py"
+KERNEL_PARSER = PROJECT_ROOT / "policies_app" / "api" / "parser.py"
+KERNEL_PAGINATION = PROJECT_ROOT / "policies_app" / "api" / "pagination.py"
+KERNEL_IDS = PROJECT_ROOT / "policies_app" / "ids.py"
+KERNEL_ADMIN_DISPLAY = PROJECT_ROOT / "policies_app" / "admin_display.py"
+API_VIEW_DIRS = (PROJECT_ROOT / "tools_app" / "api", PROJECT_ROOT / "connections_app" / "api")
+
+
+def _base_names(node: ast.ClassDef) -> list[str]:
+    return [base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "") for base in node.bases]
+
+
+def kernel_copies(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """What only the kernel may define: service error types, the status table, the body reader, pagination,
+    the reading of ids.
+
+    Services refuse with policies_app.errors.AppError; the status of a code comes
+    from its one table; a body is read with policies_app.api.parser.json_object;
+    lists page with policies_app.api.pagination; a caller's id is read with
+    policies_app.ids.uuid_or_none; admin messages count with admin_display.count_of.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            if re.search(r"ServiceError$|^ToolCallFailed$", node.name):
+                yield node.lineno, f"class {node.name} (raise policies_app.errors.AppError)"
+            if path != KERNEL_PAGINATION and any(name.endswith("Pagination") for name in _base_names(node)):
+                yield node.lineno, f"class {node.name} (use policies_app.api.pagination)"
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("json_object"):
+            if path != KERNEL_PARSER:
+                yield node.lineno, f"def {node.name} (use policies_app.api.parser.json_object)"
+        elif isinstance(node, ast.FunctionDef) and node.name in {"_count", "count_of"} and path != KERNEL_ADMIN_DISPLAY:
+            yield node.lineno, f"def {node.name} (use policies_app.admin_display.count_of)"
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and path != KERNEL_ERRORS:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(target, ast.Name) and target.id == "ERROR_STATUS" for target in targets):
+                yield node.lineno, "ERROR_STATUS (the table lives in policies_app.errors)"
+        elif isinstance(node, ast.Call) and path != KERNEL_IDS and ast.unparse(node.func) in {"uuid.UUID", "UUID"}:
+            yield node.lineno, f"{ast.unparse(node.func)}(...) (use policies_app.ids.uuid_or_none)"
+
+
+def hand_translations(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
+    """`except AppError` in an API view: the exception handler translates it, not the view."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ExceptHandler) and node.type is not None and "AppError" in ast.unparse(node.type):
+            yield node.lineno, ast.unparse(node.type)
+
+
+def test_the_error_type_and_the_api_plumbing_exist_once_in_the_kernel() -> None:
+    # the apps and config (the runner, framework-free, cannot import the kernel: it keeps its own)
+    files = [path for package in LAYER_OF if package != "runner" for path in python_files(PROJECT_ROOT / package)]
+    assert {KERNEL_ERRORS, KERNEL_PARSER, KERNEL_PAGINATION, KERNEL_IDS, KERNEL_ADMIN_DISPLAY} <= set(files)
+
+    assert offences(files, kernel_copies, "defines") == []
+
+
+def test_api_views_leave_application_errors_to_the_exception_handler() -> None:
+    files = [path for directory in API_VIEW_DIRS for path in python_files(directory)]
+    assert PROJECT_ROOT / "connections_app" / "api" / "views.py" in files
+
+    assert offences(files, hand_translations, "translates by hand:") == []
+
+
+def test_kernel_detectors_flag_copies_and_hand_translations() -> None:
+    source = (
+        "class ConnectionServiceError(ValueError): ...\n"
+        "class ToolCallFailed(Exception): ...\n"
+        "class PagePagination(LimitOffsetPagination): ...\n"
+        "def _json_object(request): ...\n"
+        "ERROR_STATUS = {}\n"
+        "pk = uuid.UUID(str(value))\n"
+        "def _count(n, noun): ...\n"
+        "try:\n"
+        "    grant_create()\n"
+        "except AppError as exc:\n"
+        "    raise ValidationError(str(exc))\n"
+    )
+    path = PROJECT_ROOT / "connections_app" / "api" / "example.py"
+
+    assert detect(kernel_copies, source, path) == [
+        (1, "class ConnectionServiceError (raise policies_app.errors.AppError)"),
+        (2, "class ToolCallFailed (raise policies_app.errors.AppError)"),
+        (3, "class PagePagination (use policies_app.api.pagination)"),
+        (4, "def _json_object (use policies_app.api.parser.json_object)"),
+        (5, "ERROR_STATUS (the table lives in policies_app.errors)"),
+        (6, "uuid.UUID(...) (use policies_app.ids.uuid_or_none)"),
+        (7, "def _count (use policies_app.admin_display.count_of)"),
+    ]
+    assert detect(hand_translations, source, path) == [(10, "AppError")]

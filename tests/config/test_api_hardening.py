@@ -22,6 +22,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.test import APIClient
 
 from config import api
+from policies_app.api import parser
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
@@ -214,16 +215,16 @@ class _Request:
 def test_parser_refuses_a_declared_length_over_the_limit_without_reading():
     stream = io.BytesIO(b"{}")
 
-    with pytest.raises(api.RequestBodyTooLarge):
-        api.HardenedJSONParser().parse(stream, parser_context={"request": _Request(str(64 * 1024 + 1))})
+    with pytest.raises(parser.RequestBodyTooLarge):
+        parser.HardenedJSONParser().parse(stream, parser_context={"request": _Request(str(64 * 1024 + 1))})
     assert stream.tell() == 0
 
 
 def test_parser_counts_the_bytes_read_when_the_length_header_lies():
     body = json.dumps({"pad": "x" * (64 * 1024)}).encode()
 
-    with pytest.raises(api.RequestBodyTooLarge):
-        api.HardenedJSONParser().parse(io.BytesIO(body), parser_context={"request": _Request("10")})
+    with pytest.raises(parser.RequestBodyTooLarge):
+        parser.HardenedJSONParser().parse(io.BytesIO(body), parser_context={"request": _Request("10")})
 
 
 @pytest.mark.parametrize(
@@ -238,15 +239,15 @@ def test_parser_counts_the_bytes_read_when_the_length_header_lies():
     ],
 )
 def test_depth_scanner_follows_strings_and_escapes(text, too_deep):
-    assert api.json_depth_exceeds(text, 32) is too_deep
+    assert parser.json_depth_exceeds(text, 32) is too_deep
 
 
 def test_parser_accepts_the_deepest_allowed_document_and_no_deeper():
     deepest = {"a": json.loads("[" * 31 + "]" * 31)}  # the object is level 1
 
-    assert api.parse_json_object(json.dumps(deepest).encode()) == deepest
+    assert parser.parse_json_object(json.dumps(deepest).encode()) == deepest
     with pytest.raises(ParseError):
-        api.parse_json_object(json.dumps({"a": json.loads("[" * 32 + "]" * 32)}).encode())
+        parser.parse_json_object(json.dumps({"a": json.loads("[" * 32 + "]" * 32)}).encode())
 
 
 # --- authentication and scopes ------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from gunicorn.config import Config
 
-from config.api import MAX_BODY_BYTES
+from policies_app.api.parser import MAX_BODY_BYTES
 from runner.contracts import MAX_TIMEOUT_MS
 from runner.pipeline import REQUEST_TIMEOUT_S
 from tools_app.tools import BUILTIN_TOOLS

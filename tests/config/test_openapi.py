@@ -24,9 +24,9 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import positive_data_acceptance, response_schema_conformance
 
-from config.api import ERROR_STATUS
 from config.wsgi import application
 from connections_app.credentials import CredentialsInvalid, credentials_validate
+from policies_app.errors import ERROR_STATUS
 from policies_app.governance import governance_bump
 from runner.types import ErrorCode
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key

@@ -25,14 +25,13 @@ from connections_app.crypto import KeyRing, seal_json
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.selectors import connection_events
 from connections_app.services import (
-    ConnectionServiceError,
     connection_create,
     connection_revoke,
     grant_create,
     grant_revoke,
 )
+from policies_app.errors import AppError
 from policies_app.governance import governance_cache
-from policies_app.services import PolicyServiceError
 from runner.errors import BrokerError
 from runner.grants import GRANT_REFUSED, NOT_GRANTED
 from runner.types import ErrorCode, ToolInvocationContext
@@ -111,7 +110,7 @@ def test_another_tenants_connection_in_the_grant_is_refused_like_one_that_does_n
     account, _key = caller
     globex = TenantFactory(slug="globex")
     theirs = ConnectionFactory(tenant=globex, credentials={"api_key": "ghp_globexSecret0123456789"})
-    with pytest.raises(PolicyServiceError):
+    with pytest.raises(AppError):
         grant_create(tenant=account.tenant, service_account=account, connections=[theirs])
     grant.connections.add(theirs)
 
@@ -151,7 +150,7 @@ def test_revoked_connection_answers_409_connection_unavailable(github, caller, c
 def test_connection_of_another_provider_answers_409_connection_unavailable(github, caller, call_tool):
     # given a gitlab connection: connection_create knows no such provider, so the row is written directly
     account, _key = caller
-    with pytest.raises(ConnectionServiceError):
+    with pytest.raises(AppError):
         connection_create(
             tenant=account.tenant, provider="gitlab", credential_type="api_key", credentials={"api_key": TOKEN}
         )

@@ -11,7 +11,8 @@ from django.urls import reverse
 
 from connections_app.models import TenantWebhook, WebhookDelivery
 from connections_app.tasks import deliver_webhook
-from connections_app.webhooks import WebhookError, webhook_set
+from connections_app.webhooks import webhook_set
+from policies_app.errors import AppError
 from policies_app.models import ApprovalRequest, TenantMembership
 from policies_app.services import approval_decide
 from tests.factories import ConnectionFactory, GrantFactory, MembershipFactory, UserFactory
@@ -127,7 +128,7 @@ def test_a_decision_is_announced_too(asked, receiver, django_capture_on_commit_c
 def test_private_and_non_http_urls_are_refused_by_default(caller, url):
     account, _key = caller
 
-    with pytest.raises(WebhookError):
+    with pytest.raises(AppError):
         webhook_set(tenant=account.tenant, url=url, user=None)
 
     assert not TenantWebhook.objects.exists()

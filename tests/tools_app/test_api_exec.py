@@ -15,9 +15,9 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIRequestFactory
 
-from config.api import ERROR_STATUS
 from connections_app.services import connection_revoke
 from policies_app import governance
+from policies_app.errors import ERROR_STATUS
 from policies_app.governance import governance_cache
 from policies_app.models import ApprovalRequest, ServiceAccount
 from runner.defaults import SystemClock

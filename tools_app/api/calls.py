@@ -13,10 +13,10 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
+from policies_app.api.parser import validated_body
 from policies_app.authentication import request_caller, request_subject_token
-from runner.wire.openai import WireFormatError
 from runner.wire.turns import MAX_CALLS_PER_TURN, WireFormat
-from tools_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from tools_app.api.serializers import (
     ERROR_CODES,
     MAX_CONNECTION_IDS,
@@ -25,7 +25,7 @@ from tools_app.api.serializers import (
     _id_field,
     _reference_field,
 )
-from tools_app.api.views import ToolsApiView, _json_object
+from tools_app.api.views import ToolsApiView
 from tools_app.calls import CallsRequest, tool_calls_run
 
 WIRE_FORMATS = [wire_format.value for wire_format in WireFormat]
@@ -142,9 +142,7 @@ class ToolCallsView(ToolsApiView):
         examples=[CALLS_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = CallsInputSerializer(data=_json_object(request))
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(request, CallsInputSerializer)
         calls_request = CallsRequest(
             wire_format=WireFormat(data["format"]),
             message=data["message"],
@@ -153,13 +151,10 @@ class ToolCallsView(ToolsApiView):
             connection_ids=data.get("connection_ids"),
             grant_id=data.get("grant_id"),
         )
-        try:
-            outcome = tool_calls_run(
-                runner=self.runtime().runner,
-                caller=request_caller(request),
-                request=calls_request,
-                subject_token=request_subject_token(request),
-            )
-        except WireFormatError as exc:
-            raise serializers.ValidationError({"message": [str(exc)]}) from None
+        outcome = tool_calls_run(
+            runner=self.runtime().runner,
+            caller=request_caller(request),
+            request=calls_request,
+            subject_token=request_subject_token(request),
+        )
         return Response(CallsOutputSerializer({"results": outcome.results, "calls": outcome.calls}).data)

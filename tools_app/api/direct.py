@@ -29,19 +29,18 @@ from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 
+from policies_app.api.parser import MAX_BODY_BYTES, declared_length
 from policies_app.authentication import ToolsExecScope, bearer_caller, caller_signed_in, request_subject_token
+from policies_app.errors import AppError
 from policies_app.selectors import Caller
 from runner.pipeline import ToolRunner
 from runner.types import ToolExecResult
-from tools_app.api import ToolCallFailed
 from tools_app.api.serializers import ExecFailureOutputSerializer, ExecInputSerializer, ExecSuccessOutputSerializer
 from tools_app.services import ExecRequest, tool_exec
 
 JSON = "application/json"
 # Accept values under which DRF's negotiation picks the JSON renderer with no parameters.
 PLAIN_ACCEPTS = frozenset({"", "*/*", JSON})
-# The body limit of the API's parser: a larger declared length is the parser's to refuse.
-MAX_BODY_BYTES = 64 * 1024
 
 
 class ExecView(Protocol):
@@ -58,13 +57,10 @@ class ExecView(Protocol):
     def exec_runner(self) -> ToolRunner: ...
 
 
-def exec_failed(result: ToolExecResult) -> ToolCallFailed:
-    """A call that ended without a value, as the exception the API's handler answers."""
-    return ToolCallFailed(
-        error_code=str(result.error_code),
-        body=ExecFailureOutputSerializer(result).data,
-        retry_after_s=result.retry_after_s,
-    )
+def exec_failed(result: ToolExecResult) -> AppError:
+    """A call that ended without a value, as the AppError the API's handler answers (body and status)."""
+    body = ExecFailureOutputSerializer(result).data
+    return AppError(body["safe_message"], code=body["error_code"], extra=body, retry_after_s=result.retry_after_s)
 
 
 def exec_directly(view: ExecView, request: HttpRequest) -> Response | None:
@@ -100,7 +96,7 @@ def _plain_request(view: ExecView, request: HttpRequest) -> tuple[Caller, dict[s
         or request.content_type != JSON
         or not _plain_charset(request.content_params)
         or meta.get("HTTP_ACCEPT", "") not in PLAIN_ACCEPTS
-        or not 0 < _declared_length(meta) <= MAX_BODY_BYTES
+        or not 0 < declared_length(meta) <= MAX_BODY_BYTES
     ):
         return None
     try:
@@ -118,13 +114,6 @@ def _plain_request(view: ExecView, request: HttpRequest) -> tuple[Caller, dict[s
 
 def _plain_charset(params: Mapping[str, str]) -> bool:
     return not params or (params.keys() == {"charset"} and params["charset"].lower() == "utf-8")
-
-
-def _declared_length(meta: Mapping[str, Any]) -> int:
-    try:
-        return int(meta.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return 0
 
 
 def _finalized(view: ExecView, response: Response) -> Response:

@@ -1,8 +1,9 @@
 """The tools API: execute a call, read the catalog, read the tenant's invocations.
 
 Each view parses and validates its input, makes one service or selector call
-and shapes the output. Failed calls leave as `ToolCallFailed`, whose HTTP
-status the API's exception handler (config/api.py) takes from its one table.
+and shapes the output. Failed calls leave as the application's `AppError`,
+carrying the refused call's body; the API's exception handler (config/api.py)
+answers it with the status of its code, from the one table.
 
 The runner comes from `runtime_provider`, given by the composition root in
 config/urls.py (`as_view(runtime_provider=runtime)`): apps never import config.
@@ -18,11 +19,14 @@ from django.http import HttpRequest, HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
+from policies_app.api.pagination import StrictLimitOffsetPagination
+from policies_app.api.parser import validated_body
 from policies_app.authentication import ToolsExecScope, request_caller, request_subject_token
 from policies_app.selectors import approval_for_caller
 from runner.pipeline import ToolRunner
@@ -30,8 +34,6 @@ from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode, ToolSpec
 from runner.wire import anthropic, openai, openai_responses
 from tools_app.api.direct import exec_directly, exec_failed
-from tools_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
-from tools_app.api.pagination import StrictLimitOffsetPagination
 from tools_app.api.serializers import (
     ID_RE,
     ID_SCHEMA_PATTERN,
@@ -130,13 +132,6 @@ class ToolsApiView(APIView):
         return self.runtime_provider()
 
 
-def _json_object(request: Request) -> Any:
-    data = request.data
-    if request.stream is None:  # DRF does not call the parser for an empty body
-        raise ParseError("request body is empty", code=ErrorCode.INVALID_JSON.value)
-    return data
-
-
 class ToolExecView(ToolsApiView):
     """Run one tool call through the runner; every outcome answers the contract's body.
 
@@ -168,9 +163,7 @@ class ToolExecView(ToolsApiView):
         examples=[EXEC_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
-        serializer = ExecInputSerializer(data=_json_object(request))
-        serializer.is_valid(raise_exception=True)
-        exec_request = ExecRequest.of(serializer.validated_data)
+        exec_request = ExecRequest.of(validated_body(request, ExecInputSerializer))
         result = tool_exec(
             runner=self.exec_runner(),
             caller=request_caller(request),

@@ -32,6 +32,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView, set_rollback
 
 from policies_app.authentication import SCHEME, ServiceAccountRateThrottle, ToolsExecScope, request_caller
+from policies_app.errors import AppError
 from policies_app.outages import OUTAGE_ERRORS
 from policies_app.selectors import Caller
 from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
@@ -282,6 +283,8 @@ def _reply_for(exc: Exception) -> Reply:
     if isinstance(exc, exceptions.APIException):  # the parser's body limit (413) and the like
         message = str(exc.detail) if isinstance(exc.detail, str) else REQUEST_INVALID
         return error_reply(exc.status_code, INVALID_REQUEST, message)
+    if isinstance(exc, AppError):  # the application's refusal, with the REST API's status for its code
+        return error_reply(exc.status, INVALID_REQUEST, exc.safe_message)
     if isinstance(exc, OUTAGE_ERRORS):
         logger.error("dependency unreachable: %s", type(exc).__name__)
         return error_reply(

@@ -24,12 +24,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from policies_app.errors import AppError
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import safe_label
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
-    McpServerError,
     mcp_server_check,
     mcp_server_discover,
     mcp_server_register,
@@ -70,7 +70,7 @@ class McpServerForm(forms.ModelForm):
                 provider=data.get("provider", ""),
                 discover_seconds=data.get("discover_seconds") or 0,
             )
-        except McpServerError as error:
+        except AppError as error:
             raise forms.ValidationError(str(error)) from None
         return data
 
@@ -267,7 +267,7 @@ class McpToolAdmin(admin.ModelAdmin):
                     via="admin",
                     expected_live_hash=request.POST.get("live_hash", ""),
                 )
-            except McpServerError as error:
+            except AppError as error:
                 self.message_user(request, str(error), messages.ERROR)
             else:
                 self.log_change(request, tool, f"Approved definition {tool.live_hash[:12]}.")
@@ -302,7 +302,7 @@ class McpToolAdmin(admin.ModelAdmin):
     def _set_effect(self, request: HttpRequest, tool: McpTool, effect: ToolEffect) -> None:
         try:
             mcp_tool_set_effect(tool_id=tool.tool_id, effect=effect, user=request.user)  # type: ignore[arg-type]
-        except McpServerError as error:
+        except AppError as error:
             self.message_user(request, str(error), messages.ERROR)
             return
         self.log_change(request, tool, f"Effect set to {effect.value}.")

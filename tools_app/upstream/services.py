@@ -23,6 +23,7 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from changes_app.services import change_record
+from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from runner.pipeline import BackgroundLoop
 from runner.types import ConsequenceLevel, ToolEffect
@@ -51,10 +52,6 @@ from tools_app.upstream.vault import token_vault
 DISCOVER_TASK = "tools_app.upstream.discover_server"
 MIN_DISCOVER_SECONDS = 10
 PROVIDER_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-
-
-class McpServerError(ValueError):
-    """A registration or review request that was refused; the message is safe to show."""
 
 
 class DiscoveryFailed(Exception):
@@ -93,19 +90,19 @@ def allow_private_networks() -> bool:
 def mcp_server_check(*, slug: str, url: str, provider: str, discover_seconds: int) -> None:
     """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
-        raise McpServerError(
+        raise AppError(
             "the slug must match [a-z][a-z0-9]*(_[a-z0-9]+)* and have at most 32 characters (e.g. linear, acme_docs)"
         )
     if discover_seconds < MIN_DISCOVER_SECONDS:
-        raise McpServerError(f"the discovery interval must be at least {MIN_DISCOVER_SECONDS} seconds")
+        raise AppError(f"the discovery interval must be at least {MIN_DISCOVER_SECONDS} seconds")
     if len(url) > 2000:
-        raise McpServerError("the URL is longer than 2000 characters")
+        raise AppError("the URL is longer than 2000 characters")
     try:
         check_url_now(url, allow_private=allow_private_networks())
     except UpstreamAddressRefused as exc:
-        raise McpServerError(f"URL refused: {exc}") from None
+        raise AppError(f"URL refused: {exc}") from None
     if provider and not PROVIDER_PATTERN.match(provider):
-        raise McpServerError("the provider must be a simple name such as github or linear")
+        raise AppError("the provider must be a simple name such as github or linear")
 
 
 @transaction.atomic
@@ -172,7 +169,7 @@ def mcp_server_remove(*, slug: str) -> McpServer:
     """Mark the server and its tools removed (never deleted: audit rows keep their ids)."""
     server = McpServer.objects.select_for_update().filter(slug=slug).first()
     if server is None:
-        raise McpServerError(f"no MCP server {slug!r}")
+        raise AppError(f"no MCP server {slug!r}")
     now = timezone.now()
     server.removed_at = now
     server.enabled = False
@@ -216,7 +213,7 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
             with transaction.atomic():
                 server = McpServer.objects.select_for_update().get(pk=server_id)
                 if server.removed_at is not None or not server.enabled:
-                    raise McpServerError("the server is disabled or removed")
+                    raise AppError("the server is disabled or removed")
                 listing = BackgroundLoop.shared().run(
                     list_all_tools(server_target(server), max_tools=bounds.max_tools, max_pages=bounds.max_pages),
                     timeout_s=bounds.total_timeout_s,
@@ -245,7 +242,7 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
 def _failure_message(exc: BaseException, bounds: DiscoveryBounds) -> str:
     if isinstance(exc, UpstreamError):
         return exc.safe_message
-    if isinstance(exc, DefinitionRefused | McpServerError):
+    if isinstance(exc, DefinitionRefused | AppError):
         return str(exc)
     if type(exc).__name__ == "ToolTimedOut":
         return f"the listing took longer than {bounds.total_timeout_s:g} s"
@@ -440,13 +437,13 @@ def mcp_tool_approve(
     """
     tool = McpTool.objects.select_for_update().select_related("tool", "server").filter(tool_id=tool_id).first()
     if tool is None:
-        raise McpServerError(f"no MCP tool {tool_id!r}")
+        raise AppError(f"no MCP tool {tool_id!r}")
     if only_if_unapproved and tool.status == McpTool.Status.APPROVED:
         return tool
     if tool.status == McpTool.Status.REMOVED:
-        raise McpServerError(f"{tool_id} was removed upstream; there is no live definition to approve")
+        raise AppError(f"{tool_id} was removed upstream; there is no live definition to approve")
     if expected_live_hash is not None and expected_live_hash != tool.live_hash:
-        raise McpServerError(f"{tool_id}: the live definition changed while it was being reviewed; review it again")
+        raise AppError(f"{tool_id}: the live definition changed while it was being reviewed; review it again")
     was_drifted = tool.status == McpTool.Status.DRIFTED
     before = _review_snapshot(tool)
     now = timezone.now()
@@ -476,10 +473,10 @@ def mcp_tool_set_effect(*, tool_id: str, effect: ToolEffect, user: AbstractBaseU
     """Confirm the hints' effect or tighten it; loosening below what the hints suggest is refused."""
     tool = McpTool.objects.select_for_update().select_related("tool", "server").filter(tool_id=tool_id).first()
     if tool is None:
-        raise McpServerError(f"no MCP tool {tool_id!r}")
+        raise AppError(f"no MCP tool {tool_id!r}")
     floor = ToolEffect(tool.suggested_effect)
     if not at_least_as_strict(effect, floor):
-        raise McpServerError(
+        raise AppError(
             f"{tool_id}: the upstream's hints suggest {floor.value}; "
             "an operator may confirm that or pick a stricter effect"
         )

@@ -2,11 +2,10 @@
 
 import os
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from connections_app.oauth import oauth_provider_upsert
-from connections_app.services import ConnectionServiceError
+from policies_app.errors import command_errors
 
 SECRET_VARIABLE = "TOOLGATE_OAUTH_CLIENT_SECRET"  # noqa: S105 - the name of the variable, not a secret
 
@@ -30,7 +29,7 @@ class Command(BaseCommand):
         secret = os.environ.get(SECRET_VARIABLE, "")
         if not secret:
             raise CommandError(f"set the client secret in the environment variable {SECRET_VARIABLE}")
-        try:
+        with command_errors(f"provider {name!r}: "):
             provider, created = oauth_provider_upsert(
                 name=name,
                 authorize_url=options["authorize_url"],
@@ -41,11 +40,6 @@ class Command(BaseCommand):
                 use_pkce=not options["no_pkce"],
                 display_name=options["display_name"],
             )
-        except ValidationError as error:
-            fields = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in error.message_dict.items())
-            raise CommandError(f"provider {name!r}: {fields}") from None
-        except ConnectionServiceError as error:
-            raise CommandError(f"provider {name!r}: {error}") from None
         pkce = "with PKCE" if provider.use_pkce else "without PKCE"
         action = "registered" if created else "updated"
         self.stdout.write(self.style.SUCCESS(f"{action} OAuth provider {provider.name} ({pkce})"))

@@ -7,12 +7,12 @@ operating-system user running the command (`os:<user>`), with its reason.
 from __future__ import annotations
 
 import getpass
-import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from policies_app.ids import uuid_or_none
 from policies_app.models import ApprovalRequest
 from policies_app.selectors import approvals_for_operators
 from policies_app.services import approval_decide
@@ -56,7 +56,8 @@ class Command(BaseCommand):
             )
 
     def _decide(self, approval_id: str, *, approve: bool, reason: str) -> None:
-        approval = approvals_for_operators().filter(pk=approval_id).first() if _is_uuid(approval_id) else None
+        pk = uuid_or_none(approval_id)
+        approval = approvals_for_operators().filter(pk=pk).first() if pk is not None else None
         if approval is None:
             raise CommandError(f"no approval request {approval_id}; `manage.py approvals list` shows their ids")
         decided = approval_decide(
@@ -72,11 +73,3 @@ class Command(BaseCommand):
                 "only a pending, unexpired request can be decided"
             )
         self.stdout.write(f"{approval_id} {ApprovalRequest.Status(approval.status).label.lower()}")
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True

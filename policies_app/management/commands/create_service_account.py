@@ -1,12 +1,12 @@
 """manage.py create_service_account --tenant SLUG NAME [--scopes tools:exec,connections:manage]"""
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from policies_app.errors import command_errors
 from policies_app.management import tenant_or_error
 from policies_app.models import ServiceAccount
-from policies_app.services import PolicyServiceError, service_account_create
+from policies_app.services import service_account_create
 
 
 def parse_scopes(value: str) -> list[str]:
@@ -36,11 +36,8 @@ class Command(BaseCommand):
         if ServiceAccount.objects.filter(tenant=owner, name=name).exists():
             raise CommandError(f"service account {tenant}/{name} already exists")
         try:
-            account, key = service_account_create(tenant=owner, name=name, scopes=requested)
-        except PolicyServiceError as error:
-            raise CommandError(str(error)) from None
-        except ValidationError as error:
-            raise CommandError(f"service account {tenant}/{name} refused: {' '.join(error.messages)}") from None
+            with command_errors(prefix=f"service account {tenant}/{name} refused: "):
+                account, key = service_account_create(tenant=owner, name=name, scopes=requested)
         except IntegrityError:  # created concurrently after full_clean's check
             raise CommandError(f"service account {tenant}/{name} already exists") from None
         self.stdout.write(f"created service account {account} with scopes {', '.join(account.scopes)}")

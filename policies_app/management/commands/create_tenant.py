@@ -1,9 +1,9 @@
 """manage.py create_tenant SLUG [--name NAME]"""
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from policies_app.errors import command_errors
 from policies_app.models import Tenant
 from policies_app.services import tenant_create
 
@@ -19,9 +19,8 @@ class Command(BaseCommand):
         if Tenant.objects.filter(slug=slug).exists():
             raise CommandError(f"tenant {slug!r} already exists")
         try:
-            tenant = tenant_create(slug=slug, name=name)
-        except ValidationError as error:
-            raise CommandError(f"tenant {slug!r} refused: {' '.join(error.messages)}") from None
+            with command_errors(f"tenant {slug!r} refused: "):
+                tenant = tenant_create(slug=slug, name=name)
         except IntegrityError:  # created concurrently after the check above
             raise CommandError(f"tenant {slug!r} already exists") from None
         self.stdout.write(self.style.SUCCESS(f"created tenant {tenant.slug} ({tenant.name})"))

@@ -4,9 +4,9 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
+from policies_app.errors import command_errors
 from policies_app.management import tenant_or_error
 from policies_app.models import TenantMembership
-from policies_app.services import PolicyServiceError
 from policies_app.users import tenant_user_upsert
 
 PASSWORD_VARIABLE = "TOOLGATE_USER_PASSWORD"  # noqa: S105 - the name of the variable, not a password
@@ -28,9 +28,7 @@ class Command(BaseCommand):
         if not password:
             raise CommandError(f"set the password in the environment variable {PASSWORD_VARIABLE}")
         owner = tenant_or_error(tenant)
-        try:
+        with command_errors(f"user {username!r}: "):
             result = tenant_user_upsert(tenant=owner, username=username, password=password, role=role)
-        except PolicyServiceError as error:
-            raise CommandError(f"user {username!r}: {error}") from None
         action = "created" if result.user_created else "updated"
         self.stdout.write(self.style.SUCCESS(f"{action} user {username}, {role} of tenant {owner.slug}"))

@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from mcp_types import ToolAnnotations
 
+from policies_app.errors import AppError
 from runner.types import ToolEffect
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client
@@ -19,7 +20,6 @@ from tools_app.models import McpServer, McpTool, Tool
 from tools_app.upstream.definitions import DiscoveryBounds, definition_hash
 from tools_app.upstream.services import (
     DiscoveryFailed,
-    McpServerError,
     mcp_server_discover,
     mcp_server_register,
     mcp_tool_approve,
@@ -275,7 +275,7 @@ def test_annotations_suggest_an_effect_that_an_operator_confirms_or_tightens(reg
     discover(registered)
 
     mcp_tool_set_effect(tool_id="mcp__acme__add", effect=ToolEffect.READ_ONLY)
-    with pytest.raises(McpServerError, match="suggest external_side_effect"):
+    with pytest.raises(AppError, match="suggest external_side_effect"):
         mcp_tool_set_effect(tool_id="mcp__acme__wipe", effect=ToolEffect.READ_ONLY)
 
     assert Tool.objects.get(pk="mcp__acme__add").effect == "read_only"

@@ -6,10 +6,10 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from policies_app.errors import command_errors
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
-    McpServerError,
     mcp_server_discover,
     mcp_server_register,
     mcp_server_remove,
@@ -56,7 +56,7 @@ class Command(BaseCommand):
             token = os.environ.get(variable, "")
             if not token:
                 raise CommandError(f"the environment variable {variable} is not set or empty")
-        try:
+        with command_errors(f"mcp server {options['slug']!r}: "):
             server, created = mcp_server_register(
                 slug=options["slug"],
                 url=options["url"],
@@ -64,8 +64,6 @@ class Command(BaseCommand):
                 operator_token=token,
                 discover_seconds=options["discover_seconds"],
             )
-        except McpServerError as error:
-            raise CommandError(f"mcp server {options['slug']!r}: {error}") from None
         action = "registered" if created else "updated"
         token_note = ", operator token stored encrypted" if server.has_operator_token else ""
         provider_note = f", tools need a {server.provider} connection" if server.provider else ""
@@ -91,10 +89,8 @@ class Command(BaseCommand):
             )
 
     def _remove(self, slug: str) -> None:
-        try:
+        with command_errors():
             server = mcp_server_remove(slug=slug)
-        except McpServerError as error:
-            raise CommandError(str(error)) from None
         self.stdout.write(self.style.SUCCESS(f"removed MCP server {server.slug}; its tools are marked removed"))
 
     def _discover(self, slugs: list[str]) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from policies_app.errors import command_errors
 from tools_app.policy_io import (
-    PolicyFileError,
     policy_document_dumps,
     policy_document_loads,
     policy_export,
@@ -58,10 +58,8 @@ class Command(BaseCommand):
             text = sys.stdin.read() if file == STDIO else Path(file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise CommandError(f"cannot read {file}: {error}") from None
-        try:
+        with command_errors():
             report = policy_import(document=policy_document_loads(text), prune=prune)
-        except PolicyFileError as error:
-            raise CommandError(str(error)) from None
         if report.tools_synced:
             self.stdout.write("synced the tool catalog first (some switched tools had no row yet)")
         for label, names in (

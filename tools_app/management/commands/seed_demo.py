@@ -3,9 +3,10 @@
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from tools_app.demo import DemoSeedError, demo_seed
+from policies_app.errors import command_errors
+from tools_app.demo import demo_seed
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -29,10 +30,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, credentials_file: Path | None, base_url: str, **options) -> None:
         path = credentials_file or settings.VAR_DIR / "demo_credentials.json"
-        try:
+        with command_errors():  # the seed's refusals say what to do
             demo = demo_seed(credentials_file=path)
-        except DemoSeedError as error:
-            raise CommandError(str(error)) from None
         base = base_url.rstrip("/")
         for change in demo.changes:
             self.stdout.write(change)

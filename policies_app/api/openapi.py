@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
-from tools_app.api.serializers import ErrorOutputSerializer
+from policies_app.api.serializers import ErrorOutputSerializer
 
 
 def error_response(description: str) -> OpenApiResponse:
