@@ -7,12 +7,15 @@ real API, database and (where a connection is used) a loopback GitHub.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import json
 import logging
 import logging.config
 import secrets
 from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.conf import settings
@@ -24,7 +27,12 @@ from config import logs
 from policies_app import governance
 from policies_app.keys import subject_token_generate
 from policies_app.models import ApprovalRequest, TenantMembership
-from policies_app.services import approval_decide, delegation_create, delegation_revoke
+from policies_app.services import (
+    approval_decide,
+    delegation_create,
+    delegation_revoke,
+    service_account_set_redirect_uris,
+)
 from runner.authz import SUBJECT_REFUSED, TOOL_NOT_DELEGATED
 from runner.grants import PERSONAL
 from tests.connections_app.test_canary import everything_in_the_database
@@ -289,6 +297,35 @@ def test_a_canary_subject_token_never_leaks(agent, alice, caplog, admin_client, 
     seen.append(api_client(key).get("/api/v1/invocations").content.decode())
     browser = Client()
     browser.force_login(alice)
+    # the consent redirect: its code travels only in the redirect to the service (not kept here), its
+    # verifier only in the exchange's body; the token the exchange answers is shown that once
+    callback = "https://agent.example/callback"
+    service_account_set_redirect_uris(account=account, uris=[callback])
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    consent = {
+        "client_id": str(account.pk),
+        "redirect_uri": callback,
+        "state": "canary-state-1",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
+    seen.append(browser.get("/delegations/consent", consent).content.decode())
+    answered = browser.post("/delegations/consent", {"state": "canary-state-1", "decision": "approve"})
+    code = parse_qs(urlsplit(answered["Location"]).query)["code"][0]
+    exchanged = api_client(key).post(
+        "/api/v1/delegations/token",
+        {"code": code, "code_verifier": verifier, "redirect_uri": callback},
+        format="json",
+    )
+    consent_token = exchanged.json()["subject_token"]
+    seen.append(as_person(key, consent_token, tool_call_id="canary-consent").content.decode())
+    reused = api_client(key).post(
+        "/api/v1/delegations/token",
+        {"code": code, "code_verifier": verifier, "redirect_uri": callback},
+        format="json",
+    )
+    seen.append(reused.content.decode())
     for url in ("/delegations/", "/activity/"):
         seen.append(browser.get(url).content.decode())
     for url in (
@@ -308,10 +345,17 @@ def test_a_canary_subject_token_never_leaks(agent, alice, caplog, admin_client, 
         "database": everything_in_the_database(),
     }
     assert '"tool_call_id": "canary-ok"' in rendered.getvalue()  # the structured lines are live
+    assert ToolInvocation.objects.get(tool_call_id="canary-consent").ok is True  # the consent token did work
     leaks = [
         (place, name)
         for place, text in places.items()
-        for name, secret in (("token", token), ("forged", forged))
+        for name, secret in (
+            ("token", token),
+            ("forged", forged),
+            ("consent code", code),
+            ("PKCE verifier", verifier),
+            ("consent token", consent_token),
+        )
         if secret in text
     ]
     assert leaks == []
