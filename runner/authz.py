@@ -52,6 +52,23 @@ def authorize(
     ctx: ToolInvocationContext, spec: ToolSpec, delegation: DelegationView | None, *, now: datetime
 ) -> AuthzVerdict:
     """The decision itself, given the delegation the token named (None: it named none)."""
+    refusal = subject_refusal(ctx, delegation, now=now)
+    if refusal is not None or delegation is None:
+        return refusal or _refused(None, Reason.UNKNOWN_TOKEN)
+    if delegation.tools is not None and spec.name not in delegation.tools:
+        return AuthzVerdict(
+            allowed=False,
+            subject_id=delegation.subject_id,
+            reason=Reason.TOOL_NOT_DELEGATED,
+            safe_message=TOOL_NOT_DELEGATED,
+        )
+    return AuthzVerdict(allowed=True, subject_id=delegation.subject_id)
+
+
+def subject_refusal(
+    ctx: ToolInvocationContext, delegation: DelegationView | None, *, now: datetime
+) -> AuthzVerdict | None:
+    """Why the subject token itself cannot be used by this caller now (whatever the tool), or None."""
     if delegation is None:
         return _refused(None, Reason.UNKNOWN_TOKEN)
     if delegation.tenant_id != ctx.tenant_id or delegation.actor_id != ctx.actor_id:
@@ -63,11 +80,7 @@ def authorize(
         return _refused(subject, Reason.EXPIRED)
     if not delegation.subject_is_member:
         return _refused(subject, Reason.NOT_MEMBER)
-    if delegation.tools is not None and spec.name not in delegation.tools:
-        return AuthzVerdict(
-            allowed=False, subject_id=subject, reason=Reason.TOOL_NOT_DELEGATED, safe_message=TOOL_NOT_DELEGATED
-        )
-    return AuthzVerdict(allowed=True, subject_id=subject)
+    return None
 
 
 def _refused(subject_id: str | None, reason: str) -> AuthzVerdict:

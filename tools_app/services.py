@@ -12,16 +12,20 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
+from policies_app.adapters import DatabaseDelegationStore
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.selectors import Caller, delegation_for_token, policy_effective_for
+from runner.authz import SUBJECT_REFUSED, subject_refusal
 from runner.catalog import catalog_for
 from runner.contracts import tags_problem
 from runner.pipeline import ToolRunner, new_tool_call_id
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import (
+    UNKNOWN_DELEGATION,
     ConsequenceLevel,
     Decision,
+    ErrorCode,
     ToolExecResult,
     ToolInvocationContext,
     ToolInvocationRecord,
@@ -279,14 +283,36 @@ def tool_exec(
 
 
 def tool_catalog(
-    *, source: ToolSource, policy: PolicyDecider, caller: Caller, tags: Iterable[str] = ()
+    *,
+    source: ToolSource,
+    policy: PolicyDecider,
+    caller: Caller,
+    tags: Iterable[str] = (),
+    subject_token: str | None = None,
 ) -> list[ToolSpec]:
-    """The specs this caller may run now (enabled and in its policy), carrying every tag in `tags`."""
+    """The specs this caller may run now (enabled and in its policy), carrying every tag in `tags`.
+
+    With a person's subject token, the specs it may run for that person: the
+    delegation's tool subset narrows the list; a token that cannot be used at
+    all (forged, revoked, expired, another caller's) is refused as a call with
+    it would be (`authz_denied`, the same message for every reason).
+    """
     ctx = ToolInvocationContext(
-        run_id="", tool_call_id="catalog", tenant_id=str(caller.tenant_id), actor_id=caller.service_account_id
+        run_id="",
+        tool_call_id="catalog",
+        tenant_id=str(caller.tenant_id),
+        actor_id=caller.service_account_id,
+        delegation_id=None if subject_token is None else delegation_for_token(token=subject_token),
     )
     wanted = set(tags)
-    return [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]
+    specs = [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]
+    if ctx.delegation_id is None:
+        return specs
+    delegation = None if ctx.delegation_id == UNKNOWN_DELEGATION else DatabaseDelegationStore().get(ctx.delegation_id)
+    refusal = subject_refusal(ctx, delegation, now=timezone.now())
+    if refusal is not None or delegation is None:
+        raise AppError(SUBJECT_REFUSED, code=ErrorCode.AUTHZ_DENIED)
+    return [spec for spec in specs if delegation.tools is None or spec.name in delegation.tools]
 
 
 def tool_catalog_empty_hint(*, caller: Caller) -> str:

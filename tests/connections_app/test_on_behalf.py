@@ -402,3 +402,23 @@ def test_a_models_tool_calls_run_for_the_person_too(agent, alice):
     assert allowed.json()["calls"][0]["ok"] is True
     assert ToolInvocation.objects.get(tool_call_id="toolu_1").subject_id == f"user:{alice.pk}"
     assert forged.json()["calls"][0]["error_code"] == "authz_denied"
+
+
+def test_the_catalog_for_a_person_lists_what_may_run_for_them(agent, alice):
+    account, key = agent
+    _d, token = delegation_create(tenant=account.tenant, user=alice, service_account=account, tools=[TIME])
+    client = api_client(key)
+
+    own = client.get("/api/v1/tools").json()["tools"]
+    for_alice = client.get("/api/v1/tools", HTTP_X_TOOLGATE_SUBJECT=token).json()["tools"]
+    forged = client.get("/api/v1/tools", HTTP_X_TOOLGATE_SUBJECT=subject_token_generate().key)
+
+    assert sorted(tool["name"] for tool in own) == [
+        "core__get_current_time",
+        "github__create_issue",
+        "github__get_user",
+    ]
+    assert [tool["name"] for tool in for_alice] == [TIME]
+    assert (forged.status_code, forged.json()) == (403, {"error_code": "authz_denied", "safe_message": SUBJECT_REFUSED})
+    assert client.get("/api/v1/tools/github__get_user", HTTP_X_TOOLGATE_SUBJECT=token).status_code == 404
+    assert client.get(f"/api/v1/tools/{TIME}", HTTP_X_TOOLGATE_SUBJECT=token).status_code == 200

@@ -103,6 +103,22 @@ EXEC_RESPONSES = {
     502: _refused("`execution`, `auth_refresh_failed` or `result_too_large`."),
     504: _refused("`timeout`: the tool ran past its runtime budget."),
 }
+CATALOG_SUBJECT_HEADER = OpenApiParameter(
+    "X-Toolgate-Subject",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "A person's subject token: only the tools this caller may run on their behalf (the delegation's "
+        "tool subset narrows the list); a token that cannot be used answers `authz_denied` (403)."
+    ),
+)
+SUBJECT_REFUSED_RESPONSE = {
+    403: error_response(
+        "`forbidden` (scope), or `authz_denied`: the X-Toolgate-Subject token cannot be used by this caller "
+        "(forged, revoked, expired or another caller's; one message for all)."
+    )
+}
 TOOL_CALL_ID = OpenApiParameter(
     "tool_call_id",
     OpenApiTypes.STR,
@@ -181,8 +197,8 @@ class ToolCatalogView(ToolsApiView):
     @extend_schema(
         operation_id="tools_list",
         summary="The tools this caller may run now",
-        parameters=[ToolCatalogQuerySerializer, *RESPONSE_HEADERS],
-        responses={200: ToolCatalogOutputSerializer, **COMMON_ERRORS, **QUERY_ERRORS},
+        parameters=[ToolCatalogQuerySerializer, CATALOG_SUBJECT_HEADER, *RESPONSE_HEADERS],
+        responses={200: ToolCatalogOutputSerializer, **COMMON_ERRORS, **QUERY_ERRORS, **SUBJECT_REFUSED_RESPONSE},
     )
     def get(self, request: Request) -> Response:
         query = ToolCatalogQuerySerializer(data=request.query_params)
@@ -193,6 +209,7 @@ class ToolCatalogView(ToolsApiView):
             policy=runtime.policy,
             caller=request_caller(request),
             tags=query.validated_data.get("tags", ()),
+            subject_token=request_subject_token(request),
         )
         encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
         body: dict[str, Any] = {"tools": encoder(specs) if encoder else [spec.public_dict() for spec in specs]}
@@ -207,16 +224,22 @@ class ToolDetailView(ToolsApiView):
     @extend_schema(
         operation_id="tools_retrieve",
         summary="One tool of this caller's catalog",
-        parameters=RESPONSE_HEADERS,
+        parameters=[CATALOG_SUBJECT_HEADER, *RESPONSE_HEADERS],
         responses={
             200: ToolSpecOutputSerializer,
             **COMMON_ERRORS,
+            **SUBJECT_REFUSED_RESPONSE,
             404: error_response("`unavailable`: no such tool in this caller's catalog."),
         },
     )
     def get(self, request: Request, tool_id: str) -> Response:
         runtime = self.runtime()
-        specs = tool_catalog(source=runtime.source, policy=runtime.policy, caller=request_caller(request))
+        specs = tool_catalog(
+            source=runtime.source,
+            policy=runtime.policy,
+            caller=request_caller(request),
+            subject_token=request_subject_token(request),
+        )
         spec = next((spec for spec in specs if spec.name == tool_id), None)
         if spec is None:
             raise NotFound("no such tool", code=ErrorCode.UNAVAILABLE.value)
