@@ -8,7 +8,12 @@ figure is compared with the baselines measured in the same run, since
 machines differ. After every exec run the audit rows written are compared with
 the answers wrk received: the audit row is durable, one per answer.
 
-    make bench        (or: python -m bench.exec_throughput [--seconds N])
+    make bench        (or: python -m bench.exec_throughput [--seconds N] [--rounds N])
+
+The targets take turns, round after round, and each figure is the median of
+its rounds: on a machine of two cores a baseline alone moved by a third
+between two runs minutes apart, and taking turns exposes every target to the
+same disturbances.
 
 Needs PostgreSQL and Redis: DATABASE_URL (default a `toolgate_bench` database
 on 127.0.0.1, dropped and re-created each run) and REDIS_URL (default db 9).
@@ -27,6 +32,7 @@ import re
 import secrets
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,6 +92,7 @@ class Run:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10, help="duration of each measured run")
+    parser.add_argument("--rounds", type=int, default=3, help="turns each target takes; figures are medians")
     options = parser.parse_args()
     wrk = _wrk()
     env = dict(os.environ)
@@ -115,7 +122,7 @@ def main() -> None:
         try:
             base = f"http://127.0.0.1:{port}"
             _wait_until_up(base)
-            runs = _measure(wrk, base, accounts, options.seconds)
+            runs = _measure(wrk, base, accounts, options.seconds, options.rounds)
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -239,7 +246,7 @@ def _script(directory: Path, name: str, method: str, path: str, calls: list[tupl
     return script
 
 
-def _measure(wrk: str, base: str, accounts: list[dict[str, str]], seconds: int) -> list[Run]:
+def _measure(wrk: str, base: str, accounts: list[dict[str, str]], seconds: int, rounds: int) -> list[Run]:
     time_body = json.dumps({"tool_id": "core__get_current_time", "args": {}})
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -272,18 +279,40 @@ def _measure(wrk: str, base: str, accounts: list[dict[str, str]], seconds: int) 
         }
         runs = []
         for connections in (32, 1):
-            for name, script in targets.items():
-                _wrk_run(wrk, base, script, connections, 2)  # warm every worker's caches and pools
-                time.sleep(0.5)  # let the warm-up's answers in flight land before counting
-                before = ToolInvocation.objects.count()
-                run = _wrk_run(wrk, base, script, connections, seconds)
-                run.name = name
-                if name.startswith("exec"):
-                    time.sleep(0.5)  # answers in flight when wrk stopped
-                    run.audit_rows = ToolInvocation.objects.count() - before
-                runs.append(run)
-                print(f"bench: {name} c{connections}: {run.requests_per_s:,.0f} req/s", flush=True)
+            turns: dict[str, list[Run]] = {name: [] for name in targets}
+            for round_number in range(1, rounds + 1):
+                for name, script in targets.items():
+                    if round_number == 1:
+                        _wrk_run(wrk, base, script, connections, 2)  # warm every worker's caches and pools
+                    time.sleep(0.5)  # let answers still in flight land before counting
+                    before = ToolInvocation.objects.count()
+                    run = _wrk_run(wrk, base, script, connections, seconds)
+                    run.name = name
+                    if name.startswith("exec"):
+                        time.sleep(0.5)  # answers in flight when wrk stopped
+                        run.audit_rows = ToolInvocation.objects.count() - before
+                    turns[name].append(run)
+                    print(
+                        f"bench: round {round_number}, {name} c{connections}: {run.requests_per_s:,.0f} req/s",
+                        flush=True,
+                    )
+            runs.extend(_median_of(taken) for taken in turns.values())
     return runs
+
+
+def _median_of(taken: list[Run]) -> Run:
+    """One target's rounds as one figure: medians of the rates and latencies, sums of the counts."""
+    audit = [run.audit_rows for run in taken if run.audit_rows is not None]
+    return Run(
+        name=taken[0].name,
+        connections=taken[0].connections,
+        requests_per_s=statistics.median(run.requests_per_s for run in taken),
+        p50_ms=statistics.median(run.p50_ms for run in taken),
+        p99_ms=statistics.median(run.p99_ms for run in taken),
+        requests=sum(run.requests for run in taken),
+        non_2xx=sum(run.non_2xx for run in taken),
+        audit_rows=sum(audit) if audit else None,
+    )
 
 
 def _wrk_run(wrk: str, base: str, script: Path, connections: int, seconds: int) -> Run:
