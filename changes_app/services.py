@@ -39,10 +39,22 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "rate_limit_per_minute",
         "max_concurrency",
     ),
-    "policies_app.serviceaccount": ("tenant", "name", "scopes", "revoked_at"),
+    "policies_app.serviceaccount": ("tenant", "name", "scopes", "revoked_at", "consent_redirect_uris"),
+    # Never the token's prefix or digest: when one was issued is all the log needs.
+    "policies_app.delegation": (
+        "tenant",
+        "user",
+        "service_account",
+        "tools",
+        "origin",
+        "expires_at",
+        "token_issued_at",
+        "revoked_at",
+    ),
     "connections_app.executiongrant": ("tenant", "service_account", "connections", "expires_at", "revoked_at"),
     "policies_app.approvalrequest": ("status", "decided_by_name", "reason"),
     "connections_app.connection": (
+        "owner",
         "provider",
         "credential_type",
         "label",

@@ -16,7 +16,14 @@ from django.conf import settings
 from config.logs import LogContextObserver
 from config.tracing import OtelStageTracer, tracing_provider
 from connections_app.adapters import DatabaseConnectionBroker, DatabaseGrantStore
-from policies_app.adapters import CachedGovernanceView, CacheRateLimiter, DatabaseApprovalDesk, DatabasePolicyDecider
+from policies_app.adapters import (
+    CachedGovernanceView,
+    CacheRateLimiter,
+    DatabaseApprovalDesk,
+    DatabaseDelegationStore,
+    DatabasePolicyDecider,
+)
+from runner.authz import DelegationAuthorization
 from runner.bound import BoundTool, bind_tool
 from runner.capabilities import HttpCapability
 from runner.contracts import ToolDefinition
@@ -76,6 +83,7 @@ def build_runtime() -> Runtime:
         clock=clock,
         idempotency=DatabaseIdempotencyStore(),
         approvals=desk,
+        authorization=DelegationAuthorization(DatabaseDelegationStore(), clock),
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
     )
     # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.

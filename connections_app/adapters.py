@@ -17,6 +17,7 @@ from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.selectors import connection_for_use, grant_for_gate
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
 from policies_app.outages import outage_guard
+from policies_app.selectors import subject_id_of
 from runner.capabilities import AuthCapability
 from runner.errors import BrokerError
 from runner.ports import GrantView
@@ -86,6 +87,8 @@ def _refusal(
         return ErrorCode.CONNECTION_UNAVAILABLE, NOT_AVAILABLE
     if connection.revoked_at is not None:
         return ErrorCode.CONNECTION_UNAVAILABLE, "connection has been revoked"
+    if connection.owner_id is not None and subject_id_of(connection.owner_id) != ctx.subject_id:
+        return ErrorCode.CONNECTION_UNAVAILABLE, NOT_AVAILABLE  # the gate refuses this first; defence in depth
     if connection.provider != spec.provider:
         return (
             ErrorCode.CONNECTION_UNAVAILABLE,
@@ -146,4 +149,5 @@ class DatabaseGrantStore:
             connection_ids=grant.connection_ids,
             expires_at=grant.expires_at,
             revoked=grant.revoked_at is not None,
+            personal={connection_id: subject_id_of(user_id) for connection_id, user_id in grant.owners.items()},
         )

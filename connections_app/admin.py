@@ -54,6 +54,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         "provider",
         "credential_type",
         "label",
+        "owner",
         "status",
         "scopes_display",
         "expires_at",

@@ -84,6 +84,7 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "consequence_level",
         "required_because",
         "connection",
+        "subject_id",
         "tool_call_id",
         "args_sha256",
         "status_now",

@@ -63,6 +63,11 @@ class Connection(models.Model):
     revoked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # A personal connection: usable only by calls made on this person's behalf (their subject token),
+    # and still only through a grant. Null: the tenant's shared connection.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     # Refresh bookkeeping (background OAuth refresh).
     next_refresh_at = models.DateTimeField(null=True, blank=True)
     refreshed_at = models.DateTimeField(null=True, blank=True)
@@ -158,6 +163,10 @@ class ExecutionGrant(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # A grant made over the REST API has no user behind it: the service account that made it.
+    created_by_service_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -197,13 +197,20 @@ class PendingFlow:
     redirect_uri: str
     started_at: float
     reconnect: str = ""  # id of a connection this flow re-authorises
+    owner_id: int | None = None  # a personal connection of this user (the one who started the flow)
 
     def expired(self, now: float) -> bool:
         return now - self.started_at > STATE_TTL.total_seconds()
 
 
 def oauth_flow_start(
-    *, session: Any, provider: OAuthProvider, tenant: Tenant, redirect_uri: str, reconnect: str = ""
+    *,
+    session: Any,
+    provider: OAuthProvider,
+    tenant: Tenant,
+    redirect_uri: str,
+    reconnect: str = "",
+    owner_id: int | None = None,
 ) -> str:
     """The provider's authorization URL; remembers the flow in the session under a fresh state."""
     state = generate_token(32)
@@ -220,6 +227,7 @@ def oauth_flow_start(
         "redirect_uri": redirect_uri,
         "started_at": time.time(),
         "reconnect": reconnect,
+        "owner_id": owner_id,
     }
     session[SESSION_KEY] = dict(sorted(flows.items(), key=lambda item: item[1]["started_at"])[-MAX_PENDING_FLOWS:])
     return url
@@ -246,8 +254,12 @@ def oauth_connection_store(
     refresh_window: timedelta,
     created_by: AbstractBaseUser | None,
     label: str = "",
+    owner: AbstractBaseUser | None = None,
 ) -> Connection:
-    """A new oauth2 connection from a token answer, encrypted, with its refresh scheduled."""
+    """A new oauth2 connection from a token answer, encrypted, with its refresh scheduled.
+
+    `owner` makes it a personal connection: usable only by calls on that person's behalf.
+    """
     expires_at = token_expiry(token, now=now)
     scope = token.get("scope")
     scopes = scope.split() if isinstance(scope, str) and scope else list(provider.default_scopes)
@@ -259,6 +271,7 @@ def oauth_connection_store(
         scopes=sorted(set(scopes))[:50],
         expires_at=expires_at,
         created_by=created_by,
+        owner=owner,
         next_refresh_at=(expires_at - refresh_window) if expires_at and token.get("refresh_token") else None,
     )
     seal_credentials_into(connection, token_credentials(token))

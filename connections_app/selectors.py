@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from connections_app.models import (
     Connection,
@@ -22,21 +22,33 @@ from policies_app.ids import uuid_or_none
 from policies_app.models import Tenant
 
 
-def connection_list(*, tenant: Tenant, include_revoked: bool = True) -> QuerySet[Connection]:
+def connection_list(
+    *, tenant: Tenant, include_revoked: bool = True, visible_to_user_id: int | None = None
+) -> QuerySet[Connection]:
+    """The tenant's connections, newest first.
+
+    `visible_to_user_id` narrows them to what a member (not an owner) sees: the
+    tenant's shared connections and their own personal ones. Owners, operators
+    and the REST API see every row's metadata (None).
+    """
     rows = Connection.objects.filter(tenant=tenant).select_related(
-        "created_by", "created_by_service_account", "revoked_by"
+        "created_by", "created_by_service_account", "revoked_by", "owner"
     )
+    if visible_to_user_id is not None:
+        rows = rows.filter(Q(owner__isnull=True) | Q(owner_id=visible_to_user_id))
     if not include_revoked:
         rows = rows.filter(revoked_at__isnull=True)
     return rows.order_by("-created_at")
 
 
-def connection_get(*, tenant: Tenant, connection_id: object) -> Connection | None:
-    """The tenant's connection with this id; None for malformed ids and for other tenants' rows alike."""
+def connection_get(
+    *, tenant: Tenant, connection_id: object, visible_to_user_id: int | None = None
+) -> Connection | None:
+    """The tenant's connection with this id; None for malformed ids, other tenants' and others' personal rows alike."""
     pk = uuid_or_none(connection_id)
     if pk is None:
         return None
-    return connection_list(tenant=tenant).filter(pk=pk).first()
+    return connection_list(tenant=tenant, visible_to_user_id=visible_to_user_id).filter(pk=pk).first()
 
 
 def connections_of_tenant(*, tenant: Tenant, connection_ids: Iterable[object]) -> tuple[list[Connection], list[str]]:
@@ -156,6 +168,8 @@ class GrantRow:
     expires_at: datetime | None
     revoked_at: datetime | None
     connection_ids: frozenset[str]
+    # Personal connections of the grant: connection id -> owner's user id.
+    owners: Mapping[str, int] = field(default_factory=dict)
 
 
 def grant_for_gate(*, grant_id: str) -> GrantRow | None:
@@ -172,17 +186,18 @@ def grant_for_gate(*, grant_id: str) -> GrantRow | None:
 
 
 def _load_grant_row(grant_id: uuid.UUID) -> GrantRow | None:
-    """The grant joined onto its connections: one query."""
+    """The grant joined onto its connections (and their owners): one query."""
     rows = list(
         ExecutionGrant.objects.filter(pk=grant_id).values_list(
-            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id"
+            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id", "connections__owner_id"
         )
     )
     if not rows:
         return None
-    tenant_id, service_account_id, expires_at, revoked_at, _ = rows[0]
+    tenant_id, service_account_id, expires_at, revoked_at, _, _ = rows[0]
     connection_ids = frozenset(str(row[4]) for row in rows if row[4] is not None)
-    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids)
+    owners = {str(row[4]): row[5] for row in rows if row[4] is not None and row[5] is not None}
+    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids, owners)
 
 
 def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> QuerySet[ExecutionGrant]:

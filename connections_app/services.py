@@ -23,7 +23,7 @@ from connections_app.crypto import CredentialError, KeyRing, open_json, open_sea
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
-from policies_app.models import ServiceAccount, Tenant
+from policies_app.models import ServiceAccount, Tenant, TenantMembership
 from runner.bound import UNKNOWN_FIELD
 from tools_app.selectors import tool_providers
 
@@ -55,12 +55,16 @@ def connection_create(
     label: str = "",
     created_by: AbstractBaseUser | None = None,
     created_by_service_account_id: str | None = None,
+    owner: AbstractBaseUser | None = None,
 ) -> Connection:
     """Store a hand-entered credential (API key or app password), encrypted and bound to the new row.
 
     `created_by` is the user of the web UI; `created_by_service_account_id` the API caller that stored it.
+    `owner` makes it a personal connection of that tenant member: usable only by calls on their behalf.
     """
     errors: list[tuple[str, str]] = []
+    if owner is not None and not TenantMembership.objects.filter(tenant=tenant, user=owner).exists():
+        errors.append(("owner", "a personal connection belongs to a member of the tenant"))
     if provider not in tool_providers():
         errors.append(("provider", f"unknown provider; one of: {', '.join(tool_providers())}"))
     if credential_type not in MANUAL_TYPES:
@@ -85,6 +89,7 @@ def connection_create(
         expires_at=expires_at,
         created_by=created_by,
         created_by_service_account_id=created_by_service_account_id,
+        owner=owner,
     )
     seal_credentials_into(connection, secret)
     connection.full_clean()
@@ -294,8 +299,12 @@ def grant_create(
     connections: Iterable[Connection],
     expires_at: datetime | None = None,
     created_by: AbstractBaseUser | None = None,
+    created_by_service_account_id: str | None = None,
 ) -> ExecutionGrant:
-    """Let one service account use these connections, all of its own tenant and not revoked."""
+    """Let one service account use these connections, all of its own tenant and not revoked.
+
+    `created_by` is the web UI's user; `created_by_service_account_id` the API caller that made it.
+    """
     connections = list(connections)
     if service_account.tenant_id != tenant.pk:
         raise AppError("the service account belongs to another tenant")
@@ -327,7 +336,11 @@ def grant_create(
                 f"(grant {existing.pk}); use that grant, or revoke it first to replace it"
             )
     grant = ExecutionGrant.objects.create(
-        tenant=tenant, service_account=service_account, expires_at=expires_at, created_by=created_by
+        tenant=tenant,
+        service_account=service_account,
+        expires_at=expires_at,
+        created_by=created_by,
+        created_by_service_account_id=created_by_service_account_id,
     )
     grant.connections.set(connections)
     change_record(action="grant.create", obj=grant, after=change_snapshot(grant))

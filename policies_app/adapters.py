@@ -13,9 +13,9 @@ from policies_app.fairness import fairness_check
 from policies_app.governance import governance_cache
 from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
-from policies_app.selectors import policy_effective_for
+from policies_app.selectors import delegation_for_authz, policy_effective_for, subject_id_of
 from policies_app.services import ApprovalTerms, approval_check, approval_used
-from runner.ports import Lease, PolicyDecision, RateLimited
+from runner.ports import DelegationView, Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class DatabaseApprovalDesk:
             connection_id=ctx.connection_id,
             args_sha256=args_sha256,
             tool_call_id=ctx.tool_call_id,
+            subject_id=ctx.subject_id,
             terms=ApprovalTerms(
                 effect=spec.effect,
                 consequence_level=spec.consequence_level,
@@ -161,3 +162,23 @@ class CacheRateLimiter:
                 retry_after_s=1, safe_message=f"at most {budgets.max_concurrency} concurrent calls allowed"
             )
         return _Slot(key, holder)
+
+
+class DatabaseDelegationStore:
+    """The authorization stage's view of delegations: from the governance cache, like grants."""
+
+    @outage_guard
+    def get(self, delegation_id: str) -> DelegationView | None:
+        row = delegation_for_authz(delegation_id=delegation_id)
+        if row is None:
+            return None
+        return DelegationView(
+            delegation_id=row.delegation_id,
+            tenant_id=str(row.tenant_id),
+            actor_id=row.service_account_id,
+            subject_id=subject_id_of(row.user_id),
+            tools=row.tools,
+            expires_at=row.expires_at,
+            revoked=row.revoked,
+            subject_is_member=row.user_is_member,
+        )

@@ -30,9 +30,10 @@ from policies_app.admin_display import RevokedFilter, count_of
 from policies_app.catalog import enabled_tool_ids
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
-from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
+from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import policies_applicable_to, policy_effective_for
 from policies_app.services import (
+    delegation_revoke,
     policy_delete,
     policy_save,
     service_account_create,
@@ -80,12 +81,14 @@ class ServiceAccountAdmin(admin.ModelAdmin):
         (None, {"fields": ("tenant", "name", "scopes")}),
         ("Key", {"fields": ("key_prefix",), "description": "Only the public prefix is kept in clear."}),
         ("Policy", {"fields": ("effective_policy",)}),
+        ("Consent redirect", {"fields": ("consent_redirect_uris",)}),
         ("History", {"fields": ("created_at", "created_by", "last_used_at", "revoked_at", "revoked_by")}),
     )
     change_readonly_fields = (
         "tenant",
         "key_prefix",
         "effective_policy",
+        "consent_redirect_uris",
         "created_at",
         "created_by",
         "last_used_at",
@@ -228,6 +231,58 @@ def _budget_rows(budgets: Budgets) -> list[tuple[str, int | None]]:
         ("rate limit per minute", budgets.rate_limit_per_minute),
         ("max concurrency", budgets.max_concurrency),
     ]
+
+
+@admin.register(Delegation)
+class DelegationAdmin(admin.ModelAdmin):
+    """People's delegations to service accounts: made by the people themselves (tenant UI, consent redirect).
+
+    Operators read them and may revoke them; the token is never stored in clear
+    and its digest is never shown.
+    """
+
+    list_display = (
+        "tenant",
+        "user",
+        "service_account",
+        "origin",
+        "tools_display",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    )
+    list_filter = ("tenant", "origin", RevokedFilter)
+    search_fields = ("user__username", "service_account__name")
+    list_select_related = ("tenant", "user", "service_account__tenant")
+    actions = ("revoke_selected",)
+    fields = (
+        "tenant",
+        "user",
+        "service_account",
+        "tools",
+        "origin",
+        "created_at",
+        "token_issued_at",
+        "expires_at",
+        "revoked_at",
+        "revoked_by",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Delegation | None = None) -> bool:
+        return False
+
+    @admin.display(description="tools")
+    def tools_display(self, delegation: Delegation) -> str:
+        return ", ".join(delegation.tools) or "all its policy allows"
+
+    @admin.action(description="Revoke selected delegations", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Delegation]) -> None:
+        revoked = sum(1 for delegation in queryset if delegation_revoke(delegation=delegation, revoked_by=request.user))
+        self.message_user(request, f"Revoked {count_of(revoked, 'delegation')}.")
 
 
 @admin.register(ToolPolicy)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.http import HttpRequest
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
@@ -107,6 +108,23 @@ def caller_signed_in(caller: Caller) -> ServiceAccountUser:
     # Every log line of the request names the caller (ids only; config/logs.py writes them).
     bind_contextvars(tenant_id=str(caller.tenant_id), service_account_id=caller.service_account_id)
     return ServiceAccountUser(caller)
+
+
+SUBJECT_HEADER = "X-Toolgate-Subject"
+_SUBJECT_META = "HTTP_X_TOOLGATE_SUBJECT"
+
+
+def request_subject_token(request: Request | HttpRequest) -> str | None:
+    """The subject token sent beside the API key (`X-Toolgate-Subject`), None when the header is absent.
+
+    Only the token travels from here (to `delegation_for_token`, which derives
+    the subject from its digest); a present but empty or non-ASCII header is a
+    token that matches nothing, refused like a forged one.
+    """
+    value = request.META.get(_SUBJECT_META)
+    if value is None:
+        return None
+    return value.strip() if value.isascii() else ""
 
 
 def request_caller(request: Request) -> Caller:

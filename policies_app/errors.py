@@ -61,6 +61,7 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     ErrorCode.OUTPUT_INVALID: 500,
     ErrorCode.REDACTION_FAILED: 500,
     ErrorCode.RESULT_TOO_LARGE: 502,
+    ErrorCode.AUTHZ_DENIED: 403,
     ErrorCode.UNAVAILABLE_DEPENDENCY: 503,
     UNAUTHENTICATED: 401,
     FORBIDDEN: 403,

@@ -87,6 +87,8 @@ class ServiceAccount(models.Model):
     revoked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
     )
+    # Where the consent redirect may send a person back to (exact match): the service's own callback URLs.
+    consent_redirect_uris = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["tenant__slug", "name"]
@@ -98,6 +100,83 @@ class ServiceAccount(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class Delegation(models.Model):
+    """A person's "this agent may act for me": a tenant user lets one service account call on their behalf.
+
+    It yields one subject token at a time (`tgs_<prefix>_<secret>`, shown once,
+    stored as prefix + sha256 digest like an API key); issuing a new token
+    replaces the old one. `tools` empty means every tool the account's policy
+    allows; otherwise only those. Revoked or expired, the token stops working
+    on the next call (a write bumps the governance generation).
+    """
+
+    class Origin(models.TextChoices):
+        PORTAL = "portal", "Created in the tenant UI"
+        CONSENT = "consent", "Approved through a service's consent redirect"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="delegations")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations")
+    service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="delegations")
+    tools = models.JSONField(default=list, blank=True)
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.PORTAL)
+    token_prefix = models.CharField(max_length=16, unique=True, null=True, blank=True, editable=False)
+    token_digest = models.CharField(max_length=64, blank=True, editable=False)
+    token_issued_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "user"], name="delegation_tenant_user")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "service_account"],
+                condition=Q(revoked_at__isnull=True),
+                name="delegation_one_live_per_person_and_account",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"delegation of user {self.user_id} to {self.service_account_id}"
+
+    def status_at(self, now: datetime) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+    @property
+    def status_now(self) -> str:
+        return self.status_at(timezone.now())
+
+
+class ConsentCode(models.Model):
+    """A one-time code from the consent redirect, exchanged by the service (with its API key) for a token.
+
+    Stored as a digest, bound to the redirect URI and the PKCE S256 challenge the
+    service sent; valid for a minute and usable once (`used_at`). A second use
+    revokes the token the first one issued (the code leaked).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    delegation = models.ForeignKey(Delegation, on_delete=models.CASCADE, related_name="consent_codes")
+    code_digest = models.CharField(max_length=64, unique=True, editable=False)
+    redirect_uri = models.CharField(max_length=500)
+    code_challenge = models.CharField(max_length=128)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"consent code {self.pk} for {self.delegation_id}"
 
 
 class ToolPolicy(models.Model):
@@ -205,6 +284,8 @@ class ApprovalRequest(models.Model):
     required_because = models.CharField(max_length=200, blank=True)
     approver = models.CharField(max_length=16, choices=Approver.choices, default=Approver.OPERATOR)
     connection_id = models.CharField(max_length=64, blank=True)
+    # The person the call is made for (`user:<id>`, from their subject token); blank: no one.
+    subject_id = models.CharField(max_length=64, blank=True)
     args_sha256 = models.CharField(max_length=64)
     args_sealed = models.BinaryField(null=True, blank=True, editable=False)
     args_bytes = models.PositiveIntegerField(default=0, editable=False)

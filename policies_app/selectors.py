@@ -4,23 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from policies_app.governance import governance_cache
 from policies_app.ids import uuid_or_none
-from policies_app.keys import key_matches, key_prefix
+from policies_app.keys import key_matches, key_prefix, subject_token_prefix
 from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
     ApprovalRequest,
     Approver,
+    Delegation,
     ServiceAccount,
     Tenant,
     TenantMembership,
     ToolPolicy,
 )
-from runner.types import Budgets, ConsequenceLevel, ToolSpec
+from runner.types import UNKNOWN_DELEGATION, Budgets, ConsequenceLevel, ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,3 +249,125 @@ def tenant_owner_may_decide(*, approval: ApprovalRequest, user_id: int | None) -
     return TenantMembership.objects.filter(
         tenant_id=approval.tenant_id, user_id=user_id, role=TenantMembership.Role.OWNER
     ).exists()
+
+
+# --- delegations (calls on a person's behalf) ------------------------------------------
+
+
+def subject_id_of(user_id: int) -> str:
+    """How a call's subject names a tenant user (ToolInvocationContext.subject_id, audit rows)."""
+    return f"user:{user_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class _TokenRow:
+    delegation_id: str
+    digest: str
+
+
+def delegation_for_token(*, token: str) -> str:
+    """The id of the delegation whose current subject token this is, else UNKNOWN_DELEGATION.
+
+    The subject of a call is derived here, from the token's digest, never from a
+    request field. A token that is malformed, unknown, replaced by a newer one or
+    wrong in its secret part answers alike. Whether the delegation is still
+    active, and the caller's, is the authorization stage's question (its reason
+    is audited). Unknown prefixes are not remembered: guessing costs queries,
+    not this process's memory.
+    """
+    prefix = subject_token_prefix(token)
+    if prefix is None:
+        return UNKNOWN_DELEGATION
+    row = governance_cache.get(("subject_token", prefix), lambda: _load_token_row(prefix), remember_missing=False)
+    if row is None or not key_matches(token, row.digest):
+        return UNKNOWN_DELEGATION
+    return row.delegation_id
+
+
+def _load_token_row(prefix: str) -> _TokenRow | None:
+    found = Delegation.objects.filter(token_prefix=prefix).values_list("pk", "token_digest").first()
+    return None if found is None else _TokenRow(delegation_id=str(found[0]), digest=found[1])
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationRow:
+    """What the authorization stage reads of a delegation (one query, then the governance cache)."""
+
+    delegation_id: str
+    tenant_id: int
+    service_account_id: str
+    user_id: int
+    tools: frozenset[str] | None
+    expires_at: datetime | None
+    revoked: bool
+    user_is_member: bool
+
+
+def delegation_for_authz(*, delegation_id: str) -> DelegationRow | None:
+    """The delegation and whether its person still belongs to its tenant, from the governance cache when warm.
+
+    Delegations and memberships are governance rows: revoking one (or removing
+    the person from the tenant) bumps the generation, so it reaches the next call.
+    """
+    pk = uuid_or_none(delegation_id)
+    if pk is None:
+        return None
+    return governance_cache.get(("delegation", pk), lambda: _load_delegation_row(pk), remember_missing=False)
+
+
+def _load_delegation_row(pk: UUID) -> DelegationRow | None:
+    member = TenantMembership.objects.filter(tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"))
+    row = (
+        Delegation.objects.filter(pk=pk)
+        .annotate(member=Exists(member))
+        .values_list("tenant_id", "service_account_id", "user_id", "tools", "expires_at", "revoked_at", "member")
+        .first()
+    )
+    if row is None:
+        return None
+    tenant_id, service_account_id, user_id, tools, expires_at, revoked_at, is_member = row
+    return DelegationRow(
+        delegation_id=str(pk),
+        tenant_id=tenant_id,
+        service_account_id=str(service_account_id),
+        user_id=user_id,
+        tools=frozenset(tools) if tools else None,
+        expires_at=expires_at,
+        revoked=revoked_at is not None,
+        user_is_member=bool(is_member),
+    )
+
+
+def delegation_list(*, tenant_id: int, user_id: int | None = None) -> QuerySet[Delegation]:
+    """A tenant's delegations, newest first; `user_id` narrows them to one person's own."""
+    rows = Delegation.objects.filter(tenant_id=tenant_id).select_related("service_account", "user", "revoked_by")
+    if user_id is not None:
+        rows = rows.filter(user_id=user_id)
+    return rows.order_by("-created_at")
+
+
+def delegation_get(*, tenant_id: int, delegation_id: object, user_id: int | None = None) -> Delegation | None:
+    """One delegation of the tenant (and of the person, when given); None for malformed ids and others' alike."""
+    pk = uuid_or_none(delegation_id)
+    if pk is None:
+        return None
+    return delegation_list(tenant_id=tenant_id, user_id=user_id).filter(pk=pk).first()
+
+
+def service_account_for_consent(*, service_account_id: object) -> ServiceAccount | None:
+    """A live service account named by id in a consent request (any tenant: the view checks membership)."""
+    pk = uuid_or_none(service_account_id)
+    if pk is None:
+        return None
+    return ServiceAccount.objects.select_related("tenant").filter(pk=pk, revoked_at__isnull=True).first()
+
+
+def tenant_subjects(*, tenant_id: int) -> list[tuple[str, str]]:
+    """(subject_id, username) of the tenant's people, by name: the activity page's person filter."""
+    rows = (
+        TenantMembership.objects.filter(tenant_id=tenant_id)
+        .select_related("user")
+        .order_by("user__username")
+        .values_list("user_id", "user__username")
+    )
+    return [(subject_id_of(user_id), username) for user_id, username in rows]

@@ -6,6 +6,7 @@ the same transaction (see governance.py), so caches everywhere drop it.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import threading
 import uuid
@@ -13,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -23,9 +25,17 @@ from django.utils import timezone
 from changes_app.services import change_record, change_snapshot
 from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
 from policies_app.governance import governance_bump
-from policies_app.keys import key_generate
+from policies_app.keys import consent_code_generate, key_digest, key_generate, pkce_s256, subject_token_generate
 from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
-from policies_app.models import ApprovalRequest, ServiceAccount, Tenant, ToolPolicy
+from policies_app.models import (
+    ApprovalRequest,
+    ConsentCode,
+    Delegation,
+    ServiceAccount,
+    Tenant,
+    TenantMembership,
+    ToolPolicy,
+)
 from policies_app.selectors import tenant_owner_may_decide
 from runner.types import ConsequenceLevel, FieldError, ToolEffect
 
@@ -222,6 +232,7 @@ def approval_check(
     tool_call_id: str,
     terms: ApprovalTerms,
     seal_args: ArgsSealer | None = None,
+    subject_id: str | None = None,
 ) -> tuple[str, ApprovalRequest]:
     """Where this exact call stands: ("allow" | "pending" | "deny:<reason>", the approval).
 
@@ -245,10 +256,12 @@ def approval_check(
             tool_call_id=tool_call_id,
             terms=terms,
             seal_args=seal_args,
+            subject_id=subject_id,
         )
         return "pending", approval
     bound = (
         str(approval.service_account_id) == service_account_id
+        and approval.subject_id == (subject_id or "")  # approved for one person's call, not another's
         and approval.tool_id == tool_id
         and approval.connection_id == (connection_id or "")
         and approval.args_sha256 == args_sha256
@@ -277,6 +290,7 @@ def _approval_open(
     tool_call_id: str,
     terms: ApprovalTerms,
     seal_args: ArgsSealer | None,
+    subject_id: str | None = None,
 ) -> ApprovalRequest:
     approval_id = uuid.uuid4()  # known before the INSERT: the sealed args are bound to it
     sealed, args_bytes = seal_args(str(approval_id), str(tenant_id)) if seal_args else (None, 0)
@@ -292,6 +306,7 @@ def _approval_open(
                 required_because=terms.required_because[:200],
                 approver=terms.approver,
                 connection_id=connection_id or "",
+                subject_id=subject_id or "",
                 args_sha256=args_sha256,
                 args_sealed=sealed,
                 args_bytes=args_bytes,
@@ -401,3 +416,205 @@ def _announce(approval: ApprovalRequest) -> None:
                 listener(approval)
         except Exception as exc:  # the approval itself stands; its notification is what was lost
             logger.error("approval %s: a listener failed (%s); nobody was notified", approval.pk, type(exc).__name__)
+
+
+# --- delegations: a person lets a service account act on their behalf --------------------
+
+MAX_DELEGATED_TOOLS = 200
+MAX_REDIRECT_URIS = 10
+MAX_REDIRECT_URI_LENGTH = 500
+CONSENT_CODE_TTL = timedelta(seconds=60)
+PKCE_VERIFIER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+CONSENT_CODE_REFUSED = "the code is unknown, expired, already used, or was issued for another redirect_uri or caller"
+
+
+@transaction.atomic
+def delegation_create(
+    *,
+    tenant: Tenant,
+    user: AbstractBaseUser,
+    service_account: ServiceAccount,
+    tools: Iterable[str] = (),
+    expires_at: datetime | None = None,
+    origin: str = Delegation.Origin.PORTAL,
+    issue_token: bool = True,
+) -> tuple[Delegation, str | None]:
+    """Record that `user` lets `service_account` act for them; returns the subject token when issued.
+
+    The token exists in clear only in this return value (shown once). A person
+    has at most one live delegation per service account: a new one revokes the
+    older, so an old token never keeps working beside the new one.
+    """
+    tools = sorted(set(tools))
+    if not TenantMembership.objects.filter(tenant=tenant, user=user).exists():
+        raise AppError("only a member of the tenant can delegate")
+    if service_account.tenant_id != tenant.pk:
+        raise AppError("the service account belongs to another tenant")
+    if service_account.revoked_at is not None:
+        raise AppError("the service account is revoked")
+    if len(tools) > MAX_DELEGATED_TOOLS or any(not isinstance(t, str) or not t or len(t) > 64 for t in tools):
+        raise AppError(f"tools: at most {MAX_DELEGATED_TOOLS} tool ids")
+    now = timezone.now()
+    if expires_at is not None and expires_at <= now:
+        raise AppError("expires_at is in the past")
+    for older in Delegation.objects.select_for_update().filter(
+        tenant=tenant, user=user, service_account=service_account, revoked_at__isnull=True
+    ):
+        delegation_revoke(delegation=older, revoked_by=user)
+    try:
+        with transaction.atomic():  # a savepoint: the constraint decides a race between two new delegations
+            delegation = Delegation.objects.create(
+                tenant=tenant,
+                user=user,
+                service_account=service_account,
+                tools=tools,
+                expires_at=expires_at,
+                origin=origin,
+            )
+    except IntegrityError:
+        raise AppError("another delegation to this service account was just made; try again") from None
+    change_record(action="delegation.create", obj=delegation, after=change_snapshot(delegation))
+    token = delegation_issue_token(delegation=delegation) if issue_token else None
+    return delegation, token
+
+
+@transaction.atomic
+def delegation_issue_token(*, delegation: Delegation) -> str:
+    """A new subject token for this delegation, replacing any earlier one; the clear token is returned once."""
+    if delegation.revoked_at is not None:
+        raise AppError("the delegation is revoked")
+    before = change_snapshot(delegation)
+    new = subject_token_generate()
+    delegation.token_prefix = new.prefix
+    delegation.token_digest = new.digest
+    delegation.token_issued_at = timezone.now()
+    delegation.save(update_fields=["token_prefix", "token_digest", "token_issued_at"])  # bumps the generation
+    change_record(action="delegation.token_issue", obj=delegation, before=before, after=change_snapshot(delegation))
+    return new.key
+
+
+@transaction.atomic
+def delegation_revoke(*, delegation: Delegation, revoked_by: AbstractBaseUser | None = None) -> bool:
+    """Revoke once; its token is refused from the next call on. False if it was already revoked."""
+    updated = Delegation.objects.filter(pk=delegation.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), revoked_by=revoked_by
+    )
+    delegation.refresh_from_db()
+    if updated:
+        governance_bump()  # processes serve delegations from memory; a queryset update sends no signal
+        change_record(
+            action="delegation.revoke",
+            obj=delegation,
+            before={"revoked_at": None},
+            after={"revoked_at": delegation.revoked_at},
+        )
+    return bool(updated)
+
+
+def redirect_uri_problem(uri: str) -> str | None:
+    """Why `uri` cannot be a consent redirect URI (None when it can): absolute https, or http on loopback."""
+    if not uri or len(uri) > MAX_REDIRECT_URI_LENGTH or any(ch.isspace() for ch in uri):
+        return "a redirect URI is an absolute URL of at most 500 characters"
+    parts = urlsplit(uri)
+    if parts.fragment or not parts.hostname:
+        return "a redirect URI is an absolute URL without a #fragment"
+    if parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")):
+        return None
+    return "a redirect URI uses https (http only on 127.0.0.1 or localhost)"
+
+
+@transaction.atomic
+def service_account_set_redirect_uris(*, account: ServiceAccount, uris: Iterable[str]) -> ServiceAccount:
+    """Register where consent redirects may return to for this account (exact match, replaces the list)."""
+    cleaned = list(dict.fromkeys(uri.strip() for uri in uris if uri.strip()))
+    if len(cleaned) > MAX_REDIRECT_URIS:
+        raise AppError(f"at most {MAX_REDIRECT_URIS} redirect URIs")
+    for uri in cleaned:
+        problem = redirect_uri_problem(uri)
+        if problem is not None:
+            raise AppError(problem)
+    stored = ServiceAccount.objects.select_for_update().get(pk=account.pk)
+    before = change_snapshot(stored)
+    stored.consent_redirect_uris = cleaned
+    stored.save(update_fields=["consent_redirect_uris"])
+    change_record(action="service_account.update", obj=stored, before=before, after=change_snapshot(stored))
+    account.consent_redirect_uris = cleaned
+    return account
+
+
+@transaction.atomic
+def consent_approve(
+    *,
+    user: AbstractBaseUser,
+    service_account: ServiceAccount,
+    redirect_uri: str,
+    code_challenge: str,
+    tools: Iterable[str] = (),
+    expires_at: datetime | None = None,
+) -> str:
+    """The person approved a service's consent request: a delegation (no token yet) and a one-time code.
+
+    The service exchanges the code (with its API key, the PKCE verifier and the
+    same redirect_uri) for the subject token; only the code's digest is stored.
+    """
+    if redirect_uri not in service_account.consent_redirect_uris:
+        raise AppError("redirect_uri is not registered for this service account")
+    delegation, _ = delegation_create(
+        tenant=service_account.tenant,
+        user=user,
+        service_account=service_account,
+        tools=tools,
+        expires_at=expires_at,
+        origin=Delegation.Origin.CONSENT,
+        issue_token=False,
+    )
+    code, digest = consent_code_generate()
+    ConsentCode.objects.create(
+        delegation=delegation,
+        code_digest=digest,
+        redirect_uri=redirect_uri,
+        code_challenge=code_challenge,
+        expires_at=timezone.now() + CONSENT_CODE_TTL,
+    )
+    return code
+
+
+def consent_exchange(
+    *, service_account_id: str, code: str, code_verifier: str, redirect_uri: str
+) -> tuple[Delegation, str]:
+    """The service trades a consent code for the person's subject token (shown to it once).
+
+    The code must be this caller's, unexpired, unused, for this redirect_uri, and
+    the verifier must match its S256 challenge. A code used a second time
+    revokes the delegation it created: a leaked code is worth nothing.
+    """
+    with transaction.atomic():
+        row = (
+            ConsentCode.objects.select_for_update()
+            .select_related("delegation")
+            .filter(code_digest=key_digest(code))
+            .first()
+        )
+        if row is None or str(row.delegation.service_account_id) != service_account_id:
+            raise AppError(CONSENT_CODE_REFUSED, field_errors=[("code", CONSENT_CODE_REFUSED)])
+        if row.used_at is not None:
+            delegation_revoke(delegation=row.delegation)
+            reused = True
+        else:
+            reused = False
+            now = timezone.now()
+            valid = (
+                row.expires_at > now
+                and row.redirect_uri == redirect_uri
+                and 43 <= len(code_verifier) <= 128
+                and set(code_verifier) <= PKCE_VERIFIER_CHARS
+                and hmac.compare_digest(pkce_s256(code_verifier), row.code_challenge)
+            )
+            row.used_at = now
+            row.save(update_fields=["used_at"])  # one attempt per code, right or wrong
+            if valid and row.delegation.revoked_at is None:
+                token = delegation_issue_token(delegation=row.delegation)
+                return row.delegation, token
+    if reused:
+        logger.warning("consent code %s used twice; its delegation %s is revoked", row.pk, row.delegation_id)
+    raise AppError(CONSENT_CODE_REFUSED, field_errors=[("code", CONSENT_CODE_REFUSED)])

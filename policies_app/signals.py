@@ -11,11 +11,11 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from policies_app.governance import governance_bump
-from policies_app.models import ServiceAccount, Tenant, ToolPolicy
+from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership, ToolPolicy
 
 # This app's governance rows; the apps above register theirs (tool switches, grants) with `govern`.
-# This app's governance rows; the apps above register theirs (tool switches, grants) with `govern`.
-GOVERNED_MODELS = (ToolPolicy, ServiceAccount, Tenant)
+# Delegations and memberships decide calls made on a person's behalf (the authorization stage).
+GOVERNED_MODELS = (ToolPolicy, ServiceAccount, Tenant, Delegation, TenantMembership)
 
 
 def _bump(sender: type, **kwargs: object) -> None:

@@ -21,6 +21,10 @@ GRANT_REFUSED = (
     "grant_id does not name an active grant of this service account; use the full id of a grant "
     "made to it (GET /api/v1/grants, or the tenant's Grants page)"
 )
+PERSONAL = (
+    "this connection is personal: only a call on behalf of the person it belongs to "
+    "(their subject token, X-Toolgate-Subject) may use it"
+)
 NOT_GRANTED = (
     "this connection is not in the grant, or not among the connection_ids this call declares; "
     "grant it to this service account, or declare it"
@@ -69,6 +73,9 @@ def check_connection(
         return GateRefusal(ErrorCode.POLICY_DENIED, "the grant has expired; ask the tenant for a new one")
     if ctx.connection_id not in effective_connection_ids(grant.connection_ids, ctx.declared_connection_ids):
         return GateRefusal(ErrorCode.POLICY_DENIED, NOT_GRANTED)
+    owner = grant.personal.get(ctx.connection_id)
+    if owner is not None and owner != ctx.subject_id:
+        return GateRefusal(ErrorCode.POLICY_DENIED, PERSONAL)
     return None
 
 

@@ -5,12 +5,16 @@ receives the call and `proceed`, and either ends the call with a typed result
 or hands it on (and may look at what came back). The default chain runs the
 twelve stages of DESIGN.md:
 
-    audit (12) > freshness > fairness > lookup (1) > policy (2) > connection gate (4) > [idempotency] > budget (3)
+    audit (12) > freshness > fairness > lookup (1) > policy (2) > authorization (2b) > connection gate (4)
+    > [idempotency] > budget (3)
     > validate input (5) > [approval] > broker (6) > start event (7) > result size (11)
     > redact (10) > validate output (9) > execute (8, the end of the chain)
 
 The freshness stage brings the process's view of governance up to date
 first, so an operator's change applies to the next call whoever makes it.
+The authorization stage (seed 000 F1) runs after the policy allowed the service
+account: a call on behalf of a person (a subject token) also needs that
+person's delegation and permission; a call without one passes untouched.
 The fairness stage spends one caller's share of the API before anything is
 looked up, so a flood is refused cheaply and still audited as `rate_limited`.
 The optional idempotency stage (a port of its own) answers a repeated
@@ -48,6 +52,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from runner.authz import DelegationAuthorization, NoDelegations
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, ClockCapability, ToolCapabilities
 from runner.catalog import catalog_for, unknown_tool_message
@@ -65,6 +70,7 @@ from runner.grants import check_connection
 from runner.ports import (
     ApprovalDesk,
     AuditSink,
+    AuthorizationPort,
     Clock,
     Conflict,
     ConnectionBroker,
@@ -129,6 +135,7 @@ class Call:
     executed: bool = False
     result_bytes: int | None = None
     audit_ref: str | None = None
+    authz_reason: str | None = None
     # (stage name, clock) on entering a stage, (None, clock) on leaving it: runner/observe.py's timing.
     stage_marks: list[tuple[str | None, float]] = field(default_factory=list, repr=False)
 
@@ -218,6 +225,7 @@ class AuditStage:
                 args_sha256=call.args_sha256,
                 result_bytes=call.result_bytes,
                 audit_ref=call.audit_ref,
+                authz_reason=call.authz_reason,
             )
         )
         return result
@@ -292,6 +300,31 @@ class PolicyStage:
         if verdict.decision in (Decision.ALLOW, Decision.REQUIRE_APPROVAL):
             return proceed(call)
         return call.fail(ErrorCode.POLICY_DENIED, verdict.safe_message or "not allowed by policy")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationStage:
+    """(2b) On behalf of a person: their delegation and permission, after the caller's own policy.
+
+    The subject the call is for comes from the port's answer (the delegation the
+    server found for the subject token), so later stages (the connection gate's
+    personal connections, idempotency, audit) see who it is; nothing a request
+    carries can set it. A call without a subject token is handed on untouched.
+    """
+
+    authorization: AuthorizationPort
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        if call.ctx.delegation_id is None:
+            return proceed(call)
+        verdict = self.authorization.check(call.ctx, call.bound.spec)
+        if verdict.subject_id != call.ctx.subject_id:
+            call.ctx = replace(call.ctx, subject_id=verdict.subject_id)
+        if verdict.allowed:
+            return proceed(call)
+        call.decision = Decision.DENY
+        call.authz_reason = verdict.reason
+        return call.fail(ErrorCode.AUTHZ_DENIED, verdict.safe_message or "not authorized for this person")
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,12 +613,14 @@ def default_stages(
     clock: Clock,
     idempotency: IdempotencyStore | None = None,
     approvals: ApprovalDesk | None = None,
+    authorization: AuthorizationPort | None = None,
     default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     loop: BackgroundLoop | None = None,
 ) -> list[Stage]:
     """The twelve stages of DESIGN.md, wired to the given ports (plus idempotency when given).
 
     Without an approval desk, approvals are whatever the policy's `decide` answers with the args' hash.
+    Without an authorization port, every call carrying a subject token is refused (no delegation is known).
     """
     return [
         AuditStage(audit, events, clock),
@@ -593,6 +628,7 @@ def default_stages(
         FairnessStage(limiter),
         LookupStage(source, policy),
         PolicyStage(source, policy),
+        AuthorizationStage(authorization or DelegationAuthorization(NoDelegations(), clock)),
         ConnectionGateStage(grants, clock),
         *([IdempotencyStage(idempotency)] if idempotency is not None else []),
         BudgetStage(limiter),

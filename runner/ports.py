@@ -113,10 +113,59 @@ class GrantView:
     connection_ids: frozenset[str]
     expires_at: datetime | None = None
     revoked: bool = False
+    # Personal connections among connection_ids: connection id -> the subject_id of the person it belongs to.
+    personal: Mapping[str, str] = field(default_factory=dict)
 
 
 class GrantStore(Protocol):
     def get(self, grant_id: str) -> GrantView | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationView:
+    """What the authorization stage needs of a delegation: a person's "this agent may act for me".
+
+    `tools` None means every tool the service account's policy allows; a set narrows it.
+    `subject_is_member` says whether the person still belongs to the tenant (their role is
+    what lets them use its tools at all).
+    """
+
+    delegation_id: str
+    tenant_id: str
+    actor_id: str
+    subject_id: str
+    tools: frozenset[str] | None = None
+    expires_at: datetime | None = None
+    revoked: bool = False
+    subject_is_member: bool = True
+
+
+class DelegationStore(Protocol):
+    def get(self, delegation_id: str) -> DelegationView | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AuthzVerdict:
+    """The authorization port's answer: `subject_id` is who the call is for (None without a subject).
+
+    `reason` is a category for the audit row (`unknown_token`, `revoked`, ...), never shown to the
+    caller; `safe_message` is what the caller reads.
+    """
+
+    allowed: bool
+    subject_id: str | None = None
+    reason: str | None = None
+    safe_message: str | None = None
+
+
+class AuthorizationPort(Protocol):
+    def check(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthzVerdict:
+        """May this caller run `spec` for ctx's subject? (seed 000 F1: permission AND delegation)
+
+        Called after the policy stage allowed the service account itself; a call
+        without a subject token is allowed without any lookup.
+        """
+        ...
 
 
 class ConnectionBroker(Protocol):

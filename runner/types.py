@@ -57,6 +57,7 @@ class ErrorCode(enum.StrEnum):
     OUTPUT_INVALID = "output_invalid"
     REDACTION_FAILED = "redaction_failed"
     RESULT_TOO_LARGE = "result_too_large"
+    AUTHZ_DENIED = "authz_denied"
     UNAVAILABLE_DEPENDENCY = "unavailable_dependency"
 
 
@@ -106,6 +107,10 @@ class ToolSpec:
         }
 
 
+# ToolInvocationContext.delegation_id of a subject token that matched no delegation (forged, malformed).
+UNKNOWN_DELEGATION = "unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class ToolInvocationContext:
     """Who calls which tool in which run, by reference only.
@@ -118,7 +123,12 @@ class ToolInvocationContext:
     tool_call_id: str
     tenant_id: str
     actor_id: str
+    # The person the call is made for (`user:<id>`), set only by the authorization stage from the
+    # delegation the server found for the caller's subject token; never from a request field.
     subject_id: str | None = None
+    # The delegation the presented subject token resolved to (UNKNOWN_DELEGATION when it matched
+    # none); None when the call carries no subject token. An id, never the token.
+    delegation_id: str | None = None
     connection_id: str | None = None
     grant_id: str | None = None
     declared_connection_ids: tuple[str, ...] = ()
@@ -200,6 +210,7 @@ class ToolInvocationRecord:
     args_sha256: str | None = None
     result_bytes: int | None = None
     audit_ref: str | None = None  # the idempotency claim this record finishes, if any
+    authz_reason: str | None = None  # why the authorization stage refused (a category, never a token)
     raw: Any = field(default=None, repr=False)
 
     @property

@@ -90,9 +90,10 @@ class DatabaseIdempotencyStore:
 
 
 def _same_request(row: ToolInvocation, ctx: ToolInvocationContext, tool_id: str, args_sha256: str | None) -> bool:
-    """The same caller (service account and grant) asking the same thing (tool, args, connection)."""
+    """The same caller (service account, subject and grant) asking the same thing (tool, args, connection)."""
     return (
         str(row.service_account_id) == ctx.actor_id
+        and row.subject_id == (ctx.subject_id or "")
         and row.grant_id == (ctx.grant_id or "")
         and row.connection_id == (ctx.connection_id or "")
         and row.tool_id == tool_id

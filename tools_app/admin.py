@@ -188,8 +188,8 @@ class ToolInvocationAdmin(admin.ModelAdmin):
     list_filter = ("tenant", ToolIdFilter, "ok", "error_code", "decision")
     date_hierarchy = "started_at"
     # Exact matches: ids are looked up whole, and a substring scan of the audit table is slow.
-    search_fields = ("=tool_call_id", "=run_id")
-    search_help_text = "Exact tool_call_id or run_id."
+    search_fields = ("=tool_call_id", "=run_id", "=subject_id")
+    search_help_text = "Exact tool_call_id, run_id or subject (user:<id>, the person a call was made for)."
     list_select_related = ("tenant", "service_account__tenant")
     show_full_result_count = False  # the table grows large; counting it all on every page is costly
     fields = (
@@ -206,6 +206,8 @@ class ToolInvocationAdmin(admin.ModelAdmin):
         "safe_message",
         "connection_id",
         "grant_id",
+        "subject_id",
+        "authz_reason",
         "args_sha256",
         "result",
         "result_bytes",

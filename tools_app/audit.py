@@ -38,6 +38,8 @@ EXPORT_FIELDS = (
     "tool_id",
     "connection_id",
     "grant_id",
+    "subject_id",
+    "authz_reason",
     "state",
     "decision",
     "ok",

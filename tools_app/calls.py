@@ -46,7 +46,9 @@ class CallsOutcome:
     calls: list[tuple[ModelCall, ToolExecResult]]
 
 
-def tool_calls_run(*, runner: ToolRunner, caller: Caller, request: CallsRequest) -> CallsOutcome:
+def tool_calls_run(
+    *, runner: ToolRunner, caller: Caller, request: CallsRequest, subject_token: str | None = None
+) -> CallsOutcome:
     """Run every call of the turn through the pipeline under the model's call id; an AppError if it is no turn.
 
     A malformed call reaches the runner as `MalformedArgs` and comes back as
@@ -69,6 +71,7 @@ def tool_calls_run(*, runner: ToolRunner, caller: Caller, request: CallsRequest)
                 connection_ids=request.connection_ids,
                 grant_id=request.grant_id,
             ),
+            subject_token=subject_token,
         )
         for call in calls
     ]

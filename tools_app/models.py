@@ -85,6 +85,10 @@ class ToolInvocation(models.Model):
     tool_id = models.CharField(max_length=128)
     connection_id = models.CharField(max_length=64, blank=True)
     grant_id = models.CharField(max_length=64, blank=True)
+    # On whose behalf (`user:<id>`, from the delegation the server found for the subject token), and
+    # why the authorization stage refused (a category such as `revoked`; never the token).
+    subject_id = models.CharField(max_length=64, blank=True)
+    authz_reason = models.CharField(max_length=32, blank=True)
     decision = models.CharField(max_length=32, choices=[(d.value, d.value) for d in Decision])
     ok = models.BooleanField(default=False)
     executed = models.BooleanField(default=False)

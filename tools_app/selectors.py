@@ -19,9 +19,16 @@ def enabled_tool_ids() -> frozenset[str]:
     )
 
 
-def invocation_list(*, tenant_id: int, run_id: str = "", tool_id: str = "", ok: bool | None = None) -> QuerySet:
-    """A tenant's audit rows, newest first; calls still running show as `pending`."""
+def invocation_list(
+    *, tenant_id: int, run_id: str = "", tool_id: str = "", ok: bool | None = None, subject_id: str = ""
+) -> QuerySet:
+    """A tenant's audit rows, newest first; calls still running show as `pending`.
+
+    `subject_id` (`user:<id>`) narrows them to the calls made on one person's behalf.
+    """
     rows = ToolInvocation.objects.filter(tenant_id=tenant_id)
+    if subject_id:
+        rows = rows.filter(subject_id=subject_id)
     if run_id:
         rows = rows.filter(run_id=run_id)
     if tool_id:

@@ -12,16 +12,20 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
+from policies_app.adapters import DatabaseDelegationStore
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
-from policies_app.selectors import Caller, policy_effective_for
+from policies_app.selectors import Caller, delegation_for_token, policy_effective_for
+from runner.authz import SUBJECT_REFUSED, subject_refusal
 from runner.catalog import catalog_for
 from runner.contracts import tags_problem
 from runner.pipeline import ToolRunner, new_tool_call_id
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import (
+    UNKNOWN_DELEGATION,
     ConsequenceLevel,
     Decision,
+    ErrorCode,
     ToolExecResult,
     ToolInvocationContext,
     ToolInvocationRecord,
@@ -135,6 +139,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "ended_at": record.ended_at,
         "duration_ms": record.duration_ms or 0,
         "lease_expires_at": None,
+        "authz_reason": record.authz_reason or "",
     }
     if record.audit_ref is not None:
         pk, attempt = parse_claim_ref(record.audit_ref)
@@ -155,6 +160,7 @@ def _context_fields(ctx: ToolInvocationContext) -> dict:
         "run_id": ctx.run_id,
         "connection_id": ctx.connection_id or "",
         "grant_id": ctx.grant_id or "",
+        "subject_id": ctx.subject_id or "",
     }
 
 
@@ -233,20 +239,31 @@ class ExecRequest:
 
     @classmethod
     def of(cls, fields: Mapping[str, Any]) -> ExecRequest:
-        """From ExecInputSerializer's validated data (REST, MCP): an empty `connection_ids` declares the default."""
+        """From ExecInputSerializer's validated data (REST, MCP).
+
+        Absent (or null) `connection_ids` means `[connection_id]`; an explicit `[]` declares
+        no connection, so a call naming one is refused (the seed's empty intersection).
+        """
         return cls(
             tool_id=fields["tool_id"],
             args=fields["args"],
             tool_call_id=fields.get("tool_call_id"),
             run_id=fields.get("run_id"),
             connection_id=fields.get("connection_id"),
-            connection_ids=fields.get("connection_ids") or None,
+            connection_ids=fields.get("connection_ids"),
             grant_id=fields.get("grant_id"),
         )
 
 
-def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> ToolExecResult:
-    """Run one call for an authenticated service account through the runner (the only path)."""
+def tool_exec(
+    *, runner: ToolRunner, caller: Caller, request: ExecRequest, subject_token: str | None = None
+) -> ToolExecResult:
+    """Run one call for an authenticated service account through the runner (the only path).
+
+    `subject_token` is the person's token the caller sent beside its key (on
+    whose behalf it calls); it is resolved here to the delegation it names and
+    goes no further. The runner's authorization stage decides what it allows.
+    """
     if request.connection_ids is not None:
         declared = tuple(request.connection_ids)
     else:
@@ -260,19 +277,42 @@ def tool_exec(*, runner: ToolRunner, caller: Caller, request: ExecRequest) -> To
         connection_id=request.connection_id,
         grant_id=request.grant_id,
         declared_connection_ids=declared,
+        delegation_id=None if subject_token is None else delegation_for_token(token=subject_token),
     )
     return runner.exec(request.tool_id, request.args, ctx)
 
 
 def tool_catalog(
-    *, source: ToolSource, policy: PolicyDecider, caller: Caller, tags: Iterable[str] = ()
+    *,
+    source: ToolSource,
+    policy: PolicyDecider,
+    caller: Caller,
+    tags: Iterable[str] = (),
+    subject_token: str | None = None,
 ) -> list[ToolSpec]:
-    """The specs this caller may run now (enabled and in its policy), carrying every tag in `tags`."""
+    """The specs this caller may run now (enabled and in its policy), carrying every tag in `tags`.
+
+    With a person's subject token, the specs it may run for that person: the
+    delegation's tool subset narrows the list; a token that cannot be used at
+    all (forged, revoked, expired, another caller's) is refused as a call with
+    it would be (`authz_denied`, the same message for every reason).
+    """
     ctx = ToolInvocationContext(
-        run_id="", tool_call_id="catalog", tenant_id=str(caller.tenant_id), actor_id=caller.service_account_id
+        run_id="",
+        tool_call_id="catalog",
+        tenant_id=str(caller.tenant_id),
+        actor_id=caller.service_account_id,
+        delegation_id=None if subject_token is None else delegation_for_token(token=subject_token),
     )
     wanted = set(tags)
-    return [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]
+    specs = [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]
+    if ctx.delegation_id is None:
+        return specs
+    delegation = None if ctx.delegation_id == UNKNOWN_DELEGATION else DatabaseDelegationStore().get(ctx.delegation_id)
+    refusal = subject_refusal(ctx, delegation, now=timezone.now())
+    if refusal is not None or delegation is None:
+        raise AppError(SUBJECT_REFUSED, code=ErrorCode.AUTHZ_DENIED)
+    return [spec for spec in specs if delegation.tools is None or spec.name in delegation.tools]
 
 
 def tool_catalog_empty_hint(*, caller: Caller) -> str:

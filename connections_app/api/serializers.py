@@ -166,3 +166,27 @@ class GrantOutputSerializer(serializers.Serializer):
     def get_connection_ids(self, grant: Any) -> list[str]:
         """Sorted, so the same grant always reads the same (reads the prefetched rows when there are some)."""
         return sorted(str(connection.pk) for connection in grant.connections.all())
+
+
+@extend_schema_serializer(component_name="DelegationTokenRequest")
+class DelegationTokenInputSerializer(StrictInputSerializer):
+    """`POST /api/v1/delegations/token`: the consent code, the PKCE verifier and the redirect URI it came back to."""
+
+    code = StrictCharField(max_length=128, trim_whitespace=False, help_text="The one-time code from the redirect.")
+    code_verifier = StrictCharField(
+        max_length=128, trim_whitespace=False, help_text="The PKCE verifier whose S256 challenge started the consent."
+    )
+    redirect_uri = StrictCharField(
+        max_length=500, trim_whitespace=False, help_text="The redirect_uri the consent request named, exactly."
+    )
+
+
+@extend_schema_serializer(component_name="DelegationToken")
+class DelegationTokenOutputSerializer(serializers.Serializer):
+    """The person's subject token, shown this once: send it as `X-Toolgate-Subject` beside the API key."""
+
+    subject_token = serializers.CharField()
+    delegation_id = serializers.UUIDField()
+    subject_id = serializers.CharField(help_text="How audit rows name the person: `user:<id>`.")
+    tools = serializers.ListField(child=serializers.CharField(), help_text="Empty: every tool the policy allows.")
+    expires_at = serializers.DateTimeField(allow_null=True)

@@ -23,6 +23,8 @@ from rest_framework.views import APIView
 from connections_app.api.serializers import (
     ConnectionCreateInputSerializer,
     ConnectionOutputSerializer,
+    DelegationTokenInputSerializer,
+    DelegationTokenOutputSerializer,
     GrantCreateInputSerializer,
     GrantOutputSerializer,
 )
@@ -33,10 +35,11 @@ from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_resp
 from policies_app.api.pagination import StrictLimitOffsetPagination
 from policies_app.api.parser import validated_body
 from policies_app.api.serializers import PageQuerySerializer
-from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, request_caller
+from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, ToolsExecScope, request_caller
 from policies_app.errors import AppError
 from policies_app.models import ServiceAccount, Tenant
-from policies_app.selectors import service_account_for_tenant, tenant_of_caller
+from policies_app.selectors import service_account_for_tenant, subject_id_of, tenant_of_caller
+from policies_app.services import consent_exchange
 
 NO_SUCH_CONNECTION = "no such connection in this tenant"
 NO_SUCH_SERVICE_ACCOUNT = "no such active service account in this tenant"
@@ -255,7 +258,11 @@ class GrantListView(ConnectionsApiView):
             tenant=tenant, service_account=data["service_account"], connection_ids=data["connection_ids"]
         )
         grant = grant_create(
-            tenant=tenant, service_account=account, connections=connections, expires_at=data["expires_at"]
+            tenant=tenant,
+            service_account=account,
+            connections=connections,
+            expires_at=data["expires_at"],
+            created_by_service_account_id=request_caller(request).service_account_id,
         )
         return Response(GrantOutputSerializer(grant).data, status=status.HTTP_201_CREATED)
 
@@ -294,3 +301,55 @@ def _grant_or_404(request: Request, grant_id: str) -> ExecutionGrant:
     if grant is None:
         raise NotFound("no such grant in this tenant")
     return grant
+
+
+# --- delegations: the consent redirect's code exchange -------------------------------------------
+
+
+class DelegationTokenView(APIView):
+    """`POST /api/v1/delegations/token`: a service trades a person's one-time consent code for their subject token.
+
+    The code comes back to the service's registered redirect URI after the
+    person approved (`GET /delegations/consent`). The exchange needs the
+    service's own API key (the account the person approved), the same
+    redirect_uri and the PKCE verifier of the challenge it sent. A code works
+    once; used again, it revokes the delegation it created.
+    """
+
+    permission_classes = [ToolsExecScope]
+
+    @extend_schema(
+        operation_id="delegations_token",
+        summary="Exchange a consent code for a person's subject token",
+        request=DelegationTokenInputSerializer,
+        parameters=RESPONSE_HEADERS,
+        responses={
+            200: DelegationTokenOutputSerializer,
+            **common_errors("tools:exec"),
+            **BODY_ERRORS,
+            422: error_response(
+                "`validation`: the body is invalid, or the code is unknown, expired, already used, or was "
+                "issued for another redirect_uri, caller or PKCE challenge (one message for all)."
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = validated_body(request, DelegationTokenInputSerializer)
+        delegation, token = consent_exchange(  # a refused code is an AppError (422, at `code`)
+            service_account_id=request_caller(request).service_account_id,
+            code=data["code"],
+            code_verifier=data["code_verifier"],
+            redirect_uri=data["redirect_uri"],
+        )
+        return Response(
+            DelegationTokenOutputSerializer(
+                {
+                    "subject_token": token,
+                    "delegation_id": delegation.pk,
+                    "subject_id": subject_id_of(delegation.user_id),
+                    "tools": delegation.tools,
+                    "expires_at": delegation.expires_at,
+                }
+            ).data,
+            headers={"Cache-Control": "no-store"},
+        )

@@ -71,7 +71,7 @@ def chart_days(*, today: date, days: int = CHART_DAYS) -> list[date]:
 
 
 def activity_per_day(
-    *, tenant_id: int, since: date, run_id: str = "", tool_id: str = "", ok: bool | None = None
+    *, tenant_id: int, since: date, run_id: str = "", tool_id: str = "", ok: bool | None = None, subject_id: str = ""
 ) -> dict[tuple[date, str], int]:
     """{(day, tool id): calls} of a tenant's finished calls since `since`, in one GROUP BY query.
 
@@ -81,7 +81,7 @@ def activity_per_day(
     """
     start = timezone.make_aware(datetime.combine(since, time.min))
     rows = (
-        invocation_list(tenant_id=tenant_id, run_id=run_id, tool_id=tool_id, ok=ok)
+        invocation_list(tenant_id=tenant_id, run_id=run_id, tool_id=tool_id, ok=ok, subject_id=subject_id)
         .select_related(None)
         .order_by()
         .filter(started_at__gte=start)

@@ -87,6 +87,14 @@ class ConnectionForm(UIForm):
         help_text="Comma separated, as the provider names them (e.g. repo, read:user). Optional.",
     )
     expires_at = forms.DateTimeField(label="Expires at", required=False, widget=ExpiryInput(), help_text=EXPIRY_HELP)
+    personal = forms.BooleanField(
+        label="Personal: only for calls made on my behalf",
+        required=False,
+        help_text=(
+            "Only calls a service makes for you (with your subject token, see Delegations) may use it, and only "
+            "through a grant. Other members do not see it; owners see its details, never its secret."
+        ),
+    )
 
     def __init__(self, *args: Any, providers: Iterable[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -109,7 +117,7 @@ class ApiKeyConnectionForm(ConnectionForm):
         help_text="Stored encrypted. It is never shown again, not even to you.",
     )
 
-    field_order = ["provider", "label", "api_key", "scopes", "expires_at"]
+    field_order = ["provider", "label", "api_key", "scopes", "expires_at", "personal"]
 
 
 class AppPasswordConnectionForm(ConnectionForm):
@@ -124,7 +132,7 @@ class AppPasswordConnectionForm(ConnectionForm):
         help_text="Stored encrypted. It is never shown again, not even to you.",
     )
 
-    field_order = ["provider", "label", "username", "password", "scopes", "expires_at"]
+    field_order = ["provider", "label", "username", "password", "scopes", "expires_at", "personal"]
 
 
 # ?type= on the "add connection" page -> its form and its heading.
@@ -194,10 +202,14 @@ class ActivityFilterForm(UIForm):
         required=False, choices=[("", "Any outcome"), ("ok", "Succeeded"), ("failed", "Failed or refused")]
     )
     run = forms.CharField(label="Run id", required=False, max_length=128)
+    person = forms.ChoiceField(label="On behalf of", required=False)
 
-    def __init__(self, *args: Any, tool_ids: Iterable[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, tool_ids: Iterable[str], people: Iterable[tuple[str, str]] = (), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.fields["tool"].choices = [("", "All tools"), *((tool_id, tool_id) for tool_id in tool_ids)]
+        self.fields["person"].choices = [("", "Anyone (or no one)"), *people]
 
     def filters(self) -> dict[str, Any]:
         """Keyword arguments for `invocation_list`, from the fields that are valid."""
@@ -207,6 +219,7 @@ class ActivityFilterForm(UIForm):
             "tool_id": data.get("tool") or "",
             "ok": self.OUTCOMES.get(data.get("outcome") or ""),
             "run_id": data.get("run") or "",
+            "subject_id": data.get("person") or "",
         }
 
 
@@ -232,3 +245,41 @@ class WebhookForm(UIForm):
         assume_scheme="https",
         help_text="Toolgate POSTs approval.requested and approval.decided here, signed with HMAC-SHA256.",
     )
+
+
+class DelegationForm(UIForm):
+    """A person lets a service account act on their behalf (their subject token is shown once)."""
+
+    service_account = ServiceAccountChoiceField(
+        queryset=ServiceAccount.objects.none(),
+        empty_label="Choose a service account",
+        help_text="The agent that may call tools for you.",
+    )
+    tools = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Leave all unticked to allow every tool its policy allows; tick some to allow only those.",
+    )
+    expires_at = forms.DateTimeField(label="Expires at", required=False, widget=ExpiryInput(), help_text=EXPIRY_HELP)
+
+    def __init__(
+        self, *args: Any, service_accounts: QuerySet[ServiceAccount], tool_ids: Iterable[str], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["service_account"].queryset = service_accounts
+        self.fields["tools"].choices = [(tool_id, tool_id) for tool_id in tool_ids]
+
+
+class RedirectUrisForm(UIForm):
+    """Where a service account's consent redirects may return: one exact URL per line."""
+
+    redirect_uris = forms.CharField(
+        label="Consent redirect URIs",
+        required=False,
+        max_length=5500,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text="One per line, matched exactly: https, or http on 127.0.0.1 / localhost. At most 10.",
+    )
+
+    def clean_redirect_uris(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data["redirect_uris"].splitlines() if line.strip()]

@@ -30,7 +30,7 @@ from connections_app.oauth import (
     oauth_flow_start,
 )
 from connections_app.selectors import connection_get
-from connections_app.web.tenancy import tenant_member_required
+from connections_app.web.tenancy import tenant_member_required, visible_to
 from policies_app.errors import AppError
 
 MESSAGES = {
@@ -60,7 +60,9 @@ def oauth_start(request: HttpRequest, provider: str) -> HttpResponse:
         raise Http404
     reconnect = request.GET.get("reconnect", "")
     if reconnect:
-        connection = connection_get(tenant=request.tenant, connection_id=reconnect)
+        connection = connection_get(
+            tenant=request.tenant, connection_id=reconnect, visible_to_user_id=visible_to(request)
+        )
         if connection is None or connection.provider != row.name:
             raise Http404
     try:
@@ -70,6 +72,7 @@ def oauth_start(request: HttpRequest, provider: str) -> HttpResponse:
             tenant=request.tenant,
             redirect_uri=request.build_absolute_uri(reverse("web:oauth-callback")),
             reconnect=reconnect,
+            owner_id=request.user.pk if request.GET.get("personal") == "1" and not reconnect else None,
         )
     except CredentialError:
         return _oauth_error(request, "unreadable")
@@ -82,7 +85,7 @@ def oauth_start(request: HttpRequest, provider: str) -> HttpResponse:
 def oauth_callback(request: HttpRequest) -> HttpResponse:
     """Exchange the code for tokens and store them encrypted; anything unexpected is a 400 page."""
     flow = oauth_flow_pop(session=request.session, state=request.GET.get("state", ""))
-    if flow is None or flow.tenant_id != request.tenant.pk:
+    if flow is None or flow.tenant_id != request.tenant.pk or flow.owner_id not in (None, request.user.pk):
         return _oauth_error(request, "state")
     if request.GET.get("error") or not request.GET.get("code"):
         return _oauth_error(request, "access_denied")
@@ -97,7 +100,9 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
         return _oauth_error(request, "unreadable")
     now = timezone.now()
     if flow.reconnect:
-        connection = connection_get(tenant=request.tenant, connection_id=flow.reconnect)
+        connection = connection_get(
+            tenant=request.tenant, connection_id=flow.reconnect, visible_to_user_id=visible_to(request)
+        )
         if connection is None:
             return _oauth_error(request, "state")
         try:
@@ -115,6 +120,7 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
             now=now,
             refresh_window=_refresh_window(),
             created_by=request.user,
+            owner=request.user if flow.owner_id is not None else None,
         )
         messages.success(request, f"Connected {connection}.")
     return redirect("web:connection-list")

@@ -82,3 +82,8 @@ def tenant_member_required(view: Callable[..., HttpResponse]) -> Callable[..., H
             return render(request, "tenant/not_found.html", status=404)
 
     return login_required(wrapped)
+
+
+def visible_to(request: HttpRequest) -> int | None:
+    """Whose personal connections this user sees: an owner sees every row (None), a member only their own."""
+    return None if request.tenant_role == TenantMembership.Role.OWNER else request.user.pk

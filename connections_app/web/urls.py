@@ -3,7 +3,7 @@
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from connections_app.web import oauth, views
+from connections_app.web import delegations, oauth, views
 
 app_name = "web"
 
@@ -28,6 +28,15 @@ urlpatterns = [
         views.service_account_revoke_confirm,
         name="service-account-revoke",
     ),
+    path(
+        "service-accounts/<uuid:account_id>/redirect-uris/",
+        delegations.service_account_redirect_uris,
+        name="service-account-redirect-uris",
+    ),
+    path("delegations/", delegations.delegations, name="delegation-list"),
+    path("delegations/new/", delegations.delegation_new, name="delegation-new"),
+    path("delegations/consent", delegations.consent, name="delegation-consent"),
+    path("delegations/<uuid:delegation_id>/revoke/", delegations.delegation_revoke_confirm, name="delegation-revoke"),
     path("approvals/", views.approvals, name="approval-list"),
     path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
     path("approvals/webhook/", views.webhook, name="webhook"),

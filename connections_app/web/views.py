@@ -44,7 +44,7 @@ from connections_app.web.forms import (
     ServiceAccountForm,
     WebhookForm,
 )
-from connections_app.web.tenancy import tenant_member_required, tenant_switch
+from connections_app.web.tenancy import tenant_member_required, tenant_switch, visible_to
 from connections_app.webhooks import webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
 from policies_app.errors import AppError, add_app_error_to_form
@@ -55,6 +55,7 @@ from policies_app.selectors import (
     service_account_get,
     service_account_list,
     tenant_owner_may_decide,
+    tenant_subjects,
 )
 from policies_app.services import (
     approval_decide_as_tenant_owner,
@@ -66,7 +67,7 @@ from tools_app.selectors import invocation_list, tool_ids_known, tool_providers
 ACTIVITY_PAGE_SIZE = 50
 CHANGES_PAGE_SIZE = 50
 APPROVALS_PAGE_SIZE = 50
-NO_FILTERS = {"tool_id": "", "ok": None, "run_id": ""}
+NO_FILTERS = {"tool_id": "", "ok": None, "run_id": "", "subject_id": ""}
 
 
 class TenantLoginView(LoginView):
@@ -96,7 +97,7 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 @tenant_member_required
 @require_GET
 def connections(request: HttpRequest) -> HttpResponse:
-    rows = connection_list(tenant=request.tenant)
+    rows = connection_list(tenant=request.tenant, visible_to_user_id=visible_to(request))
     return render(
         request,
         "tenant/connection_list.html",
@@ -129,6 +130,7 @@ def connection_new(request: HttpRequest) -> HttpResponse:
                 expires_at=form.cleaned_data["expires_at"],
                 label=form.cleaned_data["label"],
                 created_by=request.user,
+                owner=request.user if form.cleaned_data["personal"] else None,
             )
         except AppError as error:
             add_app_error_to_form(form, error)
@@ -143,7 +145,9 @@ def connection_new(request: HttpRequest) -> HttpResponse:
 
 
 def _connection_or_404(request: HttpRequest, connection_id: object) -> Connection:
-    connection = connection_get(tenant=request.tenant, connection_id=connection_id)
+    connection = connection_get(
+        tenant=request.tenant, connection_id=connection_id, visible_to_user_id=visible_to(request)
+    )
     if connection is None:
         raise Http404("no such connection")
     return connection
@@ -215,7 +219,9 @@ def grant_new(request: HttpRequest) -> HttpResponse:
     form = GrantForm(
         request.POST or None,
         service_accounts=service_account_list(tenant_id=request.tenant.pk, include_revoked=False),
-        connections=connection_list(tenant=request.tenant, include_revoked=False),
+        connections=connection_list(
+            tenant=request.tenant, include_revoked=False, visible_to_user_id=visible_to(request)
+        ),
     )
     if request.method == "POST" and form.is_valid():
         try:
@@ -427,11 +433,15 @@ def _account_details(account: ServiceAccount) -> list[tuple[str, str]]:
 @require_GET
 def activity(request: HttpRequest) -> HttpResponse:
     """The tenant's finished calls, filtered and paginated, over a chart of the last 14 days."""
-    form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known())
+    people = tenant_subjects(tenant_id=request.tenant.pk)
+    form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known(), people=people)
     filters = form.filters() if request.GET else NO_FILTERS
     page = Paginator(invocation_list(tenant_id=request.tenant.pk, **filters), ACTIVITY_PAGE_SIZE).get_page(
         request.GET.get("page")
     )
+    names = dict(people)
+    for call in page.object_list:
+        call.person = names.get(call.subject_id, call.subject_id)  # a former member: their id
     days = chart_days(today=timezone.localdate())
     counts = activity_per_day(tenant_id=request.tenant.pk, since=days[0], **filters)
     return render(

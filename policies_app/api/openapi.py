@@ -38,3 +38,15 @@ RESPONSE_HEADERS = [
         description="Seconds to wait before retrying.",
     ),
 ]
+
+SUBJECT_HEADER = OpenApiParameter(
+    "X-Toolgate-Subject",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "A person's subject token (`tgs_...`): the call is made on their behalf. It needs their active "
+        "delegation to this service account and their permission for the tool, else `authz_denied` (403). "
+        "Absent: the call is the service account's own."
+    ),
+)

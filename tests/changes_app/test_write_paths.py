@@ -206,7 +206,13 @@ def test_admin_service_account_create_edit_revoke(admin_client, admin_actor, acm
         admin_actor,
         acme.pk,
     )
-    assert created["after"] == {"tenant": acme.pk, "name": "agent", "scopes": ["tools:exec"], "revoked_at": None}
+    assert created["after"] == {
+        "tenant": acme.pk,
+        "name": "agent",
+        "scopes": ["tools:exec"],
+        "revoked_at": None,
+        "consent_redirect_uris": [],
+    }
     assert (edited["action"], edited["before"], edited["after"]) == (
         "service_account.update",
         {"name": "agent", "scopes": ["tools:exec"]},
@@ -308,6 +314,7 @@ def test_ui_connection_create_and_revoke(acme):
         acme.pk,
     )
     assert created["after"] == {
+        "owner": None,
         "provider": "github",
         "credential_type": "api_key",
         "label": "bot",

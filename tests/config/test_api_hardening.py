@@ -524,7 +524,8 @@ def test_pagination_parameters_are_refused_rather_than_defaulted(url, query, pat
         ),
         (
             "/api/v1/invocations?limt=2",
-            "unknown query parameter (did you mean 'limit'?); this operation takes: run_id, tool_id, ok, limit, offset",
+            "unknown query parameter (did you mean 'limit'?); "
+            "this operation takes: run_id, tool_id, ok, subject_id, limit, offset",
         ),
         ("/api/v1/connections?page=2", "unknown query parameter; this operation takes: limit, offset"),
         ("/api/v1/grants?page=2", "unknown query parameter; this operation takes: limit, offset"),

@@ -19,7 +19,7 @@ import yaml
 from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import positive_data_acceptance, response_schema_conformance
@@ -48,6 +48,7 @@ def test_schema_generates_and_validates_without_warnings(tmp_path):
         "/api/v1/connections",
         "/api/v1/connections/{connection_id}",
         "/api/v1/connections/{connection_id}/revoke",
+        "/api/v1/delegations/token",
         "/api/v1/grants",
         "/api/v1/grants/{grant_id}",
         "/api/v1/grants/{grant_id}/revoke",
@@ -165,13 +166,15 @@ def wsgi_inside_the_test_transaction():
 
 
 # A schema cannot list what exists in a tenant (a provider some tool needs, a service account,
-# a connection) nor say "in the future"; nor does it spell out a model's assistant turn, whose
-# shape its vendor's API defines per `format`. The contract answers those 422 with `errors`
-# naming the field; any other refusal of schema-valid data is still a failure.
+# a connection, a consent code waiting to be exchanged) nor say "in the future"; nor does it
+# spell out a model's assistant turn, whose shape its vendor's API defines per `format`. The
+# contract answers those 422 with `errors` naming the field; any other refusal of schema-valid
+# data is still a failure.
 UNKNOWN_REFERENCES = {
     "POST /api/v1/connections": re.compile(r"provider|expires_at"),
     "POST /api/v1/grants": re.compile(r"service_account|connection_ids\.[0-9]+"),
     "POST /api/v1/tools/calls": re.compile(r"message(\..+)?"),
+    "POST /api/v1/delegations/token": re.compile(r"code"),
 }
 
 
@@ -213,6 +216,9 @@ def test_api_conforms_to_its_schema(label, mode, bearer, wsgi_inside_the_test_tr
     )
     @given(case=operation.as_strategy(generation_mode=mode))
     def call_and_check(case):
+        # A query parameter whose value is an empty list is not sent at all (a URL cannot carry it):
+        # as a "negative" case it is the valid request without it, so it proves nothing either way.
+        assume(not any(value == [] for value in (case.query or {}).values()))
         # Every check schemathesis has: no 5xx, bodies, statuses, headers and content types as
         # documented, schema-valid data accepted and schema-violating data refused (issue 9: the
         # API coerced 1 to "1" and ?offset=null to 0), the key required.

@@ -171,6 +171,7 @@ def test_change_page_is_read_only_metadata_without_the_envelope(admin_client, ac
         "provider",
         "credential_type",
         "label",
+        "owner",
         "status",
         "scopes_display",
         "expires_at",

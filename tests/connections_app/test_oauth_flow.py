@@ -15,7 +15,7 @@ from django.test import Client
 
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.services import connection_credentials_open
-from tests.factories import MembershipFactory, TenantFactory, UserFactory
+from tests.factories import ConnectionFactory, MembershipFactory, TenantFactory, UserFactory
 from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
 
 pytestmark = pytest.mark.django_db
@@ -209,3 +209,28 @@ def test_the_connections_page_offers_oauth_and_a_reconnect_button(provider, memb
     assert "Reconnect" not in page_before
     assert f'href="{START}?reconnect={connection.pk}"' in page
     assert "Needs re-authorisation" in page
+
+
+def test_a_personal_oauth_connection_belongs_to_who_connected_it(provider, member):
+    client, membership = member
+
+    start = client.get(START, {"personal": "1"})
+    answer = httpx.get(start["Location"], follow_redirects=False)
+    callback = parse_qs(urlsplit(answer.headers["location"]).query)
+    response = client.get(CALLBACK, {"code": callback["code"][0], "state": callback["state"][0]})
+
+    assert response.status_code == 302
+    assert Connection.objects.get().owner == membership.user
+
+
+def test_a_member_cannot_reconnect_someone_elses_personal_connection(provider, member):
+    client, membership = member
+    membership.role = "member"
+    membership.save()
+    bob = MembershipFactory(tenant=membership.tenant, user=UserFactory(username="bob"), role="member").user
+    theirs = ConnectionFactory(tenant=membership.tenant, owner=bob)
+
+    response = client.get(START, {"reconnect": str(theirs.pk)})
+
+    assert response.status_code == 404
+    assert provider.code_calls == 0

@@ -68,14 +68,14 @@ def test_off_by_default_the_runner_has_no_tracer():
     assert tracing.tracing_provider() is None
     assert tracing.tracing_configure() is None  # this test process sets no OTEL_* variable
     stages = chain_of(runtime().runner)
-    assert len(stages) == 16
+    assert len(stages) == 17
     assert not any(isinstance(stage.inner, TracedStage) for stage in stages)
     runtime.cache_clear()
 
 
 def test_on_every_stage_is_traced(spans):
     stages = chain_of(runtime().runner)
-    assert len(stages) == 16
+    assert len(stages) == 17
     assert all(isinstance(stage.inner, TracedStage) for stage in stages)
 
 
@@ -115,6 +115,7 @@ def test_a_github_call_is_one_trace_from_request_to_upstream(spans, github, tena
         "budget",
         "idempotency",
         "connectiongate",
+        "authorization",
         "policy",
         "lookup",
         "fairness",
@@ -153,7 +154,7 @@ def test_a_refused_call_records_its_error_code_on_the_stages_it_reached(spans, t
         for span in spans.get_finished_spans()
         if span.name.startswith("toolgate.stage")
     }
-    assert set(stages) == {"audit", "freshness", "fairness", "lookup", "policy", "connectiongate"}
+    assert set(stages) == {"audit", "freshness", "fairness", "lookup", "policy", "authorization", "connectiongate"}
     assert stages["audit"].attributes["toolgate.error_code"] == "validation"
     assert stages["audit"].status.is_ok  # a refusal is not an error of the service
 

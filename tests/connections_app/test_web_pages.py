@@ -171,7 +171,8 @@ BASE_QUERIES = 3
         ("web:connection-list", 2),  # connections with creator and revoker joined; the OAuth providers
         ("web:grant-list", 2),  # grants joined to accounts and users, connections prefetched
         ("web:service-account-list", 1),
-        ("web:activity", 4),  # tool ids, count, page of rows, the chart's aggregate
+        ("web:activity", 5),  # the tenant's people (the person filter), tool ids, count, page of rows, the chart
+        ("web:delegation-list", 1),  # delegations joined to accounts and people
     ],
 )
 def test_list_pages_cost_a_fixed_number_of_queries(acme, member, django_assert_num_queries, name, own_queries):

@@ -244,8 +244,9 @@ def grant(
     actor_id: str = ACTOR,
     expires_at: datetime | None = None,
     revoked: bool = False,
+    personal_for: dict[str, str] | None = None,
 ) -> GrantView:
-    return GrantView(grant_id, tenant_id, actor_id, frozenset(connection_ids), expires_at, revoked)
+    return GrantView(grant_id, tenant_id, actor_id, frozenset(connection_ids), expires_at, revoked, personal_for or {})
 
 
 __all__ = ["ErrorCode"]

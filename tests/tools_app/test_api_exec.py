@@ -442,8 +442,7 @@ def test_granted_but_revoked_connection_answers_409_connection_unavailable(githu
     response = exec_call(
         key,
         tool_id="github__get_user",
-        connection_id=connection_id,
-        connection_ids=[],  # empty declares nothing: the default [connection_id] applies
+        connection_id=connection_id,  # no connection_ids: the default [connection_id] applies
         grant_id=str(grant.pk),
         tool_call_id="c1",
     )
@@ -451,6 +450,29 @@ def test_granted_but_revoked_connection_answers_409_connection_unavailable(githu
     assert response.status_code == 409
     assert response.json()["error_code"] == "connection_unavailable"
     assert response.json()["safe_message"] == "connection has been revoked"
+
+
+def test_an_explicit_empty_connection_ids_declares_no_connection_so_a_named_one_is_refused(github_caller):
+    # given a granted, usable connection
+    account, key = github_caller
+    connection = ConnectionFactory(tenant=account.tenant)
+    grant = GrantFactory(service_account=account, connections=[connection])
+
+    # when the call declares no connection for its run but names one
+    response = exec_call(
+        key,
+        tool_id="github__get_user",
+        connection_id=str(connection.pk),
+        connection_ids=[],
+        grant_id=str(grant.pk),
+        tool_call_id="c1",
+    )
+
+    # then grant ∩ declared is empty: refused before the broker ever touched the connection
+    assert (response.status_code, response.json()["error_code"]) == (403, "policy_denied")
+    assert response.json()["safe_message"] == NOT_GRANTED
+    connection.refresh_from_db()
+    assert connection.last_used_at is None
 
 
 def test_connection_tool_without_a_connection_answers_422(github_caller):
@@ -580,6 +602,7 @@ def test_contract_statuses_of_the_table():
         "output_invalid": 500,
         "redaction_failed": 500,
         "result_too_large": 502,
+        "authz_denied": 403,
         "unavailable_dependency": 503,
     }
 

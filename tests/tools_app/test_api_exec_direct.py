@@ -17,7 +17,8 @@ from django.test import Client
 
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
-from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from policies_app.services import delegation_create, delegation_revoke
+from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.api import enable_tools
 from tools_app.api import direct, views
 from tools_app.models import Tool, ToolInvocation
@@ -110,6 +111,9 @@ DIRECT_CASES = {
     "tool switched off": (call("core__wait", args={"ms": 1}), {}),
     "args against the tool's schema": (call(args={"timezone": 5}), {}),
     "connection for a tool that takes none": (call(connection_id="c1", grant_id="g1"), {}),
+    "forged subject token": (call(), {"HTTP_X_TOOLGATE_SUBJECT": "tgs_forged"}),
+    "empty subject token": (call(), {"HTTP_X_TOOLGATE_SUBJECT": ""}),
+    "explicitly no connection declared": (call(connection_ids=[]), {}),
 }
 
 # Left to DRF: nothing runs on the direct path; DRF refuses them in its words, or (two) accepts them.
@@ -202,3 +206,18 @@ def test_an_error_inside_the_call_is_answered_by_the_api_handler_not_retried_by_
     assert len(calls) == 1
     assert response.status_code == 500
     assert response.json() == {"error_code": "internal", "safe_message": "internal error"}
+
+
+def test_a_call_on_a_persons_behalf_is_authorized_on_the_direct_path_too(keys, served_by):
+    account = ServiceAccount.objects.get(name="agent")
+    person = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice")).user
+    delegation, token = delegation_create(tenant=account.tenant, user=person, service_account=account)
+
+    allowed = send(call()(1), **bearer(keys["exec"]), HTTP_X_TOOLGATE_SUBJECT=token)
+    delegation_revoke(delegation=delegation)
+    refused = send(call()(2), **bearer(keys["exec"]), HTTP_X_TOOLGATE_SUBJECT=token)
+
+    assert served_by == ["direct", "direct"]
+    assert allowed.status_code == 200
+    assert ToolInvocation.objects.get(tool_call_id="call_1").subject_id == f"user:{person.pk}"
+    assert (refused.status_code, refused.json()["error_code"]) == (403, "authz_denied")

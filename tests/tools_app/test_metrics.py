@@ -33,6 +33,7 @@ STAGES = (
     "fairness",
     "lookup",
     "policy",
+    "authorization",
     "connectiongate",
     "idempotency",
     "budget",

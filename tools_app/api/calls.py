@@ -13,9 +13,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from policies_app.api.parser import validated_body
-from policies_app.authentication import request_caller
+from policies_app.authentication import request_caller, request_subject_token
 from runner.wire.turns import MAX_CALLS_PER_TURN, WireFormat
 from tools_app.api.serializers import (
     ERROR_CODES,
@@ -54,7 +54,7 @@ class CallsInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
         max_length=MAX_CONNECTION_IDS,
         required=False,
         allow_null=True,
-        help_text="The connections the caller declares for its run; defaults to [connection_id].",
+        help_text="The connections the caller declares for its run; absent means [connection_id]; [] declares none.",
     )
     grant_id = _reference_field(
         required=False, allow_null=True, help_text="The execution grant; required with a connection_id."
@@ -138,7 +138,7 @@ class ToolCallsView(ToolsApiView):
                 "`validation`: the body, or `message` as a turn of its format (ids, names, number of calls)."
             ),
         },
-        parameters=RESPONSE_HEADERS,
+        parameters=[SUBJECT_HEADER, *RESPONSE_HEADERS],
         examples=[CALLS_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
@@ -148,8 +148,13 @@ class ToolCallsView(ToolsApiView):
             message=data["message"],
             run_id=data.get("run_id"),
             connection_id=data.get("connection_id"),
-            connection_ids=data.get("connection_ids") or None,
+            connection_ids=data.get("connection_ids"),
             grant_id=data.get("grant_id"),
         )
-        outcome = tool_calls_run(runner=self.runtime().runner, caller=request_caller(request), request=calls_request)
+        outcome = tool_calls_run(
+            runner=self.runtime().runner,
+            caller=request_caller(request),
+            request=calls_request,
+            subject_token=request_subject_token(request),
+        )
         return Response(CallsOutputSerializer({"results": outcome.results, "calls": outcome.calls}).data)

@@ -30,7 +30,7 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 
 from policies_app.api.parser import MAX_BODY_BYTES, declared_length
-from policies_app.authentication import ToolsExecScope, bearer_caller, caller_signed_in
+from policies_app.authentication import ToolsExecScope, bearer_caller, caller_signed_in, request_subject_token
 from policies_app.errors import AppError
 from policies_app.selectors import Caller
 from runner.pipeline import ToolRunner
@@ -71,7 +71,12 @@ def exec_directly(view: ExecView, request: HttpRequest) -> Response | None:
     caller, fields = plain
     request.user = caller_signed_in(caller)  # what DRF's authentication would have set
     try:
-        result = tool_exec(runner=view.exec_runner(), caller=caller, request=ExecRequest.of(fields))
+        result = tool_exec(
+            runner=view.exec_runner(),
+            caller=caller,
+            request=ExecRequest.of(fields),
+            subject_token=request_subject_token(request),  # a call on a person's behalf, like DRF's path
+        )
         if result.ok:
             response = Response(ExecSuccessOutputSerializer(result).data)
         else:

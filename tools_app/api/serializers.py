@@ -75,7 +75,7 @@ class GrantWithConnectionRule:
 
 
 class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
-    """`POST /api/v1/tools/exec`. An empty `connection_ids` declares nothing, so it means the default."""
+    """`POST /api/v1/tools/exec`. Absent `connection_ids` means `[connection_id]`; `[]` declares no connection."""
 
     tool_id = StrictCharField(max_length=128, trim_whitespace=False, help_text="The tool to run.")
     args = JSONObjectField(
@@ -89,7 +89,10 @@ class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
         max_length=MAX_CONNECTION_IDS,
         required=False,
         allow_null=True,
-        help_text="The connections the caller declares for its run; defaults to [connection_id].",
+        help_text=(
+            "The connections the caller declares for its run; absent (or null) means [connection_id]; "
+            "[] declares none, so a call naming a connection is refused (policy_denied)."
+        ),
     )
     grant_id = _reference_field(
         required=False, allow_null=True, help_text="The execution grant; required with a connection_id."
@@ -319,6 +322,12 @@ class InvocationListQuerySerializer(PageQuerySerializer):
     ok = serializers.ChoiceField(
         choices=["true", "false"], required=False, error_messages={"invalid_choice": "must be true or false"}
     )
+    subject_id = StrictCharField(
+        required=False,
+        max_length=64,
+        trim_whitespace=False,
+        help_text="Only the calls made on behalf of this person (`user:<id>`).",
+    )
 
 
 class BlankAsNullCharField(serializers.CharField):
@@ -341,6 +350,10 @@ class InvocationOutputSerializer(PrototypeFieldsSerializer):
     tool_id = serializers.CharField()
     service_account = serializers.CharField(source="service_account.name", allow_null=True)
     connection_id = BlankAsNullCharField(allow_null=True)
+    subject_id = BlankAsNullCharField(
+        allow_null=True,
+        help_text="The person the call was made for (`user:<id>`, from their subject token); null: no one.",
+    )
     decision = serializers.ChoiceField(choices=[decision.value for decision in Decision])
     ok = serializers.BooleanField()
     error_code = serializers.ChoiceField(choices=ERROR_CODES, allow_null=True)

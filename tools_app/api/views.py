@@ -24,10 +24,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from policies_app.api.pagination import StrictLimitOffsetPagination
 from policies_app.api.parser import validated_body
-from policies_app.authentication import ToolsExecScope, request_caller
+from policies_app.authentication import ToolsExecScope, request_caller, request_subject_token
 from policies_app.selectors import approval_for_caller
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
@@ -89,7 +89,9 @@ EXEC_RESPONSES = {
         "`invalid_json`: the body is not a JSON object (or is malformed, too deep, has duplicate keys)."
     ),
     403: error_response(
-        "`forbidden` (scope) or `policy_denied`; a refused call also carries tool_call_id, tool_id and ok=false."
+        "`forbidden` (scope), `policy_denied`, or `authz_denied` (a call on behalf of a person, "
+        "`X-Toolgate-Subject`, without their active delegation or permission); a refused call also carries "
+        "tool_call_id, tool_id and ok=false."
     ),
     404: _refused("`unavailable`: no such tool."),
     409: _refused("`idempotency_conflict` or `connection_unavailable`."),
@@ -100,6 +102,22 @@ EXEC_RESPONSES = {
     500: error_response("`internal`, `output_invalid` or `redaction_failed`."),
     502: _refused("`execution`, `auth_refresh_failed` or `result_too_large`."),
     504: _refused("`timeout`: the tool ran past its runtime budget."),
+}
+CATALOG_SUBJECT_HEADER = OpenApiParameter(
+    "X-Toolgate-Subject",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "A person's subject token: only the tools this caller may run on their behalf (the delegation's "
+        "tool subset narrows the list); a token that cannot be used answers `authz_denied` (403)."
+    ),
+)
+SUBJECT_REFUSED_RESPONSE = {
+    403: error_response(
+        "`forbidden` (scope), or `authz_denied`: the X-Toolgate-Subject token cannot be used by this caller "
+        "(forged, revoked, expired or another caller's; one message for all)."
+    )
 }
 TOOL_CALL_ID = OpenApiParameter(
     "tool_call_id",
@@ -157,12 +175,17 @@ class ToolExecView(ToolsApiView):
         summary="Execute a tool call",
         request=ExecInputSerializer,
         responses=EXEC_RESPONSES,
-        parameters=RESPONSE_HEADERS,
+        parameters=[SUBJECT_HEADER, *RESPONSE_HEADERS],
         examples=[EXEC_EXAMPLE],
     )
     def post(self, request: Request) -> Response:
         exec_request = ExecRequest.of(validated_body(request, ExecInputSerializer))
-        result = tool_exec(runner=self.exec_runner(), caller=request_caller(request), request=exec_request)
+        result = tool_exec(
+            runner=self.exec_runner(),
+            caller=request_caller(request),
+            request=exec_request,
+            subject_token=request_subject_token(request),
+        )
         if result.ok:
             return Response(ExecSuccessOutputSerializer(result).data)
         raise exec_failed(result)
@@ -174,8 +197,8 @@ class ToolCatalogView(ToolsApiView):
     @extend_schema(
         operation_id="tools_list",
         summary="The tools this caller may run now",
-        parameters=[ToolCatalogQuerySerializer, *RESPONSE_HEADERS],
-        responses={200: ToolCatalogOutputSerializer, **COMMON_ERRORS, **QUERY_ERRORS},
+        parameters=[ToolCatalogQuerySerializer, CATALOG_SUBJECT_HEADER, *RESPONSE_HEADERS],
+        responses={200: ToolCatalogOutputSerializer, **COMMON_ERRORS, **QUERY_ERRORS, **SUBJECT_REFUSED_RESPONSE},
     )
     def get(self, request: Request) -> Response:
         query = ToolCatalogQuerySerializer(data=request.query_params)
@@ -186,6 +209,7 @@ class ToolCatalogView(ToolsApiView):
             policy=runtime.policy,
             caller=request_caller(request),
             tags=query.validated_data.get("tags", ()),
+            subject_token=request_subject_token(request),
         )
         encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
         body: dict[str, Any] = {"tools": encoder(specs) if encoder else [spec.public_dict() for spec in specs]}
@@ -200,16 +224,22 @@ class ToolDetailView(ToolsApiView):
     @extend_schema(
         operation_id="tools_retrieve",
         summary="One tool of this caller's catalog",
-        parameters=RESPONSE_HEADERS,
+        parameters=[CATALOG_SUBJECT_HEADER, *RESPONSE_HEADERS],
         responses={
             200: ToolSpecOutputSerializer,
             **COMMON_ERRORS,
+            **SUBJECT_REFUSED_RESPONSE,
             404: error_response("`unavailable`: no such tool in this caller's catalog."),
         },
     )
     def get(self, request: Request, tool_id: str) -> Response:
         runtime = self.runtime()
-        specs = tool_catalog(source=runtime.source, policy=runtime.policy, caller=request_caller(request))
+        specs = tool_catalog(
+            source=runtime.source,
+            policy=runtime.policy,
+            caller=request_caller(request),
+            subject_token=request_subject_token(request),
+        )
         spec = next((spec for spec in specs if spec.name == tool_id), None)
         if spec is None:
             raise NotFound("no such tool", code=ErrorCode.UNAVAILABLE.value)
@@ -236,6 +266,7 @@ class InvocationListView(ToolsApiView):
             run_id=filters.get("run_id", ""),
             tool_id=filters.get("tool_id", ""),
             ok=None if "ok" not in filters else filters["ok"] == "true",
+            subject_id=filters.get("subject_id", ""),
         )
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(rows, request, view=self)

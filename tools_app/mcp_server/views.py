@@ -61,6 +61,8 @@ META_FIELDS: Mapping[str, str] = {
     f"{META_PREFIX}grant_id": "grant_id",
     f"{META_PREFIX}connection_ids": "connection_ids",
 }
+# The person a call is made for: their subject token, beside the caller's key (never in `arguments`).
+SUBJECT_META_KEY = f"{META_PREFIX}subject"
 MCP_PATH_OF_FIELD: Mapping[str, str] = {
     "tool_id": "name",
     "args": "arguments",
@@ -201,7 +203,13 @@ class CallerBackend:
         if isinstance(request, ToolExecResult):
             return request
         visible = any(spec.name == name for spec in self.list_tools())
-        result = tool_exec(runner=self._runtime.runner, caller=self._caller, request=request)
+        subject = meta.get(SUBJECT_META_KEY)
+        result = tool_exec(
+            runner=self._runtime.runner,
+            caller=self._caller,
+            request=request,
+            subject_token=None if subject is None else subject if isinstance(subject, str) else "",
+        )
         if not visible and not result.ok and result.error_code in HIDDEN_REFUSALS:
             return None
         return result
@@ -212,7 +220,7 @@ def _exec_request(name: str, arguments: dict[str, Any], meta: Mapping[str, Any])
     out_of_band = {field: meta[key] for key, field in META_FIELDS.items() if key in meta}
     serializer = ExecInputSerializer(data={"tool_id": name, "args": arguments, **out_of_band})
     errors = [] if serializer.is_valid() else _field_errors(serializer.errors, "")
-    if any(key not in META_FIELDS for key in meta):  # a typo must not silently drop an id
+    if any(key not in META_FIELDS and key != SUBJECT_META_KEY for key in meta):  # a typo must not drop an id
         errors.append(FieldError(path="_meta", message=f"unknown {META_PREFIX} key"))
     if errors:
         tool_call_id = out_of_band.get("tool_call_id")
