@@ -30,6 +30,7 @@ from connections_app.services import (
     grant_create,
     grant_revoke,
 )
+from policies_app import governance
 from policies_app.errors import AppError
 from policies_app.governance import governance_cache
 from runner.errors import BrokerError
@@ -332,9 +333,10 @@ def test_last_used_at_is_written_at_most_once_a_minute(github, call_tool, connec
     ],
 )
 def test_a_warm_exec_with_a_connection_reads_only_the_connection(
-    github, call_tool, connection, grant, *, body, expected
+    github, call_tool, connection, grant, monkeypatch, *, body, expected
 ):
-    # given caches warm and last_used_at written by a first call
+    # given caches warm, last_used_at written by a first call, and no staleness re-read due during the test
+    monkeypatch.setattr(governance, "MAX_STALENESS_S", 3600.0)
     github.route("GET", "/user", json=USER)
     governance_cache.clear()
     assert call_tool(connection, grant, tool_call_id="w0").status_code == 200
