@@ -22,8 +22,8 @@ from connections_app.credentials import MANUAL_TYPES, SHAPES, CredentialsInvalid
 from connections_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from policies_app.errors import AppError
-from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount, Tenant, TenantMembership
+from policies_app.services import revoke_once
 from runner.bound import UNKNOWN_FIELD
 from tools_app.selectors import tool_providers
 
@@ -350,13 +350,4 @@ def grant_create(
 @transaction.atomic
 def grant_revoke(*, grant: ExecutionGrant, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; its connections stop being usable by the account on the next call. False if already revoked."""
-    updated = ExecutionGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_by=revoked_by
-    )
-    grant.refresh_from_db()
-    if updated:
-        governance_bump()  # processes serve grants from memory; a queryset update sends no signal
-        change_record(
-            action="grant.revoke", obj=grant, before={"revoked_at": None}, after={"revoked_at": grant.revoked_at}
-        )
-    return bool(updated)
+    return revoke_once(row=grant, action="grant.revoke", revoked_by=revoked_by)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Model, Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
@@ -114,18 +114,26 @@ def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
 @transaction.atomic
 def service_account_revoke(*, account: ServiceAccount, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; the key stops working on the next call. False if it was already revoked."""
-    updated = ServiceAccount.objects.filter(pk=account.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_by=revoked_by
+    return revoke_once(row=account, action="service_account.revoke", revoked_by=revoked_by)
+
+
+def revoke_once(*, row: Model, action: str, revoked_by: AbstractBaseUser | None) -> bool:
+    """Revoke a governance row (revoked_at, revoked_by) once; False if it already was.
+
+    One conditional UPDATE decides between concurrent revocations. Processes
+    serve these rows from memory and a queryset update sends no save signal, so
+    the governance generation is bumped here; the change log remembers who.
+    Call it inside the revoking service's transaction.
+    """
+    updated = (
+        type(row)
+        ._default_manager.filter(pk=row.pk, revoked_at__isnull=True)
+        .update(revoked_at=timezone.now(), revoked_by=revoked_by)
     )
-    account.refresh_from_db()
+    row.refresh_from_db()
     if updated:
-        governance_bump()  # a queryset update sends no signal
-        change_record(
-            action="service_account.revoke",
-            obj=account,
-            before={"revoked_at": None},
-            after={"revoked_at": account.revoked_at},
-        )
+        governance_bump()
+        change_record(action=action, obj=row, before={"revoked_at": None}, after={"revoked_at": row.revoked_at})
     return bool(updated)
 
 
@@ -496,19 +504,7 @@ def delegation_issue_token(*, delegation: Delegation) -> str:
 @transaction.atomic
 def delegation_revoke(*, delegation: Delegation, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; its token is refused from the next call on. False if it was already revoked."""
-    updated = Delegation.objects.filter(pk=delegation.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_by=revoked_by
-    )
-    delegation.refresh_from_db()
-    if updated:
-        governance_bump()  # processes serve delegations from memory; a queryset update sends no signal
-        change_record(
-            action="delegation.revoke",
-            obj=delegation,
-            before={"revoked_at": None},
-            after={"revoked_at": delegation.revoked_at},
-        )
-    return bool(updated)
+    return revoke_once(row=delegation, action="delegation.revoke", revoked_by=revoked_by)
 
 
 def redirect_uri_problem(uri: str) -> str | None:
