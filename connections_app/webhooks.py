@@ -10,7 +10,7 @@ Signature: header `Toolgate-Signature: t=<unix seconds>,v1=<hex>`, where hex is
 HMAC-SHA256 of `<t>.<raw body>` under the webhook's secret. Receivers check it
 in constant time and refuse old timestamps.
 
-The URL must be http(s) and public: loopback and private addresses are refused
+The URL must be http(s) and globally routable: loopback, private and other special-purpose addresses are refused
 when it is set and again at every delivery (the host is resolved, checked, and
 the request goes to the checked address), unless
 TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS is true.
@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,13 +38,7 @@ from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import TenantWebhook, WebhookDelivery
 from policies_app.errors import AppError
 from policies_app.models import ApprovalRequest, Tenant
-from tools_app.upstream.netguard import (
-    UpstreamAddressRefused,
-    check_addresses,
-    check_url_now,
-    literal_address,
-    parse_endpoint,
-)
+from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now, parse_endpoint, resolve_checked_now
 
 SIGNATURE_HEADER = "Toolgate-Signature"
 DELIVERY_TIMEOUT_S = 10.0
@@ -187,19 +180,8 @@ def _finish(delivery: WebhookDelivery, status: str, detail: str) -> DeliveryOutc
 def _post(url: str, body: bytes, *, secret: str, event: str, delivery_id: str) -> int:
     """POST to the address checked now (never one a second DNS answer could swap in)."""
     endpoint = parse_endpoint(url)
-    allow_private = settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS
     try:
-        literal = literal_address(endpoint.host)
-        if literal is not None:
-            address = check_addresses([literal], allow_private=allow_private)
-        else:
-            try:
-                infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
-            except (OSError, UnicodeError):
-                raise UpstreamAddressRefused("the host does not resolve") from None
-            address = check_addresses(
-                list(dict.fromkeys(str(info[4][0]) for info in infos)), allow_private=allow_private
-            )
+        address = resolve_checked_now(endpoint, allow_private=settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS)
     except UpstreamAddressRefused as refused:
         raise AppError(f"webhook URL refused: {refused}") from None
     parts = urlsplit(url)

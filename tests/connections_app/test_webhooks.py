@@ -123,15 +123,25 @@ def test_a_decision_is_announced_too(asked, receiver, django_capture_on_commit_c
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:9/hooks", "http://10.1.2.3/hooks", "http://[::1]/hooks", "ftp://example.com/x"],
+    [
+        "http://127.0.0.1:9/hooks",
+        "http://10.1.2.3/hooks",
+        "http://[::1]/hooks",
+        "http://100.100.100.200/latest/meta-data/",
+        "http://192.0.0.1/hooks",
+        "http://[2002:7f00:1::]/hooks",
+        "http://[::ffff:169.254.169.254]/hooks",
+        "ftp://example.com/x",
+    ],
 )
 def test_private_and_non_http_urls_are_refused_by_default(caller, url):
     account, _key = caller
 
-    with pytest.raises(AppError):
+    with pytest.raises(AppError) as refused:
         webhook_set(tenant=account.tenant, url=url, user=None)
 
     assert not TenantWebhook.objects.exists()
+    assert "TOOLGATE" not in refused.value.safe_message  # a tenant owner reads it: no operator settings
 
 
 def test_a_loopback_url_allowed_when_set_is_refused_at_delivery_once_the_setting_is_off(asked, receiver, settings):

@@ -1,8 +1,8 @@
 """Where an upstream MCP server may be, and connecting only to the address that was checked.
 
 A URL must be http(s) without user info. Its host is resolved once per
-connection; every address must be public unless
-TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS is true, and the connection then goes to
+connection; every address must be globally routable unless the caller allows
+private networks (a setting per use: upstream MCP servers, webhooks), and the connection then goes to
 that checked address (with the original Host header and TLS server name), so
 a DNS answer that changes between the check and the connect (rebinding) cannot
 point Toolgate at an internal service.
@@ -21,6 +21,9 @@ import httpx2
 # An upstream answer larger than this is cut off before it is parsed: the SDK caps only SSE events.
 MAX_UPSTREAM_RESPONSE_BYTES = 16 * 1024 * 1024
 AUTH_REJECTED_STATUSES = frozenset({401, 403})
+
+
+NOT_ALLOWED = "the URL points at an address that is not allowed (loopback, private, link-local or reserved)"
 
 
 class UpstreamAddressRefused(ValueError):
@@ -50,32 +53,55 @@ def parse_endpoint(url: str) -> Endpoint:
     return Endpoint(parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80))
 
 
+# Ranges refused although Python's tables (IANA's "globally reachable" column, as of
+# this Python) call some of their addresses global: the whole IETF protocol assignments
+# blocks (anycast services no MCP server or webhook lives on), the retired 6to4 relay
+# anycast, 6to4 and Teredo (their packets end at an IPv4 address we cannot check here)
+# and the IPv6 documentation prefix of 2024.
+_REFUSED_V4 = tuple(ipaddress.IPv4Network(network) for network in ("192.0.0.0/24", "192.88.99.0/24"))
+_REFUSED_V6 = tuple(ipaddress.IPv6Network(network) for network in ("2001::/23", "2002::/16", "3fff::/20"))
+# Only this block holds global unicast IPv6 today; everything else is reserved or special
+# (fec0::/10, 5f00::/16, 100::/8 and the like, which some Python versions call global).
+_GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
 def is_private_address(address: str) -> bool:
+    """True unless the address is globally routable unicast: the one guard for every outbound URL.
+
+    Refused: what is not global (loopback, private, shared 100.64/10, link-local,
+    documentation, benchmarking, reserved, ...), multicast, the ranges above, IPv6
+    outside 2000::/3, and IPv6 forms that carry a refused IPv4 address (mapped
+    ``::ffff:a.b.c.d``, NAT64 ``64:ff9b::a.b.c.d``; the deprecated compatible form
+    ``::a.b.c.d`` lies outside 2000::/3).
+    """
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return bool(
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-        or getattr(ip, "is_site_local", False)
-    )
+    if isinstance(ip, ipaddress.IPv4Address):
+        return not ip.is_global or ip.is_multicast or any(ip in network for network in _REFUSED_V4)
+    embedded = _embedded_ipv4(ip)
+    if embedded is not None:
+        return is_private_address(str(embedded))
+    return ip not in _GLOBAL_UNICAST_V6 or not ip.is_global or any(ip in network for network in _REFUSED_V6)
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+class HostDoesNotResolve(UpstreamAddressRefused):
+    """The host has no address now: refused when connecting, accepted when a URL is saved."""
 
 
 def check_addresses(addresses: list[str], *, allow_private: bool) -> str:
     """The address to connect to: the first, once every address passed the check."""
     if not addresses:
-        raise UpstreamAddressRefused("the host does not resolve")
-    if not allow_private:
-        for address in addresses:
-            if is_private_address(address):
-                raise UpstreamAddressRefused(
-                    "the URL points at a loopback, link-local or private address "
-                    "(set TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS=true to allow it)"
-                )
+        raise HostDoesNotResolve("the host does not resolve")
+    if not allow_private and any(is_private_address(address) for address in addresses):
+        raise UpstreamAddressRefused(NOT_ALLOWED)
     return addresses[0]
 
 
@@ -86,22 +112,29 @@ def literal_address(host: str) -> str | None:
         return None
 
 
-def check_url_now(url: str, *, allow_private: bool) -> None:
-    """Registration-time check: scheme, user info, and the addresses the host resolves to now.
-
-    A host that does not resolve yet is accepted here (discovery will say so);
-    the connect-time check is the one that counts.
-    """
-    endpoint = parse_endpoint(url)
+def resolve_checked_now(endpoint: Endpoint, *, allow_private: bool) -> str:
+    """Resolve once (blocking), check every address, return the one to connect to."""
     literal = literal_address(endpoint.host)
     if literal is not None:
-        check_addresses([literal], allow_private=allow_private)
-        return
+        return check_addresses([literal], allow_private=allow_private)
     try:
         infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
+        raise HostDoesNotResolve("the host does not resolve") from None
+    return check_addresses(_unique(str(info[4][0]) for info in infos), allow_private=allow_private)
+
+
+def check_url_now(url: str, *, allow_private: bool) -> None:
+    """Save-time check: scheme, user info, a literal address, and what the host resolves to now.
+
+    A literal address is judged here, when the URL is saved. A host that does not
+    resolve yet is accepted (discovery or delivery will say so); the connect-time
+    check is the one that counts.
+    """
+    try:
+        resolve_checked_now(parse_endpoint(url), allow_private=allow_private)
+    except HostDoesNotResolve:
         return
-    check_addresses(_unique(str(info[4][0]) for info in infos), allow_private=allow_private)
 
 
 async def resolve_checked(endpoint: Endpoint, *, allow_private: bool) -> str:
@@ -112,7 +145,7 @@ async def resolve_checked(endpoint: Endpoint, *, allow_private: bool) -> str:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        raise UpstreamAddressRefused("the host does not resolve") from None
+        raise HostDoesNotResolve("the host does not resolve") from None
     return check_addresses(_unique(str(info[4][0]) for info in infos), allow_private=allow_private)
 
 

@@ -80,6 +80,12 @@ class DiscoveryReport:
         return f"{self.slug}: ok ({self.protocol_version or 'unknown protocol'}): {counts}"
 
 
+# Operators (admin, commands) see how to allow an upstream on their own network; tenants never do.
+PRIVATE_NETWORKS_HINT = (
+    " (an operator may set TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS=true for upstreams on a private network)"
+)
+
+
 def allow_private_networks() -> bool:
     return bool(settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS)
 
@@ -100,7 +106,7 @@ def mcp_server_check(*, slug: str, url: str, provider: str, discover_seconds: in
     try:
         check_url_now(url, allow_private=allow_private_networks())
     except UpstreamAddressRefused as exc:
-        raise AppError(f"URL refused: {exc}") from None
+        raise AppError(f"URL refused: {exc}{PRIVATE_NETWORKS_HINT}") from None
     if provider and not PROVIDER_PATTERN.match(provider):
         raise AppError("the provider must be a simple name such as github or linear")
 
