@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from runner import strict_json
 from runner.errors import ToolgateError
 from runner.pipeline import new_tool_call_id
 from runner.types import ErrorCode, ToolExecResult, ToolInvocationRecord, ToolSpec
@@ -275,8 +276,8 @@ def _parse_arguments(arguments: str) -> dict[str, Any] | None:
     if not arguments.strip():
         return {}
     try:
-        parsed = json.loads(arguments)
-    except (ValueError, RecursionError):  # malformed, or nested deeper than the parser allows
+        parsed = strict_json.loads(arguments)
+    except strict_json.StrictJsonError:  # malformed, too deep, or what the body parser refuses too
         return None
     return parsed if isinstance(parsed, dict) else None
 

@@ -35,9 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner import strict_json
 from runner.types import ErrorCode, MalformedArgs, ToolExecResult, ToolInvocationRecord
 from runner.wire import anthropic, openai, openai_responses
-from runner.wire.openai import WireFormatError
+from runner.wire.openai import INVALID_ARGS_MESSAGE, WireFormatError
 
 MAX_CALLS_PER_TURN = 16
 MAX_ARGS_BYTES = 8 * 1024
@@ -116,6 +117,8 @@ def _call_args(record: ToolInvocationRecord) -> dict[str, Any] | MalformedArgs:
     if record.error_code is not None:
         return MalformedArgs(error_code=record.error_code, safe_message=record.safe_message or "")
     args = dict(record.args or {})
+    if not strict_json.strings_are_clean(args):  # decoded from a string, or handed over by Python code
+        return MalformedArgs(error_code=ErrorCode.INVALID_JSON, safe_message=INVALID_ARGS_MESSAGE)
     if len(json.dumps(args, separators=(",", ":"), ensure_ascii=False).encode()) > MAX_ARGS_BYTES:
         return MalformedArgs(error_code=ErrorCode.VALIDATION, safe_message=ARGS_TOO_LARGE_MESSAGE)
     return args

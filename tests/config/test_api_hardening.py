@@ -26,6 +26,7 @@ from policies_app.api import parser
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
+from runner import strict_json
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.api.serializers import ID_MESSAGE
 from tools_app.models import Tool, ToolInvocation
@@ -239,7 +240,7 @@ def test_parser_counts_the_bytes_read_when_the_length_header_lies():
     ],
 )
 def test_depth_scanner_follows_strings_and_escapes(text, too_deep):
-    assert parser.json_depth_exceeds(text, 32) is too_deep
+    assert strict_json.json_depth_exceeds(text, 32) is too_deep
 
 
 def test_parser_accepts_the_deepest_allowed_document_and_no_deeper():

@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
@@ -164,3 +166,41 @@ def test_results_answer_the_models_own_ids_in_each_format():
             ],
         }
     ]
+
+
+# --- arbitrary text in every format's arguments ---------------------------------------------------
+
+ANY_CHARACTER = st.characters(codec=None, categories=None)  # surrogates and NUL included
+
+
+def _decoded_args(wire_format: WireFormat, value: str, *, as_escaped_json: bool) -> dict[str, Any] | MalformedArgs:
+    arguments = json.dumps({"k": value}) if as_escaped_json else value  # json.dumps escapes surrogates as \\udxxx
+    if wire_format is WireFormat.OPENAI:
+        message: Any = _chat(_chat_call("call_1", "core__wait", arguments))
+    elif wire_format is WireFormat.OPENAI_RESPONSES:
+        message = [{"type": "function_call", "call_id": "call_1", "name": "core__wait", "arguments": arguments}]
+    else:  # Messages carries the input as an object: the value itself, whatever Python handed over
+        message = [{"type": "tool_use", "id": "call_1", "name": "core__wait", "input": {"k": value}}]
+    [call] = decode_turn(wire_format, message)
+    return call.args
+
+
+@settings(max_examples=300, deadline=None)
+@given(wire_format=st.sampled_from(list(WireFormat)), value=st.text(alphabet=ANY_CHARACTER), escaped=st.booleans())
+def test_every_decoder_answers_arguments_that_can_be_stored_or_refuses_them(wire_format, value, escaped):
+    """Whatever text a model sends, a call's args are refused or clean: UTF-8, no NUL (what audit rows can hold)."""
+    args = _decoded_args(wire_format, value, as_escaped_json=escaped)
+
+    if isinstance(args, MalformedArgs):
+        assert args.error_code in (ErrorCode.INVALID_JSON, ErrorCode.VALIDATION)
+    else:
+        encoded = json.dumps(args, ensure_ascii=False).encode("utf-8")
+        assert b"\x00" not in encoded
+
+
+@pytest.mark.parametrize("wire_format", list(WireFormat))
+@pytest.mark.parametrize("value", ["\ud800", "a\udfffb", "nul\x00"])
+def test_a_lone_surrogate_or_nul_in_arguments_is_refused_as_invalid_json(wire_format, value):
+    args = _decoded_args(wire_format, value, as_escaped_json=True)
+
+    assert args == MalformedArgs(error_code=ErrorCode.INVALID_JSON, safe_message="Invalid tool arguments JSON")

@@ -121,6 +121,45 @@ def test_responses_turn_maps_an_odd_call_id_and_answers_the_models_own(key):
     assert api_client(key).get(f"/api/v1/invocations/{mapped}").json()["ok"] is True
 
 
+ARGUMENTS_THE_BODY_PARSER_REFUSES = [
+    '{"timezone": "\\ud800"}',  # an escaped lone surrogate: UTF-8 cannot encode it
+    '{"timezone": "UTC\\u0000"}',  # an escaped NUL: PostgreSQL refuses it
+    '{"timezone": "UTC", "timezone": "Europe/Paris"}',  # a duplicate key
+    '{"timezone": NaN}',
+    "[" * 40 + "]" * 40,  # nested deeper than the parser allows
+]
+
+
+@pytest.mark.parametrize("wire_format", ["openai", "openai_responses"])
+@pytest.mark.parametrize("arguments", ARGUMENTS_THE_BODY_PARSER_REFUSES)
+def test_arguments_the_body_parser_would_refuse_answer_that_call_invalid_json_and_run_the_others(
+    key, wire_format, arguments
+):
+    # given a turn whose first call's arguments string holds JSON the API refuses in a body
+    calls = [("call_bad", arguments), ("call_good", '{"timezone": "UTC"}')]
+    if wire_format == "openai":
+        message = {"role": "assistant", "tool_calls": [chat_call(i, "core__get_current_time", a) for i, a in calls]}
+    else:
+        message = {
+            "output": [
+                {"type": "function_call", "call_id": i, "name": "core__get_current_time", "arguments": a}
+                for i, a in calls
+            ]
+        }
+
+    # when
+    response = run_turn(key, format=wire_format, message=message)
+
+    # then the bad call is refused on its own, the good one runs, and both are audited
+    assert response.status_code == 200
+    assert response.json()["calls"] == [
+        {"tool_call_id": "call_bad", "tool_id": "core__get_current_time", "ok": False, "error_code": "invalid_json"},
+        {"tool_call_id": "call_good", "tool_id": "core__get_current_time", "ok": True},
+    ]
+    audited = [(row.tool_call_id, row.error_code, row.executed) for row in ToolInvocation.objects.order_by("id")]
+    assert audited == [("call_bad", "invalid_json", False), ("call_good", "", True)]
+
+
 def test_anthropic_turn_answers_one_user_turn_with_is_error(key):
     content = [
         {"type": "text", "text": "Checking the time."},
