@@ -12,4 +12,5 @@ RUN useradd --create-home toolgate && mkdir -p var && chown toolgate var
 USER toolgate
 EXPOSE 8000
 # Serve behind a buffering reverse proxy (config/nginx.conf), never directly: README "Production".
+# gunicorn binds 127.0.0.1 by default; docker-compose.yml adds `--bind 0.0.0.0:8000` on the stack's network.
 CMD ["gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi"]

@@ -98,6 +98,7 @@ def main() -> None:
     env = dict(os.environ)
     _fresh_database(env["DATABASE_URL"])
     _manage(env, "migrate", "--noinput")
+    _manage(env, "collectstatic", "--noinput")  # DEBUG=False: the web server refuses to start without it
     _manage(env, "sync_tools")
     with _FakeGitHub() as github:
         env["TOOLGATE_GITHUB_API_URL"] = github.url

@@ -82,6 +82,7 @@ def prepare(env: dict[str, str]) -> list[str]:
     from tools_app.services import tool_set_enabled  # noqa: PLC0415
 
     call_command("migrate", verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)  # DEBUG=False needs the manifest
     call_command("sync_tools", stdout=io.StringIO())
     tool_set_enabled(tool_ids=[TOOL], enabled=True)
     tenant = tenant_create(slug=f"bench-{secrets.token_hex(4)}")

@@ -29,7 +29,9 @@ PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path
 )
 raw_env = [f"PROMETHEUS_MULTIPROC_DIR={PROMETHEUS_MULTIPROC_DIR}"]
 
-bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+# Loopback by default: a sync worker facing clients directly is frozen by a handful of slow-header
+# sockets. docker-compose binds the web service's network interface explicitly (only nginx reaches it).
+bind = f"127.0.0.1:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
 worker_class = "sync"
 

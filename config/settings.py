@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "tools_app",
     "policies_app",
     "connections_app",
+    "config.apps.ToolgateConfig",  # deployment checks (`manage.py check --deploy`)
 ]
 
 MIDDLEWARE = [
@@ -170,7 +171,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))  # where collectstatic writes
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {

@@ -10,9 +10,12 @@ ordered so that the application answers first.
 from __future__ import annotations
 
 import json
+import os
 import re
 import runpy
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,17 +141,25 @@ def test_nginx_proxies_to_the_web_service_on_its_port(server, compose):
 
 
 def web_command(source: str, compose: dict[str, Any]) -> list[str]:
+    """The gunicorn command line of the web process (in the Procfile, what follows collectstatic)."""
     if source == "compose":
         return shlex.split(compose["services"]["web"]["command"])
     lines = (ROOT / source).read_text().splitlines()
     if source == "Procfile":
-        return shlex.split(next(line.removeprefix("web:") for line in lines if line.startswith("web:")))
+        web = next(line.removeprefix("web:") for line in lines if line.startswith("web:"))
+        collect, gunicorn = web.split("&&")
+        assert shlex.split(collect) == ["python", "manage.py", "collectstatic", "--noinput", "--verbosity", "0"]
+        return shlex.split(gunicorn)
     return json.loads(next(line.removeprefix("CMD") for line in lines if line.startswith("CMD")))
 
 
-@pytest.mark.parametrize("source", ["compose", "Procfile", "Dockerfile"])
-def test_every_web_command_uses_the_gunicorn_configuration(compose, source):
-    assert web_command(source, compose) == ["gunicorn", "-c", GUNICORN_CONF, "config.wsgi"]
+@pytest.mark.parametrize(
+    ("source", "bind"),
+    [("compose", ["--bind", "0.0.0.0:8000"]), ("Procfile", []), ("Dockerfile", [])],
+)
+def test_every_web_command_uses_the_gunicorn_configuration(compose, source, bind):
+    """Only compose, whose web service only nginx reaches, binds more than the configuration's loopback."""
+    assert web_command(source, compose) == ["gunicorn", "-c", GUNICORN_CONF, *bind, "config.wsgi"]
 
 
 # --- nginx: slow clients wait in nginx, never in a worker --------------------------------------
@@ -208,7 +219,7 @@ def test_gunicorn_reads_port_and_concurrency_from_the_environment(monkeypatch):
 
     loaded = runpy.run_path(str(ROOT / GUNICORN_CONF))
 
-    assert (loaded["bind"], loaded["workers"]) == ("0.0.0.0:9123", 6)
+    assert (loaded["bind"], loaded["workers"]) == ("127.0.0.1:9123", 6)
 
 
 # --- nginx's own errors are the API's envelope ------------------------------------------------------
@@ -249,3 +260,49 @@ def test_errors_nginx_answers_itself_are_json_envelopes(server):
     assert answered == EXPECTED_ERROR_PAGES
     # The application's own errors pass through untouched: only nginx's are replaced.
     assert one(server, "proxy_intercept_errors") == ["off"]
+
+
+# --- production mode without collected static files --------------------------------------------
+
+
+def _production_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TOOLGATE_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DEBUG="False",
+        SECRET_KEY="a-production-secret-" + "x" * 40,
+        TOOLGATE_ENCRYPTION_KEYS="k1:" + "A" * 43 + "=",
+        ALLOWED_HOSTS="toolgate.example",
+        REDIS_URL=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15",  # never contacted by these checks
+        STATIC_ROOT=str(tmp_path / "static"),
+    )
+    return env
+
+
+def test_check_deploy_reports_static_files_that_were_not_collected(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "ERROR"],
+        cwd=ROOT,
+        env=_production_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode != 0
+    assert "toolgate.E001" in result.stderr
+    assert "run `python manage.py collectstatic --noinput`" in result.stderr
+
+
+def test_the_wsgi_application_refuses_to_start_without_collected_static_files(tmp_path):
+    load = [sys.executable, "-c", "import config.wsgi"]
+    env = _production_env(tmp_path)
+
+    refused = subprocess.run(load, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    collect = [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"]
+    subprocess.run(collect, cwd=ROOT, env=env, check=True, timeout=120)
+    started = subprocess.run(load, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    assert refused.returncode != 0
+    assert "ImproperlyConfigured: DEBUG=False but the static files were not collected" in refused.stderr
+    assert started.returncode == 0, started.stderr
