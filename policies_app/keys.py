@@ -60,6 +60,9 @@ def subject_token_prefix(token: str) -> str | None:
     return match.group(1) if match else None
 
 
+CONSENT_CODE_PATTERN = r"^[A-Za-z0-9_-]{43}$"  # what consent_code_generate makes: 32 random bytes, base64url
+
+
 def consent_code_generate() -> tuple[str, str]:
     """A one-time consent code and its digest (only the digest is stored)."""
     code = secrets.token_urlsafe(32)

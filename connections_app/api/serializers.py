@@ -15,7 +15,9 @@ from rest_framework import serializers
 from connections_app.credentials import APP_CREDENTIAL_PATTERN, KEY_PATTERN, MANUAL_TYPES, USERNAME_PATTERN
 from connections_app.models import Connection
 from connections_app.services import MAX_SCOPE_LENGTH, MAX_SCOPES
-from policies_app.api.serializers import JSONObjectField, StrictCharField, StrictInputSerializer
+from policies_app.api.serializers import JSONObjectField, StrictCharField, StrictInputSerializer, StrictRegexField
+from policies_app.keys import CONSENT_CODE_PATTERN
+from policies_app.services import CONSENT_CODE_REFUSED
 
 MAX_PROVIDER_LENGTH = 64
 MAX_LABEL_LENGTH = 100
@@ -172,7 +174,13 @@ class GrantOutputSerializer(serializers.Serializer):
 class DelegationTokenInputSerializer(StrictInputSerializer):
     """`POST /api/v1/delegations/token`: the consent code, the PKCE verifier and the redirect URI it came back to."""
 
-    code = StrictCharField(max_length=128, trim_whitespace=False, help_text="The one-time code from the redirect.")
+    code = StrictRegexField(
+        CONSENT_CODE_PATTERN,
+        max_length=43,
+        trim_whitespace=False,
+        error_messages={"invalid": CONSENT_CODE_REFUSED},  # the same answer as a well-formed code that is unknown
+        help_text="The one-time code from the redirect.",
+    )
     code_verifier = StrictCharField(
         max_length=128, trim_whitespace=False, help_text="The PKCE verifier whose S256 challenge started the consent."
     )

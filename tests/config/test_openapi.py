@@ -88,6 +88,18 @@ def test_schema_states_the_rules_validation_enforces():
     assert exec_body["then"] == {"properties": {"grant_id": {"type": "string"}}, "required": ["grant_id"]}
     assert next(p for p in detail if p["name"] == "tool_call_id")["schema"]["pattern"] == "^[A-Za-z0-9_-]{1,128}$"
     assert listing["limit"] == {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}
+    # issue 24: the schema accepted what the API refused
+    assert exec_body["allOf"] == [
+        {
+            "if": {
+                "properties": {"tool_id": {"enum": ["core__get_current_time", "core__wait"]}},
+                "required": ["tool_id"],
+            },
+            "then": {"properties": {"connection_id": {"type": "null"}}},
+        }
+    ]
+    assert components["ToolCallsRequest"]["properties"]["message"]["type"] == ["object", "array"]
+    assert components["DelegationTokenRequestRequest"]["properties"]["code"]["pattern"] == "^[A-Za-z0-9_-]{43}$"
     assert listing["offset"] == {"type": "integer", "minimum": 0, "maximum": 1_000_000_000, "default": 0}
 
 

@@ -208,6 +208,10 @@ def test_anthropic_turn_answers_one_user_turn_with_is_error(key):
         ),
         ({"format": "openai"}, [{"path": "message", "message": "required"}]),
         (
+            {"format": "openai", "message": 0},
+            [{"path": "message", "message": "must be an object or a list: the turn as the model's API returned it"}],
+        ),
+        (
             {"format": "openai", "message": {}, "connection_id": "c1"},
             [{"path": "grant_id", "message": "required whenever connection_id is given"}],
         ),

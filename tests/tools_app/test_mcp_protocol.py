@@ -190,6 +190,8 @@ def test_an_unknown_method_is_method_not_found_in_each_era(client):
         ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None),
         ({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}, None),
         ({"jsonrpc": "2.0", "id": "x" * 300, "method": "ping"}, None),
+        ({"jsonrpc": "2.0", "id": 10**300, "method": "ping"}, None),  # an integer id is bounded like a string
+        ({"jsonrpc": "2.0", "id": -(10**300), "method": "ping"}, None),
         ({"jsonrpc": "2.0", "id": 1, "method": 7}, 1),
         ({"jsonrpc": "2.0", "id": 1, "method": ""}, 1),
         ({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]}, 1),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,6 +31,18 @@ from tools_app.calls import CallsRequest, tool_calls_run
 WIRE_FORMATS = [wire_format.value for wire_format in WireFormat]
 
 
+@extend_schema_field({"type": ["object", "array"]})
+class TurnField(serializers.JSONField):
+    """A model's turn: an object (a message, a response) or a list (content, output); never a bare scalar."""
+
+    default_error_messages = {"invalid": "must be an object or a list: the turn as the model's API returned it"}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict | list):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 @extend_schema_serializer(component_name="ToolCalls")
 class CallsInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
     """The model's turn as its API returned it, and the out-of-band fields every call of it uses."""
@@ -40,7 +52,7 @@ class CallsInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
         error_messages={"invalid_choice": "must be openai, openai_responses or anthropic"},
         help_text="The API the turn comes from, and the shape the results are answered in.",
     )
-    message = serializers.JSONField(
+    message = TurnField(
         help_text=(
             "`openai`: the Chat Completions `message` (with `tool_calls`); `openai_responses`: the response's "
             "`output` list (or the response); `anthropic`: the Messages `content` list (or the message). "

@@ -29,6 +29,7 @@ from policies_app.api.serializers import (
 )
 from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.models import ToolInvocation
+from tools_app.tools import BUILTIN_TOOLS
 
 ID_PATTERN = r"\A[A-Za-z0-9_-]{1,128}\Z"
 ID_RE = re.compile(ID_PATTERN)
@@ -74,8 +75,25 @@ class GrantWithConnectionRule:
         return attrs
 
 
+# Built-in tools are the product's own (README lists them), so the public schema may name those that take
+# no connection; tools from MCP servers depend on the deployment and are refused by the gate alone.
+BUILTIN_TOOLS_WITHOUT_CONNECTION = sorted(
+    tool.contract.name for tool in BUILTIN_TOOLS if not tool.contract.requires_connection
+)
+
+
 class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
     """`POST /api/v1/tools/exec`. Absent `connection_ids` means `[connection_id]`; `[]` declares no connection."""
+
+    SCHEMA_RULES: Mapping[str, Any] = {
+        **GrantWithConnectionRule.SCHEMA_RULES,
+        "allOf": [
+            {  # the connection gate's "this tool takes no connection"
+                "if": {"properties": {"tool_id": {"enum": BUILTIN_TOOLS_WITHOUT_CONNECTION}}, "required": ["tool_id"]},
+                "then": {"properties": {"connection_id": {"type": "null"}}},
+            }
+        ],
+    }
 
     tool_id = StrictCharField(max_length=128, trim_whitespace=False, help_text="The tool to run.")
     args = JSONObjectField(

@@ -175,17 +175,17 @@ def _envelope_problem(message: Mapping[str, Any]) -> str | None:
     if not isinstance(message["method"], str) or not message["method"]:
         return "method must be a non-empty string"
     if "id" in message and not _valid_id(message["id"]):
-        return f"id must be a string (at most {MAX_ID_LENGTH} characters) or an integer"
+        return f"id must be a string or an integer of at most {MAX_ID_LENGTH} characters"
     if "params" in message and message["params"] is not None and not isinstance(message["params"], Mapping):
         return "params must be an object"
     return None
 
 
 def _valid_id(value: Any) -> bool:
-    """MCP ids are strings or integers, never null; a bool is not an integer here."""
+    """MCP ids are strings or integers, never null; a bool is not an integer here. Both are echoed: both bounded."""
     if isinstance(value, str):
         return len(value) <= MAX_ID_LENGTH
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and len(str(value)) <= MAX_ID_LENGTH
 
 
 def _unsupported(requested: str, request_id: Any) -> Reply:
