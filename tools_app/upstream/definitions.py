@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,9 +48,49 @@ class DiscoveryBounds:
     total_timeout_s: float = 30.0
 
 
+# Characters a reviewer cannot see that change what a model reads: format characters (bidirectional
+# overrides and isolates, zero-width characters, the tag characters used to smuggle text), control
+# characters other than tab and line breaks, line and paragraph separators, invisible fillers, and
+# the variation selectors supplement. NUL stays refused outright (check_definition).
+_VISIBLE_CONTROLS = frozenset("\t\n\r\x00")
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
+_INVISIBLE_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
+_VARIATION_SELECTORS_SUPPLEMENT = range(0xE0100, 0xE01F0)
+# The free-text fields a model reads; `annotations.title` too.
+TEXT_FIELDS = ("title", "description")
+
+
+def is_hidden_character(char: str) -> bool:
+    if char in _VISIBLE_CONTROLS:
+        return False
+    return (
+        unicodedata.category(char) in _HIDDEN_CATEGORIES
+        or char in _INVISIBLE_FILLERS
+        or ord(char) in _VARIATION_SELECTORS_SUPPLEMENT
+    )
+
+
+def visible_text(text: str) -> str:
+    """`text` with every hidden character written out as `[U+XXXX]`: what agents and reviewers both see."""
+    if not any(is_hidden_character(char) for char in text):
+        return text
+    return "".join(f"[U+{ord(char):04X}]" if is_hidden_character(char) else char for char in text)
+
+
 def canonical_definition(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The reviewed fields of a listed tool, absent ones left out (so null and missing hash alike)."""
-    return {key: raw[key] for key in DEFINITION_FIELDS if raw.get(key) is not None}
+    """The reviewed fields of a listed tool, absent ones left out (so null and missing hash alike).
+
+    Hidden characters in the title, description and annotations' title are written out
+    visibly here, so the pinned definition (and its hash) is exactly what agents are shown.
+    """
+    definition = {key: raw[key] for key in DEFINITION_FIELDS if raw.get(key) is not None}
+    for key in TEXT_FIELDS:
+        if isinstance(definition.get(key), str):
+            definition[key] = visible_text(definition[key])
+    annotations = definition.get("annotations")
+    if isinstance(annotations, Mapping) and isinstance(annotations.get("title"), str):
+        definition["annotations"] = {**annotations, "title": visible_text(annotations["title"])}
+    return definition
 
 
 def definition_hash(definition: Mapping[str, Any]) -> str:
@@ -80,6 +121,8 @@ def check_definition(raw: Mapping[str, Any], bounds: DiscoveryBounds) -> None:
     if not isinstance(name, str) or not name or len(name) > 512:
         raise DefinitionRefused("a listed tool has no usable name")
     label = safe_label(name)
+    if any(is_hidden_character(char) for char in name):
+        raise DefinitionRefused(f"tool {label}: the name contains invisible or bidirectional control characters")
     if b"\\u0000" in canonical_json(canonical_definition(raw)):
         raise DefinitionRefused(f"tool {label}: the definition contains NUL characters")
     description = raw.get("description") or ""

@@ -9,12 +9,14 @@ from runner.types import ToolEffect
 from tools_app.upstream.definitions import (
     DefinitionRefused,
     DiscoveryBounds,
+    canonical_definition,
     check_definition,
     default_allowlist,
     definition_hash,
     suggested_effect,
     tool_id_for,
     tool_ids_for,
+    visible_text,
 )
 
 BASE = {"name": "add", "description": "Add.", "inputSchema": {"type": "object"}}
@@ -126,3 +128,38 @@ def test_the_default_allowlist_keeps_declared_leaves_and_drops_the_rest():
 def test_nul_characters_are_refused_before_any_database_sees_them():
     with pytest.raises(DefinitionRefused, match="NUL"):
         check_definition({**BASE, "description": "a\x00b"}, DiscoveryBounds())
+
+
+@pytest.mark.parametrize(
+    ("char", "what"),
+    [
+        ("\u202e", "right-to-left override"),
+        ("\u202a", "left-to-right embedding"),
+        ("\u2066", "left-to-right isolate"),
+        ("\u200e", "left-to-right mark"),
+        ("\u061c", "Arabic letter mark"),
+        ("\u200b", "zero-width space"),
+        ("\u200d", "zero-width joiner"),
+        ("\u2060", "word joiner"),
+        ("\ufeff", "byte order mark"),
+        ("\U000e0041", "tag latin capital letter A (ASCII smuggling)"),
+        ("\u2028", "line separator"),
+        ("\u3164", "Hangul filler"),
+        ("\x1b", "escape"),
+        ("\U000e0100", "variation selector 17"),
+    ],
+)
+def test_hidden_characters_in_descriptions_and_titles_are_written_out(char, what):
+    raw = {"name": "t", "title": f"a{char}b", "description": f"x{char}y", "inputSchema": {"type": "object"}}
+
+    definition = canonical_definition(raw)
+
+    code_point = f"[U+{ord(char):04X}]"
+    assert (definition["title"], definition["description"]) == (f"a{code_point}b", f"x{code_point}y"), what
+    assert definition_hash(raw) == definition_hash(definition)  # the hash covers what agents are shown
+
+
+def test_tabs_line_breaks_and_ordinary_text_are_kept_as_they_are():
+    text = "Line one.\n\tIndented — naïve café, 東京, emoji 🙂."
+
+    assert visible_text(text) == text
