@@ -36,6 +36,13 @@ class Caller:
     scopes: frozenset[str]
     last_used_at: datetime | None
 
+    @property
+    def invocations_of(self) -> str | None:
+        """Whose audit rows this caller reads: its own (its id), or with `invocations:read` its tenant's (None)."""
+        if ServiceAccount.Scope.INVOCATIONS_READ in self.scopes:
+            return None
+        return self.service_account_id
+
 
 @dataclass(frozen=True, slots=True)
 class _KeyRow:
@@ -224,22 +231,30 @@ def approval_pending_count() -> int:
     return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__gt=timezone.now()).count()
 
 
-def approvals_for_tenant(*, tenant_id: int) -> tuple[list[ApprovalRequest], QuerySet[ApprovalRequest]]:
-    """(the tenant's requests waiting for a decision, oldest first; every other request, newest first)."""
+def approvals_for_tenant(
+    *, tenant_id: int, visible: Q | None = None
+) -> tuple[list[ApprovalRequest], QuerySet[ApprovalRequest]]:
+    """(the tenant's requests waiting for a decision, oldest first; every other request, newest first).
+
+    `visible` narrows them to what one person may see (the portal's rule, connections_app.selectors).
+    """
     rows = ApprovalRequest.objects.filter(tenant_id=tenant_id).select_related("service_account", "tenant")
+    if visible is not None:
+        rows = rows.filter(visible)
     now = timezone.now()
     waiting = Q(status=ApprovalRequest.Status.PENDING, expires_at__gt=now)
     return list(rows.filter(waiting).order_by("expires_at")), rows.exclude(waiting).order_by("-created_at")
 
 
-def approval_for_tenant(*, tenant_id: int, approval_id: object) -> ApprovalRequest | None:
-    """One request of this tenant; another tenant's (or a malformed id) is None."""
+def approval_for_tenant(*, tenant_id: int, approval_id: object, visible: Q | None = None) -> ApprovalRequest | None:
+    """One request of this tenant; another tenant's, one outside `visible` (or a malformed id) is None."""
     pk = uuid_or_none(approval_id)
     if pk is None:
         return None
-    return (
-        ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant").first()
-    )
+    rows = ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant")
+    if visible is not None:
+        rows = rows.filter(visible)
+    return rows.first()
 
 
 def tenant_owner_may_decide(*, approval: ApprovalRequest, user_id: int | None) -> bool:

@@ -8,6 +8,7 @@ import pytest
 import time_machine
 from django.urls import reverse
 
+from connections_app.selectors import Viewer
 from connections_app.web.activity import activity_chart, activity_per_day, chart_days
 from tests.factories import TenantFactory
 from tests.support.web import invocation, member_client
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.django_db
 ACTIVITY = reverse("web:activity")
 NOW = datetime(2026, 11, 20, 15, 0, tzinfo=UTC)
 TODAY = NOW.date()
+OWNER = Viewer(user_id=None, is_owner=True)
 
 
 @pytest.fixture
@@ -110,7 +112,7 @@ def test_activity_paginates_fifty_per_page_keeping_the_filters(acme, member):
 def test_chart_counts_calls_per_day_per_tool_over_fourteen_days(acme, calls):
     days = chart_days(today=TODAY)
 
-    counts = activity_per_day(tenant_id=acme.pk, since=days[0])
+    counts = activity_per_day(tenant_id=acme.pk, viewer=OWNER, since=days[0])
 
     assert (days[0], days[-1], len(days)) == (date(2026, 11, 7), TODAY, 14)
     assert counts == {
@@ -118,12 +120,15 @@ def test_chart_counts_calls_per_day_per_tool_over_fourteen_days(acme, calls):
         (date(2026, 11, 17), "core__get_current_time"): 1,
         (date(2026, 11, 17), "core__wait"): 2,
     }
-    assert activity_per_day(tenant_id=acme.pk, since=days[0], ok=False) == {(TODAY, "core__get_current_time"): 1}
+    assert activity_per_day(tenant_id=acme.pk, viewer=OWNER, since=days[0], ok=False) == {
+        (TODAY, "core__get_current_time"): 1
+    }
 
 
-def test_aggregate_is_one_query(acme, calls, django_assert_num_queries):
-    with django_assert_num_queries(1):
-        activity_per_day(tenant_id=acme.pk, since=date(2026, 11, 7))
+@pytest.mark.parametrize("viewer", [OWNER, Viewer(user_id=1, is_owner=False)], ids=["owner", "member"])
+def test_aggregate_is_one_query(acme, calls, viewer, django_assert_num_queries):
+    with django_assert_num_queries(1):  # a member's visibility rule is part of that query, not one of its own
+        activity_per_day(tenant_id=acme.pk, viewer=viewer, since=date(2026, 11, 7))
 
 
 def test_chart_geometry_stacks_tools_per_day_on_a_round_scale():
