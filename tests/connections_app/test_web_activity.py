@@ -10,7 +10,8 @@ from django.urls import reverse
 
 from connections_app.selectors import Viewer
 from connections_app.web.activity import activity_chart, activity_per_day, chart_days
-from tests.factories import TenantFactory
+from policies_app.models import TenantMembership
+from tests.factories import ConnectionFactory, MembershipFactory, TenantFactory, UserFactory
 from tests.support.web import invocation, member_client
 from tools_app.models import ToolInvocation
 
@@ -211,3 +212,80 @@ def test_a_replay_and_a_running_call_are_shown_as_such_not_as_second_runs(acme, 
     assert page.count(">running</span>") == 1
     assert "812 ms" in page
     assert ">2 ms<" not in page  # a replay's own few milliseconds are not a run's duration
+
+
+# --- calls made for a person, or with a personal connection (issue 24) ----------------------
+
+
+@pytest.fixture
+def people(acme):
+    """Alice and bob, plain members; olivia, an owner; alice's personal connection; and their calls today:
+    one for nobody, one on alice's behalf with her connection, one naming her connection without a
+    subject (refused at the gate, but audited), one on bob's behalf."""
+    alice, bob, olivia = (UserFactory(username=name) for name in ("alice", "bob", "olivia"))
+    for user in (alice, bob):
+        MembershipFactory(user=user, tenant=acme, role=TenantMembership.Role.MEMBER)
+    MembershipFactory(user=olivia, tenant=acme, role=TenantMembership.Role.OWNER)
+    personal = ConnectionFactory(tenant=acme, owner=alice, label="Alice's GitHub")
+    hour = timedelta(hours=1)
+    invocation(acme, "core__wait", NOW - hour, tool_call_id="nobodys")
+    invocation(
+        acme,
+        "github__get_user",
+        NOW - 2 * hour,
+        tool_call_id="for-alice",
+        subject_id=f"user:{alice.pk}",
+        connection_id=str(personal.pk),
+        run_id="alices-run",
+    )
+    invocation(
+        acme, "github__get_user", NOW - 3 * hour, ok=False, tool_call_id="names-alices", connection_id=str(personal.pk)
+    )
+    invocation(acme, "core__get_current_time", NOW - 4 * hour, tool_call_id="for-bob", subject_id=f"user:{bob.pk}")
+    return alice, bob, olivia
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [
+        ("alice", ["nobodys", "for-alice", "names-alices"]),
+        ("bob", ["nobodys", "for-bob"]),
+        ("olivia", ["nobodys", "for-alice", "names-alices", "for-bob"]),
+    ],
+)
+@time_machine.travel(NOW, tick=False)
+def test_a_member_sees_calls_made_for_nobody_and_their_own_owners_see_all(acme, people, who, expected):
+    user = {person.username: person for person in people}[who]
+    client = member_client(acme, user=user)[0]
+
+    response = client.get(ACTIVITY)
+
+    assert _listed(response) == expected
+    assert response.context["chart"].total == len(expected)  # the chart counts what the list shows
+
+
+@time_machine.travel(NOW, tick=False)
+def test_another_persons_calls_leave_no_detail_on_a_members_page(acme, people):
+    alice, bob, _olivia = people
+    as_bob = member_client(acme, user=bob)[0]
+
+    page = as_bob.get(ACTIVITY).content.decode()
+    by_person = as_bob.get(ACTIVITY, {"person": f"user:{alice.pk}"})
+    by_run = as_bob.get(ACTIVITY, {"run": "alices-run"})
+
+    assert "alices-run" not in page
+    assert "github__get_user" not in page.split('id="chart-title"')[1]  # neither listed nor in the chart's legend
+    assert (_listed(by_person), _listed(by_run)) == ([], [])
+
+
+@time_machine.travel(NOW, tick=False)
+def test_a_plain_members_page_costs_what_an_owners_does(acme, people, django_assert_num_queries):
+    _alice, bob, olivia = people
+    costs = []
+    for user in (olivia, bob):
+        client = member_client(acme, user=user)[0]
+        client.get(ACTIVITY)  # warm the session
+        with django_assert_num_queries(8) as captured:  # session, user, memberships; the page's own 5
+            client.get(ACTIVITY)
+        costs.append(len(captured))
+    assert costs == [8, 8]
