@@ -100,6 +100,16 @@ def test_create_service_account_with_scopes():
     assert out.splitlines()[0] == "created service account acme/ops with scopes connections:manage, tools:exec"
 
 
+def test_create_service_account_that_reads_the_tenants_invocations():
+    TenantFactory(slug="acme")
+
+    out, _err = run("create_service_account", "--tenant", "acme", "auditor", "--scopes", "invocations:read")
+
+    key = out.splitlines()[-1]
+    assert ServiceAccount.objects.get(name="auditor").scopes == ["invocations:read"]
+    assert caller_for_key(key=key).invocations_of is None  # every row of its tenant
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
