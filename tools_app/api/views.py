@@ -1,4 +1,4 @@
-"""The tools API: execute a call, read the catalog, read the tenant's invocations.
+"""The tools API: execute a call, read the catalog, read invocation records.
 
 Each view parses and validates its input, makes one service or selector call
 and shapes the output. Failed calls leave as the application's `AppError`,
