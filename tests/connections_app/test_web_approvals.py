@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from policies_app.models import ApprovalRequest, TenantMembership
+from policies_app.services import approval_decide
 from tests.factories import ConnectionFactory, MembershipFactory, TenantFactory, UserFactory, service_account_with_key
 from tests.support.approvals import pending_approval
 from tests.support.web import member_client
@@ -263,3 +264,17 @@ def test_a_persons_approval_is_hidden_from_the_history_too(member, owner, accoun
 
     assert _sees(member, decided) == (False, 404)
     assert _sees(owner, decided) == (True, 200)
+
+
+def test_the_rule_costs_the_approvals_page_no_query(
+    owner, member, account, alices_connection, django_assert_num_queries
+):
+    for number in range(3):
+        _for_alice(account, alices_connection, approver="operator", tool_call_id=f"private-{number}")
+        shared = pending_approval(account, ARGS, tool_call_id=f"shared-{number}")
+        approval_decide(approval=shared, approve=False, decided_by=None, decided_by_name="op")  # into the history
+    for client in (owner, member):
+        client.get(reverse("web:approval-list"))  # warm the session
+        # session, user, memberships; the waiting requests, the history's count and its page
+        with django_assert_num_queries(6):
+            assert client.get(reverse("web:approval-list")).status_code == 200
