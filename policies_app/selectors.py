@@ -36,13 +36,6 @@ class Caller:
     scopes: frozenset[str]
     last_used_at: datetime | None
 
-    @property
-    def invocations_of(self) -> str | None:
-        """Whose audit rows this caller reads: its own (its id), or with `invocations:read` its tenant's (None)."""
-        if ServiceAccount.Scope.INVOCATIONS_READ in self.scopes:
-            return None
-        return self.service_account_id
-
 
 @dataclass(frozen=True, slots=True)
 class _KeyRow:
@@ -191,6 +184,16 @@ def policy_active_in_scope(
 def tenant_of_caller(*, caller: Caller) -> Tenant | None:
     """The tenant row behind an authenticated caller, which carries only its id (None once the tenant is gone)."""
     return Tenant.objects.filter(pk=caller.tenant_id).first()
+
+
+def invocations_readable_by(*, caller: Caller) -> str | None:
+    """Whose audit rows a caller reads: its own (its service account's id), or its tenant's (None).
+
+    The scope `invocations:read` reads every row of the tenant: an auditor's or a dashboard's key.
+    """
+    if ServiceAccount.Scope.INVOCATIONS_READ in caller.scopes:
+        return None
+    return caller.service_account_id
 
 
 def service_account_list(*, tenant_id: int, include_revoked: bool = True) -> QuerySet[ServiceAccount]:

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
-from policies_app.selectors import caller_for_key
+from policies_app.selectors import caller_for_key, invocations_readable_by
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tools_app.models import Tool
 from tools_app.registry import code_specs
@@ -107,7 +107,7 @@ def test_create_service_account_that_reads_the_tenants_invocations():
 
     key = out.splitlines()[-1]
     assert ServiceAccount.objects.get(name="auditor").scopes == ["invocations:read"]
-    assert caller_for_key(key=key).invocations_of is None  # every row of its tenant
+    assert invocations_readable_by(caller=caller_for_key(key=key)) is None  # every row of its tenant
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_er
 from policies_app.api.pagination import StrictLimitOffsetPagination
 from policies_app.api.parser import validated_body
 from policies_app.authentication import InvocationsScope, ToolsExecScope, request_caller, request_subject_token
-from policies_app.selectors import approval_for_caller
+from policies_app.selectors import approval_for_caller, invocations_readable_by
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode, ToolSpec
@@ -273,7 +273,7 @@ class InvocationListView(ToolsApiView):
         caller = request_caller(request)
         rows = invocation_list(
             tenant_id=caller.tenant_id,
-            service_account_id=caller.invocations_of,
+            service_account_id=invocations_readable_by(caller=caller),
             run_id=filters.get("run_id", ""),
             tool_id=filters.get("tool_id", ""),
             ok=None if "ok" not in filters else filters["ok"] == "true",
@@ -310,7 +310,9 @@ class InvocationDetailView(ToolsApiView):
             raise NotFound("no such invocation")
         caller = request_caller(request)
         row = invocation_get(
-            tenant_id=caller.tenant_id, tool_call_id=tool_call_id, service_account_id=caller.invocations_of
+            tenant_id=caller.tenant_id,
+            tool_call_id=tool_call_id,
+            service_account_id=invocations_readable_by(caller=caller),
         )
         if row is None:
             raise NotFound("no such invocation")
