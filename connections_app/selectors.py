@@ -10,6 +10,8 @@ from datetime import datetime
 from django.db.models import BooleanField, CharField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Cast, Replace
 
+from changes_app.models import Change
+from changes_app.selectors import changes_for_tenant
 from connections_app.models import (
     Connection,
     ConnectionEvent,
@@ -319,6 +321,24 @@ def approval_audience(*, approval: ApprovalRequest) -> ApprovalAudience:
         .get()
     )
     return ApprovalAudience(private=bool(private), owners_may_see=bool(owners_may_see))
+
+
+APPROVAL_CHANGES = "policies_app.approvalrequest"
+
+
+def changes_seen_by(*, tenant_id: int, viewer: Viewer) -> QuerySet[Change]:
+    """The tenant's change log as this viewer may read it: decisions on requests they may not see are left out.
+
+    A decision's entry names the call (tool, service account, time) and the approver's reason:
+    part of the request, so it follows the request's rule.
+    """
+    hidden = (
+        ApprovalRequest.objects.filter(tenant_id=tenant_id)
+        .exclude(approvals_visible(tenant_id=tenant_id, viewer=viewer))
+        .annotate(id_hex=_hex(Cast("id", CharField())))
+        .filter(id_hex=_hex(OuterRef("object_id")))
+    )
+    return changes_for_tenant(tenant_id=tenant_id).exclude(Q(object_type=APPROVAL_CHANGES) & Q(Exists(hidden)))
 
 
 def invocations_seen_by(

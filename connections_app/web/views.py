@@ -20,11 +20,11 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from changes_app.selectors import changes_for_tenant
 from connections_app.models import Connection, ExecutionGrant
 from connections_app.selectors import (
     approval_seen_by,
     approvals_seen_by,
+    changes_seen_by,
     connection_events,
     connection_get,
     connection_label,
@@ -473,8 +473,11 @@ def activity(request: HttpRequest) -> HttpResponse:
 @tenant_member_required
 @require_GET
 def changes(request: HttpRequest) -> HttpResponse:
-    """Who changed this tenant's connections, grants, accounts, policies and approvals. Any member may read it."""
-    page = Paginator(changes_for_tenant(tenant_id=request.tenant.pk), CHANGES_PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    """Who changed this tenant's connections, grants, accounts, policies and approvals. Any member may read it.
+
+    Decisions on approval requests this user may not see are left out, like the requests.
+    """
+    page = Paginator(
+        changes_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request)), CHANGES_PAGE_SIZE
+    ).get_page(request.GET.get("page"))
     return render(request, "tenant/change_list.html", {"section": "changes", "page": page})

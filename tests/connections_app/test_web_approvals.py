@@ -278,3 +278,26 @@ def test_the_rule_costs_the_approvals_page_no_query(
         # session, user, memberships; the waiting requests, the history's count and its page
         with django_assert_num_queries(6):
             assert client.get(reverse("web:approval-list")).status_code == 200
+
+
+def test_a_decision_on_a_persons_approval_stays_out_of_other_members_change_log(
+    owner, member, account, alices_connection
+):
+    # given owners deny alice's request with a reason, and deny a shared one too
+    private = _for_alice(account, alices_connection, approver="tenant_owner")
+    shared = pending_approval(account, ARGS, tool_call_id="shared", approver="tenant_owner")
+    owner.post(_detail(private), {"decision": "deny", "reason": "canary-private-reason-0c4d"})
+    owner.post(_detail(shared), {"decision": "deny", "reason": "canary-shared-reason-9e2b"})
+    as_alice = member_client(account.tenant, user=alices_connection.owner)[0]
+
+    # when each reads the change log
+    logs = {
+        name: client.get(reverse("web:change-list")).content.decode()
+        for name, client in (("owner", owner), ("alice", as_alice), ("max", member))
+    }
+
+    # then the shared decision is everyone's; alice's is hers and the owners' who made it, not max's
+    assert all("canary-shared-reason-9e2b" in log for log in logs.values())
+    assert "canary-private-reason-0c4d" in logs["owner"]
+    assert "canary-private-reason-0c4d" in logs["alice"]
+    assert "canary-private-reason-0c4d" not in logs["max"]
