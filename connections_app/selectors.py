@@ -7,8 +7,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import BooleanField, CharField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Cast, Replace
 
+from changes_app.models import Change
+from changes_app.selectors import changes_for_tenant
 from connections_app.models import (
     Connection,
     ConnectionEvent,
@@ -19,7 +22,10 @@ from connections_app.models import (
 )
 from policies_app.governance import governance_cache
 from policies_app.ids import uuid_or_none
-from policies_app.models import Tenant
+from policies_app.models import ApprovalRequest, Approver, Tenant
+from policies_app.selectors import approval_for_tenant, approvals_for_tenant, subject_id_of
+from tools_app.models import ToolInvocation
+from tools_app.selectors import invocation_list
 
 
 def connection_list(
@@ -206,3 +212,139 @@ def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> Query
     if pk is None:
         return ExecutionGrant.objects.none()
     return grant_list(tenant_id=tenant_id).filter(connections=pk)
+
+
+# --- who sees a call: approval requests and audit rows ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who looks at a tenant's calls: a user (None: nobody in particular) and whether they own the tenant.
+
+    The approval webhook is read as `Viewer(user_id=None, is_owner=True)`: an owner set it and its
+    receiver acts for the owners, not for any one person.
+    """
+
+    user_id: int | None
+    is_owner: bool
+
+
+def _hex(expression: object) -> Replace:
+    return Replace(expression, Value("-"), Value(""))
+
+
+def _names_personal_connection(*, tenant_id: int, owner_id: int | None = None) -> Exists:
+    """The row's `connection_id` names a personal connection of the tenant (of `owner_id`, when given).
+
+    Compared as hex digits without hyphens: a UUID column reads as hyphenated text on
+    PostgreSQL and as 32 hex digits on SQLite, and `connection_id` is text. Part of the
+    row's own query (no query of its own), so pinned page costs stay what they were.
+    """
+    rows = Connection.objects.filter(tenant_id=tenant_id, owner__isnull=False)
+    if owner_id is not None:
+        rows = rows.filter(owner_id=owner_id)
+    matching = rows.annotate(id_hex=_hex(Cast("id", CharField()))).filter(id_hex=_hex(OuterRef("connection_id")))
+    return Exists(matching)
+
+
+def calls_private(*, tenant_id: int) -> Q:
+    """Rows of calls made on behalf of a person (`subject_id`) or with a personal connection."""
+    return ~Q(subject_id="") | Q(_names_personal_connection(tenant_id=tenant_id))
+
+
+def calls_visible(*, tenant_id: int, viewer: Viewer, owners_see_private: Q | None) -> Q:
+    """THE visibility rule for rows of a call (approval requests, audit rows), as a filter.
+
+    A call made on behalf of a person, or with a personal connection, is private: among the
+    tenant's members only its people see it (the person it was made for, and the owner of
+    the personal connection it named) and the tenant's owners where `owners_see_private`
+    says (None: every private row). Every other call is the whole tenant's. Both row
+    types carry `subject_id` and `connection_id`, so one filter serves both.
+    """
+    if viewer.is_owner and owners_see_private is None:
+        return Q()
+    visible = ~calls_private(tenant_id=tenant_id)
+    if viewer.user_id is not None:
+        visible |= Q(subject_id=subject_id_of(viewer.user_id))
+        visible |= Q(_names_personal_connection(tenant_id=tenant_id, owner_id=viewer.user_id))
+    if viewer.is_owner and owners_see_private is not None:
+        visible |= owners_see_private
+    return visible
+
+
+def approvals_visible(*, tenant_id: int, viewer: Viewer) -> Q:
+    """Approval requests the viewer may see: owners see private ones when the policy makes them the approvers.
+
+    A pending request shows the call's decrypted args and its connection's label: only
+    its person and, when they decide it, the owners need those.
+    """
+    return calls_visible(tenant_id=tenant_id, viewer=viewer, owners_see_private=Q(approver=Approver.TENANT_OWNER))
+
+
+def invocations_visible(*, tenant_id: int, viewer: Viewer) -> Q:
+    """Audit rows the viewer may see on the activity page: owners see every row (as every connection)."""
+    return calls_visible(tenant_id=tenant_id, viewer=viewer, owners_see_private=None)
+
+
+def approvals_seen_by(*, tenant_id: int, viewer: Viewer) -> tuple[list[ApprovalRequest], QuerySet[ApprovalRequest]]:
+    """The tenant's approval requests this viewer may see: (waiting, oldest first; the rest, newest first)."""
+    return approvals_for_tenant(tenant_id=tenant_id, visible=approvals_visible(tenant_id=tenant_id, viewer=viewer))
+
+
+def approval_seen_by(*, tenant_id: int, viewer: Viewer, approval_id: object) -> ApprovalRequest | None:
+    """One request the viewer may see; a hidden one is None, like another tenant's (the portal answers 404)."""
+    return approval_for_tenant(
+        tenant_id=tenant_id, approval_id=approval_id, visible=approvals_visible(tenant_id=tenant_id, viewer=viewer)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalAudience:
+    """Whether a request is private, and whether the tenant's owners (the webhook's audience) may see it."""
+
+    private: bool
+    owners_may_see: bool
+
+
+def approval_audience(*, approval: ApprovalRequest) -> ApprovalAudience:
+    """The rule, read for one request in one query: what its webhook event may say, and whether to send it."""
+    owners = Viewer(user_id=None, is_owner=True)
+    private, owners_may_see = (
+        ApprovalRequest.objects.filter(pk=approval.pk)
+        .annotate(
+            private=ExpressionWrapper(calls_private(tenant_id=approval.tenant_id), output_field=BooleanField()),
+            seen=ExpressionWrapper(
+                approvals_visible(tenant_id=approval.tenant_id, viewer=owners), output_field=BooleanField()
+            ),
+        )
+        .values_list("private", "seen")
+        .get()
+    )
+    return ApprovalAudience(private=bool(private), owners_may_see=bool(owners_may_see))
+
+
+APPROVAL_CHANGES = "policies_app.approvalrequest"
+
+
+def changes_seen_by(*, tenant_id: int, viewer: Viewer) -> QuerySet[Change]:
+    """The tenant's change log as this viewer may read it: decisions on requests they may not see are left out.
+
+    A decision's entry names the call (tool, service account, time) and the approver's reason:
+    part of the request, so it follows the request's rule.
+    """
+    hidden = (
+        ApprovalRequest.objects.filter(tenant_id=tenant_id)
+        .exclude(approvals_visible(tenant_id=tenant_id, viewer=viewer))
+        .annotate(id_hex=_hex(Cast("id", CharField())))
+        .filter(id_hex=_hex(OuterRef("object_id")))
+    )
+    return changes_for_tenant(tenant_id=tenant_id).exclude(Q(object_type=APPROVAL_CHANGES) & Q(Exists(hidden)))
+
+
+def invocations_seen_by(
+    *, tenant_id: int, viewer: Viewer, run_id: str = "", tool_id: str = "", ok: bool | None = None, subject_id: str = ""
+) -> QuerySet[ToolInvocation]:
+    """The tenant's audit rows this viewer may see (the activity page), filtered like `invocation_list`."""
+    return invocation_list(tenant_id=tenant_id, run_id=run_id, tool_id=tool_id, ok=ok, subject_id=subject_id).filter(
+        invocations_visible(tenant_id=tenant_id, viewer=viewer)
+    )

@@ -2,7 +2,10 @@
 
 Events: `approval.requested` (a call waits for a person) and
 `approval.decided` (approved or denied). The payload names ids and the tool,
-never the call's arguments, the reason or any secret. A delivery row is written
+never the call's arguments, the reason, the connection or any secret. The
+receiver acts for the tenant's owners: a private request (made on behalf of a
+person or with a personal connection) is announced only when the owners
+decide it, and then names its person (`subject_id`). A delivery row is written
 in the transaction that opened or decided the approval and its task is sent on
 commit, so the call that asked never waits for (or fails with) the receiver.
 
@@ -36,6 +39,7 @@ from django.utils import timezone
 
 from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import TenantWebhook, WebhookDelivery
+from connections_app.selectors import approval_audience
 from policies_app.errors import AppError
 from policies_app.models import ApprovalRequest, Tenant
 from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now, parse_endpoint, resolve_checked_now
@@ -88,8 +92,12 @@ def webhook_signature(secret: str, timestamp: int, body: bytes) -> str:
 Enqueue = Callable[[str], object]
 
 
-def approval_event_payload(approval: ApprovalRequest, event: str, delivery_id: str) -> dict[str, Any]:
-    """Ids, the tool and the outcome; never the call's arguments, the reason or any secret."""
+def approval_event_payload(approval: ApprovalRequest, event: str, delivery_id: str, *, private: bool) -> dict[str, Any]:
+    """Ids, the tool and the outcome; never the call's arguments, the reason, the connection or any secret.
+
+    `private` (a call made on behalf of a person or with a personal connection) adds who the
+    call is for, so a receiver can tell that person and the owners, not every member.
+    """
     return {
         "event": event,
         "delivery_id": delivery_id,
@@ -105,17 +113,27 @@ def approval_event_payload(approval: ApprovalRequest, event: str, delivery_id: s
             "status": approval.status,
             "expires_at": approval.expires_at.isoformat(),
             "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+            "private": private,
+            "subject_id": approval.subject_id or None,
         },
     }
 
 
 def webhook_enqueue_for(approval: ApprovalRequest, *, enqueue: Enqueue) -> WebhookDelivery | None:
-    """Record a delivery if the tenant has a webhook, and send its task once the transaction commits."""
+    """Record a delivery if the tenant has a webhook, and send its task once the transaction commits.
+
+    The webhook's receiver acts for the tenant's owners (an owner set it), so it hears of a
+    request only when the owners may see it (connections_app.selectors.approvals_visible): a
+    private request that operators decide is not announced.
+    """
     if not TenantWebhook.objects.filter(tenant_id=approval.tenant_id).exists():
+        return None
+    audience = approval_audience(approval=approval)
+    if not audience.owners_may_see:
         return None
     event = "approval.requested" if approval.status == ApprovalRequest.Status.PENDING else "approval.decided"
     delivery = WebhookDelivery(tenant_id=approval.tenant_id, event=event, payload={})
-    delivery.payload = approval_event_payload(approval, event, str(delivery.pk))
+    delivery.payload = approval_event_payload(approval, event, str(delivery.pk), private=audience.private)
     delivery.save()
     transaction.on_commit(lambda: enqueue(str(delivery.pk)))
     return delivery

@@ -150,9 +150,20 @@ class ScopePermission(BasePermission):
 
 
 class ToolsExecScope(ScopePermission):
-    """List and execute tools, read the tenant's invocations."""
+    """List and execute tools, read the caller's own invocations."""
 
     required_scope = ServiceAccount.Scope.TOOLS_EXEC.value
+
+
+class InvocationsScope(BasePermission):
+    """Read audit rows: `tools:exec` reads the caller's own, `invocations:read` every row of its tenant."""
+
+    accepted_scopes = frozenset({ServiceAccount.Scope.TOOLS_EXEC.value, ServiceAccount.Scope.INVOCATIONS_READ.value})
+    message = "the API key lacks the tools:exec or invocations:read scope"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        caller = getattr(request.user, "caller", None)
+        return isinstance(caller, Caller) and not self.accepted_scopes.isdisjoint(caller.scopes)
 
 
 class ConnectionsManageScope(ScopePermission):

@@ -27,7 +27,10 @@ class ServiceAccountCreateForm(forms.ModelForm):
         choices=SCOPE_CHOICES,
         widget=forms.CheckboxSelectMultiple,
         initial=[ServiceAccount.Scope.TOOLS_EXEC],
-        help_text="tools:exec lists and runs tools; connections:manage manages the tenant's connections and grants.",
+        help_text=(
+            "tools:exec lists and runs tools (and reads its own call records); connections:manage manages the "
+            "tenant's connections and grants; invocations:read reads every call record of the tenant."
+        ),
     )
 
     class Meta:

@@ -71,6 +71,8 @@ class ServiceAccount(models.Model):
     class Scope(models.TextChoices):
         TOOLS_EXEC = "tools:exec", "tools:exec"
         CONNECTIONS_MANAGE = "connections:manage", "connections:manage"
+        # Read every audit row of the tenant (GET /api/v1/invocations); without it, a caller reads its own.
+        INVOCATIONS_READ = "invocations:read", "invocations:read"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="service_accounts")

@@ -186,6 +186,16 @@ def tenant_of_caller(*, caller: Caller) -> Tenant | None:
     return Tenant.objects.filter(pk=caller.tenant_id).first()
 
 
+def invocations_readable_by(*, caller: Caller) -> str | None:
+    """Whose audit rows a caller reads: its own (its service account's id), or its tenant's (None).
+
+    The scope `invocations:read` reads every row of the tenant: an auditor's or a dashboard's key.
+    """
+    if ServiceAccount.Scope.INVOCATIONS_READ in caller.scopes:
+        return None
+    return caller.service_account_id
+
+
 def service_account_list(*, tenant_id: int, include_revoked: bool = True) -> QuerySet[ServiceAccount]:
     """A tenant's service accounts by name (the tenant UI lists revoked ones too, greyed out)."""
     rows = ServiceAccount.objects.filter(tenant_id=tenant_id).select_related("created_by")
@@ -224,22 +234,30 @@ def approval_pending_count() -> int:
     return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__gt=timezone.now()).count()
 
 
-def approvals_for_tenant(*, tenant_id: int) -> tuple[list[ApprovalRequest], QuerySet[ApprovalRequest]]:
-    """(the tenant's requests waiting for a decision, oldest first; every other request, newest first)."""
+def approvals_for_tenant(
+    *, tenant_id: int, visible: Q | None = None
+) -> tuple[list[ApprovalRequest], QuerySet[ApprovalRequest]]:
+    """(the tenant's requests waiting for a decision, oldest first; every other request, newest first).
+
+    `visible` narrows them to what one person may see (the portal's rule, connections_app.selectors).
+    """
     rows = ApprovalRequest.objects.filter(tenant_id=tenant_id).select_related("service_account", "tenant")
+    if visible is not None:
+        rows = rows.filter(visible)
     now = timezone.now()
     waiting = Q(status=ApprovalRequest.Status.PENDING, expires_at__gt=now)
     return list(rows.filter(waiting).order_by("expires_at")), rows.exclude(waiting).order_by("-created_at")
 
 
-def approval_for_tenant(*, tenant_id: int, approval_id: object) -> ApprovalRequest | None:
-    """One request of this tenant; another tenant's (or a malformed id) is None."""
+def approval_for_tenant(*, tenant_id: int, approval_id: object, visible: Q | None = None) -> ApprovalRequest | None:
+    """One request of this tenant; another tenant's, one outside `visible` (or a malformed id) is None."""
     pk = uuid_or_none(approval_id)
     if pk is None:
         return None
-    return (
-        ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant").first()
-    )
+    rows = ApprovalRequest.objects.filter(tenant_id=tenant_id, pk=pk).select_related("service_account", "tenant")
+    if visible is not None:
+        rows = rows.filter(visible)
+    return rows.first()
 
 
 def tenant_owner_may_decide(*, approval: ApprovalRequest, user_id: int | None) -> bool:

@@ -20,13 +20,22 @@ def enabled_tool_ids() -> frozenset[str]:
 
 
 def invocation_list(
-    *, tenant_id: int, run_id: str = "", tool_id: str = "", ok: bool | None = None, subject_id: str = ""
+    *,
+    tenant_id: int,
+    service_account_id: str | None = None,
+    run_id: str = "",
+    tool_id: str = "",
+    ok: bool | None = None,
+    subject_id: str = "",
 ) -> QuerySet:
     """A tenant's audit rows, newest first; calls still running show as `pending`.
 
-    `subject_id` (`user:<id>`) narrows them to the calls made on one person's behalf.
+    `service_account_id` narrows them to one caller's own rows; `subject_id`
+    (`user:<id>`) to the calls made on one person's behalf.
     """
     rows = ToolInvocation.objects.filter(tenant_id=tenant_id)
+    if service_account_id is not None:
+        rows = rows.filter(service_account_id=service_account_id)
     if subject_id:
         rows = rows.filter(subject_id=subject_id)
     if run_id:
@@ -38,11 +47,18 @@ def invocation_list(
     return rows.select_related("service_account").order_by("-started_at", "-id")
 
 
-def invocation_get(*, tenant_id: int, tool_call_id: str) -> ToolInvocation | None:
-    """The executed (or still running) row for this id if any, else the latest attempt."""
+def invocation_get(
+    *, tenant_id: int, tool_call_id: str, service_account_id: str | None = None
+) -> ToolInvocation | None:
+    """The executed (or still running) row for this id if any, else the latest attempt.
+
+    `service_account_id` reads only that caller's own rows: another caller's id is None.
+    """
     rows = ToolInvocation.objects.filter(tenant_id=tenant_id, tool_call_id=tool_call_id).select_related(
         "service_account"
     )
+    if service_account_id is not None:
+        rows = rows.filter(service_account_id=service_account_id)
     return rows.order_by("-executed", "-started_at", "-id").first()
 
 

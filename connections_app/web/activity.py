@@ -15,7 +15,7 @@ from django.db.models import Count
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from tools_app.selectors import invocation_list
+from connections_app.selectors import Viewer, invocations_seen_by
 
 CHART_DAYS = 14
 SERIES_CLASSES = 8  # how many distinct colours the stylesheet defines
@@ -71,17 +71,26 @@ def chart_days(*, today: date, days: int = CHART_DAYS) -> list[date]:
 
 
 def activity_per_day(
-    *, tenant_id: int, since: date, run_id: str = "", tool_id: str = "", ok: bool | None = None, subject_id: str = ""
+    *,
+    tenant_id: int,
+    viewer: Viewer,
+    since: date,
+    run_id: str = "",
+    tool_id: str = "",
+    ok: bool | None = None,
+    subject_id: str = "",
 ) -> dict[tuple[date, str], int]:
     """{(day, tool id): calls} of a tenant's finished calls since `since`, in one GROUP BY query.
 
-    Built on `invocation_list` so the chart counts exactly the rows the list
-    shows under the same filters; its ordering is dropped because an ORDER BY
-    column would otherwise join the GROUP BY.
+    Built on `invocations_seen_by` so the chart counts exactly the rows the list
+    shows this viewer under the same filters; its ordering is dropped because an
+    ORDER BY column would otherwise join the GROUP BY.
     """
     start = timezone.make_aware(datetime.combine(since, time.min))
     rows = (
-        invocation_list(tenant_id=tenant_id, run_id=run_id, tool_id=tool_id, ok=ok, subject_id=subject_id)
+        invocations_seen_by(
+            tenant_id=tenant_id, viewer=viewer, run_id=run_id, tool_id=tool_id, ok=ok, subject_id=subject_id
+        )
         .select_related(None)
         .order_by()
         .filter(started_at__gte=start)

@@ -184,8 +184,9 @@ class ServiceAccountForm(UIForm):
     )
     scopes = forms.MultipleChoiceField(
         choices=[
-            (ServiceAccount.Scope.TOOLS_EXEC, "tools:exec — list and run tools, read this tenant's activity"),
+            (ServiceAccount.Scope.TOOLS_EXEC, "tools:exec — list and run tools, read its own calls' records"),
             (ServiceAccount.Scope.CONNECTIONS_MANAGE, "connections:manage — manage connections and grants over REST"),
+            (ServiceAccount.Scope.INVOCATIONS_READ, "invocations:read — read every call record of this tenant"),
         ],
         initial=[ServiceAccount.Scope.TOOLS_EXEC],
         widget=forms.CheckboxSelectMultiple,

@@ -17,6 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from connections_app.selectors import Viewer
 from policies_app.models import Tenant, TenantMembership
 
 SESSION_KEY = "toolgate_tenant_id"
@@ -87,3 +88,8 @@ def tenant_member_required(view: Callable[..., HttpResponse]) -> Callable[..., H
 def visible_to(request: HttpRequest) -> int | None:
     """Whose personal connections this user sees: an owner sees every row (None), a member only their own."""
     return None if request.tenant_role == TenantMembership.Role.OWNER else request.user.pk
+
+
+def viewer_of(request: HttpRequest) -> Viewer:
+    """Who looks at the tenant's calls (approvals, activity): this user, as an owner or a plain member."""
+    return Viewer(user_id=request.user.pk, is_owner=request.tenant_role == TenantMembership.Role.OWNER)

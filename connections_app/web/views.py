@@ -20,9 +20,11 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from changes_app.selectors import changes_for_tenant
 from connections_app.models import Connection, ExecutionGrant
 from connections_app.selectors import (
+    approval_seen_by,
+    approvals_seen_by,
+    changes_seen_by,
     connection_events,
     connection_get,
     connection_label,
@@ -30,6 +32,7 @@ from connections_app.selectors import (
     grant_get,
     grant_list,
     grant_list_for_connection,
+    invocations_seen_by,
     oauth_provider_list,
     webhook_of_tenant,
 )
@@ -44,14 +47,12 @@ from connections_app.web.forms import (
     ServiceAccountForm,
     WebhookForm,
 )
-from connections_app.web.tenancy import tenant_member_required, tenant_switch, visible_to
+from connections_app.web.tenancy import tenant_member_required, tenant_switch, viewer_of, visible_to
 from connections_app.webhooks import webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
 from policies_app.errors import AppError, add_app_error_to_form
 from policies_app.models import ServiceAccount, TenantMembership
 from policies_app.selectors import (
-    approval_for_tenant,
-    approvals_for_tenant,
     service_account_get,
     service_account_list,
     tenant_owner_may_decide,
@@ -62,7 +63,7 @@ from policies_app.services import (
     service_account_create,
     service_account_revoke,
 )
-from tools_app.selectors import invocation_list, tool_ids_known, tool_providers
+from tools_app.selectors import tool_ids_known, tool_providers
 
 ACTIVITY_PAGE_SIZE = 50
 CHANGES_PAGE_SIZE = 50
@@ -278,8 +279,11 @@ def _grant_details(grant: ExecutionGrant) -> list[tuple[str, str]]:
 @tenant_member_required
 @require_GET
 def approvals(request: HttpRequest) -> HttpResponse:
-    """Requests waiting for a decision first (soonest expiry first), then the history, paginated."""
-    waiting, history = approvals_for_tenant(tenant_id=request.tenant.pk)
+    """Requests waiting for a decision first (soonest expiry first), then the history, paginated.
+
+    Only the requests this user may see: another person's on-behalf calls are not listed.
+    """
+    waiting, history = approvals_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request))
     page = Paginator(history, APPROVALS_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
@@ -291,8 +295,11 @@ def approvals(request: HttpRequest) -> HttpResponse:
 @tenant_member_required
 @require_http_methods(["GET", "POST"])
 def approval_detail(request: HttpRequest, approval_id: UUID) -> HttpResponse:
-    """What a call would do and its args; owners decide here when the policy lets them (POST)."""
-    approval = approval_for_tenant(tenant_id=request.tenant.pk, approval_id=approval_id)
+    """What a call would do and its args; owners decide here when the policy lets them (POST).
+
+    A request this user may not see is not found, for a look and for a decision alike.
+    """
+    approval = approval_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request), approval_id=approval_id)
     if approval is None:
         raise Http404("no such approval request")
     may_decide = tenant_owner_may_decide(approval=approval, user_id=request.user.pk)
@@ -432,18 +439,23 @@ def _account_details(account: ServiceAccount) -> list[tuple[str, str]]:
 @tenant_member_required
 @require_GET
 def activity(request: HttpRequest) -> HttpResponse:
-    """The tenant's finished calls, filtered and paginated, over a chart of the last 14 days."""
+    """The tenant's finished calls, filtered and paginated, over a chart of the last 14 days.
+
+    A plain member sees the calls made for nobody and their own; another person's on-behalf
+    calls (or calls naming their personal connection) are neither listed nor counted.
+    """
     people = tenant_subjects(tenant_id=request.tenant.pk)
     form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known(), people=people)
     filters = form.filters() if request.GET else NO_FILTERS
-    page = Paginator(invocation_list(tenant_id=request.tenant.pk, **filters), ACTIVITY_PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    viewer = viewer_of(request)
+    page = Paginator(
+        invocations_seen_by(tenant_id=request.tenant.pk, viewer=viewer, **filters), ACTIVITY_PAGE_SIZE
+    ).get_page(request.GET.get("page"))
     names = dict(people)
     for call in page.object_list:
         call.person = names.get(call.subject_id, call.subject_id)  # a former member: their id
     days = chart_days(today=timezone.localdate())
-    counts = activity_per_day(tenant_id=request.tenant.pk, since=days[0], **filters)
+    counts = activity_per_day(tenant_id=request.tenant.pk, viewer=viewer, since=days[0], **filters)
     return render(
         request,
         "tenant/activity.html",
@@ -461,8 +473,11 @@ def activity(request: HttpRequest) -> HttpResponse:
 @tenant_member_required
 @require_GET
 def changes(request: HttpRequest) -> HttpResponse:
-    """Who changed this tenant's connections, grants, accounts, policies and approvals. Any member may read it."""
-    page = Paginator(changes_for_tenant(tenant_id=request.tenant.pk), CHANGES_PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    """Who changed this tenant's connections, grants, accounts, policies and approvals. Any member may read it.
+
+    Decisions on approval requests this user may not see are left out, like the requests.
+    """
+    page = Paginator(
+        changes_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request)), CHANGES_PAGE_SIZE
+    ).get_page(request.GET.get("page"))
     return render(request, "tenant/change_list.html", {"section": "changes", "page": page})

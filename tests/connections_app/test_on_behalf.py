@@ -383,6 +383,43 @@ def test_an_approval_given_for_one_persons_call_does_not_run_it_for_another(agen
     assert as_person(key, alice_token, tool_call_id="needs-ok").status_code == 200
 
 
+def test_a_persons_call_awaiting_approval_is_theirs_to_see_not_other_members(github, agent, alice, bob):
+    # given alice's call, on her behalf with her personal connection, waiting for an operator
+    account, key = agent
+    label = "canary-alices-connection-5b0f"
+    connection = ConnectionFactory(tenant=account.tenant, owner=alice, label=label)
+    grant = GrantFactory(service_account=account, connections=[connection])
+    _d, token = delegation_create(tenant=account.tenant, user=alice, service_account=account)
+    args = {"owner": "octo", "repo": "hello", "title": "canary-alices-args-77c1"}
+    body = {"tool_id": "github__create_issue", "args": args, "tool_call_id": "alices-issue"}
+    asked = api_client(key).post(
+        EXEC_URL,
+        {**body, "connection_id": str(connection.pk), "grant_id": str(grant.pk)},
+        format="json",
+        HTTP_X_TOOLGATE_SUBJECT=token,
+    )
+    assert (asked.status_code, asked.json()["error_code"]) == (202, "approval_required")
+    detail = reverse("web:approval-detail", args=[asked.json()["approval_id"]])
+    as_alice, as_bob = Client(), Client()
+    as_alice.force_login(alice)
+    as_bob.force_login(bob)
+
+    # when each of them looks, and bob tries to decide it
+    alices_page = as_alice.get(detail).content.decode()
+    bobs_list = as_bob.get(reverse("web:approval-list")).content.decode()
+    bobs_look, bobs_decision = as_bob.get(detail), as_bob.post(detail, {"decision": "deny", "reason": "mine now"})
+
+    # then alice sees her args and her connection; bob sees nothing of it, and nothing was decided
+    assert args["title"] in alices_page
+    assert label in alices_page
+    assert asked.json()["approval_id"] not in bobs_list
+    assert (bobs_look.status_code, bobs_decision.status_code) == (404, 404)
+    for leak in (args["title"], label):
+        assert leak not in bobs_list + bobs_look.content.decode() + bobs_decision.content.decode()
+    assert ApprovalRequest.objects.get(pk=asked.json()["approval_id"]).status == "pending"
+    assert github.requests == []
+
+
 def test_a_models_tool_calls_run_for_the_person_too(agent, alice):
     account, key = agent
     _d, token = delegation_create(tenant=account.tenant, user=alice, service_account=account)

@@ -8,8 +8,10 @@ import pytest
 import time_machine
 from django.urls import reverse
 
+from connections_app.selectors import Viewer
 from connections_app.web.activity import activity_chart, activity_per_day, chart_days
-from tests.factories import TenantFactory
+from policies_app.models import TenantMembership
+from tests.factories import ConnectionFactory, MembershipFactory, TenantFactory, UserFactory
 from tests.support.web import invocation, member_client
 from tools_app.models import ToolInvocation
 
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.django_db
 ACTIVITY = reverse("web:activity")
 NOW = datetime(2026, 11, 20, 15, 0, tzinfo=UTC)
 TODAY = NOW.date()
+OWNER = Viewer(user_id=None, is_owner=True)
 
 
 @pytest.fixture
@@ -110,7 +113,7 @@ def test_activity_paginates_fifty_per_page_keeping_the_filters(acme, member):
 def test_chart_counts_calls_per_day_per_tool_over_fourteen_days(acme, calls):
     days = chart_days(today=TODAY)
 
-    counts = activity_per_day(tenant_id=acme.pk, since=days[0])
+    counts = activity_per_day(tenant_id=acme.pk, viewer=OWNER, since=days[0])
 
     assert (days[0], days[-1], len(days)) == (date(2026, 11, 7), TODAY, 14)
     assert counts == {
@@ -118,12 +121,15 @@ def test_chart_counts_calls_per_day_per_tool_over_fourteen_days(acme, calls):
         (date(2026, 11, 17), "core__get_current_time"): 1,
         (date(2026, 11, 17), "core__wait"): 2,
     }
-    assert activity_per_day(tenant_id=acme.pk, since=days[0], ok=False) == {(TODAY, "core__get_current_time"): 1}
+    assert activity_per_day(tenant_id=acme.pk, viewer=OWNER, since=days[0], ok=False) == {
+        (TODAY, "core__get_current_time"): 1
+    }
 
 
-def test_aggregate_is_one_query(acme, calls, django_assert_num_queries):
-    with django_assert_num_queries(1):
-        activity_per_day(tenant_id=acme.pk, since=date(2026, 11, 7))
+@pytest.mark.parametrize("viewer", [OWNER, Viewer(user_id=1, is_owner=False)], ids=["owner", "member"])
+def test_aggregate_is_one_query(acme, calls, viewer, django_assert_num_queries):
+    with django_assert_num_queries(1):  # a member's visibility rule is part of that query, not one of its own
+        activity_per_day(tenant_id=acme.pk, viewer=viewer, since=date(2026, 11, 7))
 
 
 def test_chart_geometry_stacks_tools_per_day_on_a_round_scale():
@@ -206,3 +212,80 @@ def test_a_replay_and_a_running_call_are_shown_as_such_not_as_second_runs(acme, 
     assert page.count(">running</span>") == 1
     assert "812 ms" in page
     assert ">2 ms<" not in page  # a replay's own few milliseconds are not a run's duration
+
+
+# --- calls made for a person, or with a personal connection (issue 24) ----------------------
+
+
+@pytest.fixture
+def people(acme):
+    """Alice and bob, plain members; olivia, an owner; alice's personal connection; and their calls today:
+    one for nobody, one on alice's behalf with her connection, one naming her connection without a
+    subject (refused at the gate, but audited), one on bob's behalf."""
+    alice, bob, olivia = (UserFactory(username=name) for name in ("alice", "bob", "olivia"))
+    for user in (alice, bob):
+        MembershipFactory(user=user, tenant=acme, role=TenantMembership.Role.MEMBER)
+    MembershipFactory(user=olivia, tenant=acme, role=TenantMembership.Role.OWNER)
+    personal = ConnectionFactory(tenant=acme, owner=alice, label="Alice's GitHub")
+    hour = timedelta(hours=1)
+    invocation(acme, "core__wait", NOW - hour, tool_call_id="nobodys")
+    invocation(
+        acme,
+        "github__get_user",
+        NOW - 2 * hour,
+        tool_call_id="for-alice",
+        subject_id=f"user:{alice.pk}",
+        connection_id=str(personal.pk),
+        run_id="alices-run",
+    )
+    invocation(
+        acme, "github__get_user", NOW - 3 * hour, ok=False, tool_call_id="names-alices", connection_id=str(personal.pk)
+    )
+    invocation(acme, "core__get_current_time", NOW - 4 * hour, tool_call_id="for-bob", subject_id=f"user:{bob.pk}")
+    return alice, bob, olivia
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [
+        ("alice", ["nobodys", "for-alice", "names-alices"]),
+        ("bob", ["nobodys", "for-bob"]),
+        ("olivia", ["nobodys", "for-alice", "names-alices", "for-bob"]),
+    ],
+)
+@time_machine.travel(NOW, tick=False)
+def test_a_member_sees_calls_made_for_nobody_and_their_own_owners_see_all(acme, people, who, expected):
+    user = {person.username: person for person in people}[who]
+    client = member_client(acme, user=user)[0]
+
+    response = client.get(ACTIVITY)
+
+    assert _listed(response) == expected
+    assert response.context["chart"].total == len(expected)  # the chart counts what the list shows
+
+
+@time_machine.travel(NOW, tick=False)
+def test_another_persons_calls_leave_no_detail_on_a_members_page(acme, people):
+    alice, bob, _olivia = people
+    as_bob = member_client(acme, user=bob)[0]
+
+    page = as_bob.get(ACTIVITY).content.decode()
+    by_person = as_bob.get(ACTIVITY, {"person": f"user:{alice.pk}"})
+    by_run = as_bob.get(ACTIVITY, {"run": "alices-run"})
+
+    assert "alices-run" not in page
+    assert "github__get_user" not in page.split('id="chart-title"')[1]  # neither listed nor in the chart's legend
+    assert (_listed(by_person), _listed(by_run)) == ([], [])
+
+
+@time_machine.travel(NOW, tick=False)
+def test_a_plain_members_page_costs_what_an_owners_does(acme, people, django_assert_num_queries):
+    _alice, bob, olivia = people
+    costs = []
+    for user in (olivia, bob):
+        client = member_client(acme, user=user)[0]
+        client.get(ACTIVITY)  # warm the session
+        with django_assert_num_queries(8) as captured:  # session, user, memberships; the page's own 5
+            client.get(ACTIVITY)
+        costs.append(len(captured))
+    assert costs == [8, 8]

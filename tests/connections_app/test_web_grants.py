@@ -196,6 +196,17 @@ def test_duplicate_service_account_name_is_a_field_error(acme, member):
     assert ServiceAccount.objects.count() == 1
 
 
+def test_a_tenant_creates_an_account_that_reads_every_call_record(member):
+    client, _user = member
+
+    page = client.get(NEW_ACCOUNT).content.decode()
+    created = client.post(NEW_ACCOUNT, {"name": "auditor", "scopes": ["invocations:read"]})
+
+    assert 'value="invocations:read"' in page
+    assert created.status_code == 201
+    assert ServiceAccount.objects.get().scopes == ["invocations:read"]
+
+
 def test_service_account_needs_a_scope(member):
     client, _user = member
 

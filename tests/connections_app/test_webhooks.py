@@ -14,8 +14,9 @@ from connections_app.tasks import deliver_webhook
 from connections_app.webhooks import webhook_set
 from policies_app.errors import AppError
 from policies_app.models import ApprovalRequest, TenantMembership
-from policies_app.services import approval_decide
+from policies_app.services import approval_decide, delegation_create
 from tests.factories import ConnectionFactory, GrantFactory, MembershipFactory, UserFactory
+from tests.support.api import api_client
 from tests.support.loopback import LoopbackServer, json_answer
 from tests.support.web import member_client
 
@@ -71,6 +72,8 @@ def test_a_requested_approval_is_delivered_signed_and_without_the_args(asked, re
     assert body["event"] == "approval.requested"
     assert body["approval"]["id"] == str(approval.pk)
     assert body["approval"]["tool_id"] == "github__create_issue"
+    assert (body["approval"]["private"], body["approval"]["subject_id"]) == (False, None)  # made for nobody
+    assert approval.connection_id not in request.body.decode()
     assert (request.headers["toolgate-event"], request.headers["toolgate-delivery"]) == (
         "approval.requested",
         str(delivery.pk),
@@ -165,6 +168,83 @@ def test_no_webhook_no_delivery(github, caller, call_tool):
 
     assert ApprovalRequest.objects.count() == 1
     assert not WebhookDelivery.objects.exists()
+
+
+# --- calls made for a person, with their personal connection (issue 24) ----------------------
+
+PERSONAL_LABEL = "canary-personal-label-3c9a"
+
+
+def _ask_for_alice(caller, *, approver: str, tool_call_id: str):
+    """Alice's call, made on her behalf with her personal connection, under a policy whose `approver` decides."""
+    account, key = caller
+    policy = account.tenant.policies.get()
+    policy.approver = approver
+    policy.save()
+    alice = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice"), role="member").user
+    connection = ConnectionFactory(
+        tenant=account.tenant, owner=alice, label=PERSONAL_LABEL, credentials={"api_key": "ghp_" + "p" * 36}
+    )
+    grant = GrantFactory(service_account=account, connections=[connection])
+    _delegation, token = delegation_create(tenant=account.tenant, user=alice, service_account=account)
+    body = {
+        "tool_id": "github__create_issue",
+        "args": ISSUE,
+        "tool_call_id": tool_call_id,
+        "connection_id": str(connection.pk),
+        "grant_id": str(grant.pk),
+    }
+    response = api_client(key).post("/api/v1/tools/exec", body, format="json", HTTP_X_TOOLGATE_SUBJECT=token)
+    assert (response.status_code, response.json()["error_code"]) == (202, "approval_required")
+    return alice, connection, ApprovalRequest.objects.get(pk=response.json()["approval_id"])
+
+
+def test_a_persons_approval_that_owners_decide_is_announced_as_private_without_label_or_args(
+    github, caller, receiver, django_capture_on_commit_callbacks
+):
+    account, _key = caller
+    secret = webhook_set(tenant=account.tenant, url=f"{receiver.url}/hooks", user=None)
+    receiver.route("POST", "/hooks", status=204)
+    with django_capture_on_commit_callbacks(execute=False):
+        alice, connection, approval = _ask_for_alice(caller, approver="tenant_owner", tool_call_id="p1")
+    delivery = WebhookDelivery.objects.get()
+
+    deliver_webhook.apply(args=[str(delivery.pk)])
+
+    [request] = receiver.requests
+    assert _verify(secret, request)
+    assert request.json()["approval"] == {
+        "id": str(approval.pk),
+        "tenant": "acme",
+        "service_account_id": str(account.pk),
+        "tool_id": "github__create_issue",
+        "tool_call_id": "p1",
+        "effect": "external_side_effect",
+        "consequence_level": approval.consequence_level,
+        "approver": "tenant_owner",
+        "status": "pending",
+        "expires_at": approval.expires_at.isoformat(),
+        "decided_at": None,
+        "private": True,
+        "subject_id": f"user:{alice.pk}",
+    }
+    for leak in (PERSONAL_LABEL, CANARY, str(connection.pk), "ghp_", "alice"):
+        assert leak not in request.body.decode()
+
+
+def test_a_persons_approval_that_operators_decide_is_not_announced(
+    github, caller, receiver, django_capture_on_commit_callbacks
+):
+    # The receiver acts for the tenant's owners, who do not see such a request in the portal either.
+    account, _key = caller
+    webhook_set(tenant=account.tenant, url=f"{receiver.url}/hooks", user=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        _alice, _connection, approval = _ask_for_alice(caller, approver="operator", tool_call_id="p2")
+        approval_decide(approval=approval, approve=True, decided_by=None, decided_by_name="os:op")
+
+    assert approval.status == "approved"
+    assert not WebhookDelivery.objects.exists()
+    assert receiver.requests == []
 
 
 # --- the tenant UI page --------------------------------------------------------------------

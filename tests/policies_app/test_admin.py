@@ -165,6 +165,7 @@ def test_add_form_asks_tenant_name_and_scopes(admin_client, acme):
     assert list(form.fields["scopes"].choices) == [
         ("tools:exec", "tools:exec"),
         ("connections:manage", "connections:manage"),
+        ("invocations:read", "invocations:read"),
     ]
 
 

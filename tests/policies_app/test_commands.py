@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
-from policies_app.selectors import caller_for_key
+from policies_app.selectors import caller_for_key, invocations_readable_by
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tools_app.models import Tool
 from tools_app.registry import code_specs
@@ -98,6 +98,16 @@ def test_create_service_account_with_scopes():
 
     assert ServiceAccount.objects.get(name="ops").scopes == ["connections:manage", "tools:exec"]
     assert out.splitlines()[0] == "created service account acme/ops with scopes connections:manage, tools:exec"
+
+
+def test_create_service_account_that_reads_the_tenants_invocations():
+    TenantFactory(slug="acme")
+
+    out, _err = run("create_service_account", "--tenant", "acme", "auditor", "--scopes", "invocations:read")
+
+    key = out.splitlines()[-1]
+    assert ServiceAccount.objects.get(name="auditor").scopes == ["invocations:read"]
+    assert invocations_readable_by(caller=caller_for_key(key=key)) is None  # every row of its tenant
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ def pending_approval(
     tool_call_id: str = "call-1",
     approver: str = "operator",
     connection_id: str | None = None,
+    subject_id: str | None = None,
 ) -> ApprovalRequest:
     _verdict, approval = approval_check(
         tenant_id=account.tenant_id,
@@ -27,6 +28,7 @@ def pending_approval(
         connection_id=connection_id,
         args_sha256=hashlib.sha256(canonical_json(args)).hexdigest(),
         tool_call_id=tool_call_id,
+        subject_id=subject_id,
         terms=ApprovalTerms(
             effect=ToolEffect.EXTERNAL_SIDE_EFFECT,
             consequence_level=ConsequenceLevel.MEDIUM,

@@ -173,3 +173,78 @@ def test_invocations_need_the_tools_exec_scope(acme):
 
     assert (listed.status_code, detail.status_code) == (403, 403)
     assert detail.json()["error_code"] == "forbidden"
+
+
+# --- whose rows: the caller's own, or with invocations:read the tenant's (issue 24) -----------
+
+
+def test_another_service_account_of_the_tenant_reads_only_its_own_rows(acme):
+    # given a second tools:exec account of acme, with one call of its own
+    _other, other_key = service_account_with_key(TenantFactory(slug="acme"), name="other")
+    exec_call(other_key, tool_id="core__get_current_time", tool_call_id="b1")
+
+    # when it reads the invocations
+    listed = api_client(other_key).get("/api/v1/invocations")
+    filtered = api_client(other_key).get("/api/v1/invocations", {"run_id": "r1"})
+    detail = api_client(other_key).get("/api/v1/invocations/a2")
+
+    # then it sees its own row only; agent's rows are not found, as another tenant's would be
+    assert [row["tool_call_id"] for row in listed.json()["results"]] == ["b1"]
+    assert listed.json()["count"] == 1
+    assert filtered.json()["results"] == []
+    assert (detail.status_code, detail.json()) == (
+        404,
+        {"error_code": "not_found", "safe_message": "no such invocation"},
+    )
+    # and agent still reads its own
+    assert [row["tool_call_id"] for row in api_client(acme).get("/api/v1/invocations").json()["results"]] == [
+        "a3",
+        "a2",
+        "a1",
+    ]
+    assert api_client(acme).get("/api/v1/invocations/b1").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "scopes", [("tools:exec", "invocations:read"), ("invocations:read",)], ids=["with-exec", "alone"]
+)
+def test_invocations_read_reads_every_row_of_the_tenant_and_no_other(acme, scopes):
+    _auditor, auditor_key = service_account_with_key(TenantFactory(slug="acme"), name="auditor", scopes=scopes)
+    globex_key = service_account_with_key(TenantFactory(slug="globex"), name="agent")[1]
+    exec_call(globex_key, tool_id="core__get_current_time", tool_call_id="g1")
+
+    listed = api_client(auditor_key).get("/api/v1/invocations")
+    detail = api_client(auditor_key).get("/api/v1/invocations/a2")
+
+    assert listed.status_code == 200
+    assert [(row["tool_call_id"], row["service_account"]) for row in listed.json()["results"]] == [
+        ("a3", "agent"),
+        ("a2", "agent"),
+        ("a1", "agent"),
+    ]
+    assert (detail.status_code, detail.json()["tool_call_id"]) == (200, "a2")
+    assert api_client(auditor_key).get("/api/v1/invocations/g1").status_code == 404
+
+
+def test_invocations_read_alone_reads_but_runs_nothing(acme):
+    _auditor, auditor_key = service_account_with_key(
+        TenantFactory(slug="acme"), name="auditor", scopes=("invocations:read",)
+    )
+
+    ran = api_client(auditor_key).post("/api/v1/tools/exec", {"tool_id": "core__get_current_time"}, format="json")
+    catalog = api_client(auditor_key).get("/api/v1/tools")
+
+    assert (ran.status_code, ran.json()["error_code"]) == (403, "forbidden")
+    assert catalog.status_code == 403
+    assert not ToolInvocation.objects.filter(service_account__name="auditor").exists()
+
+
+def test_a_missing_scope_names_both_that_would_do(acme):
+    _account, manage_key = service_account_with_key(TenantFactory(slug="acme"), scopes=("connections:manage",))
+
+    refused = api_client(manage_key).get("/api/v1/invocations")
+
+    assert refused.json() == {
+        "error_code": "forbidden",
+        "safe_message": "the API key lacks the tools:exec or invocations:read scope",
+    }

@@ -1,4 +1,4 @@
-"""The tools API: execute a call, read the catalog, read the tenant's invocations.
+"""The tools API: execute a call, read the catalog, read invocation records.
 
 Each view parses and validates its input, makes one service or selector call
 and shapes the output. Failed calls leave as the application's `AppError`,
@@ -27,8 +27,8 @@ from rest_framework.views import APIView
 from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from policies_app.api.pagination import StrictLimitOffsetPagination
 from policies_app.api.parser import validated_body
-from policies_app.authentication import ToolsExecScope, request_caller, request_subject_token
-from policies_app.selectors import approval_for_caller
+from policies_app.authentication import InvocationsScope, ToolsExecScope, request_caller, request_subject_token
+from policies_app.selectors import approval_for_caller, invocations_readable_by
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode, ToolSpec
@@ -246,23 +246,34 @@ class ToolDetailView(ToolsApiView):
         return Response(spec.public_dict())
 
 
-class InvocationListView(ToolsApiView):
-    """The caller's tenant's audit rows, newest first: references and outcomes, never values."""
+INVOCATIONS_ERRORS = common_errors("tools:exec or invocations:read")
+INVOCATIONS_SCOPE_NOTE = (
+    "The caller's own rows; with the `invocations:read` scope, every row of the caller's tenant. "
+    "References and outcomes only, never args or result values."
+)
 
+
+class InvocationListView(ToolsApiView):
+    """The caller's own audit rows (its tenant's with invocations:read), newest first; never values."""
+
+    permission_classes = [InvocationsScope]
     pagination_class = StrictLimitOffsetPagination
 
     @extend_schema(
         operation_id="invocations_list",
-        summary="This tenant's invocation records, newest first",
+        summary="Invocation records, newest first",
+        description=INVOCATIONS_SCOPE_NOTE,
         parameters=[InvocationListQuerySerializer, *RESPONSE_HEADERS],
-        responses={200: InvocationOutputSerializer(many=True), **COMMON_ERRORS, **QUERY_ERRORS},
+        responses={200: InvocationOutputSerializer(many=True), **INVOCATIONS_ERRORS, **QUERY_ERRORS},
     )
     def get(self, request: Request) -> Response:
         query = InvocationListQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         filters = query.validated_data
+        caller = request_caller(request)
         rows = invocation_list(
-            tenant_id=request_caller(request).tenant_id,
+            tenant_id=caller.tenant_id,
+            service_account_id=invocations_readable_by(caller=caller),
             run_id=filters.get("run_id", ""),
             tool_id=filters.get("tool_id", ""),
             ok=None if "ok" not in filters else filters["ok"] == "true",
@@ -274,16 +285,22 @@ class InvocationListView(ToolsApiView):
 
 
 class InvocationDetailView(ToolsApiView):
-    """One audit row of the caller's tenant by tool_call_id: the executed one, else the latest attempt."""
+    """One audit row by tool_call_id (the executed one, else the latest attempt), read as the list reads."""
+
+    permission_classes = [InvocationsScope]
 
     @extend_schema(
         operation_id="invocations_retrieve",
-        summary="One invocation record of this tenant",
+        summary="One invocation record",
+        description=INVOCATIONS_SCOPE_NOTE,
         parameters=[TOOL_CALL_ID, *RESPONSE_HEADERS],
         responses={
             200: InvocationOutputSerializer,
-            **COMMON_ERRORS,
-            404: error_response("`not_found`: no such tool_call_id in this tenant."),
+            **INVOCATIONS_ERRORS,
+            404: error_response(
+                "`not_found`: no such tool_call_id among the rows this caller reads (its own, or its tenant's "
+                "with `invocations:read`)."
+            ),
         },
     )
     def get(self, request: Request, tool_call_id: str) -> Response:
@@ -291,7 +308,12 @@ class InvocationDetailView(ToolsApiView):
         # parameter with an error (a 500), and no stored row can have an id outside the pattern.
         if not ID_RE.match(tool_call_id):
             raise NotFound("no such invocation")
-        row = invocation_get(tenant_id=request_caller(request).tenant_id, tool_call_id=tool_call_id)
+        caller = request_caller(request)
+        row = invocation_get(
+            tenant_id=caller.tenant_id,
+            tool_call_id=tool_call_id,
+            service_account_id=invocations_readable_by(caller=caller),
+        )
         if row is None:
             raise NotFound("no such invocation")
         return Response(InvocationOutputSerializer(row).data)

@@ -1,4 +1,4 @@
-"""manage.py create_service_account --tenant SLUG NAME [--scopes tools:exec,connections:manage]"""
+"""manage.py create_service_account --tenant SLUG NAME [--scopes tools:exec,connections:manage,invocations:read]"""
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
