@@ -324,13 +324,20 @@ def approval_audience(*, approval: ApprovalRequest) -> ApprovalAudience:
 
 
 APPROVAL_CHANGES = "policies_app.approvalrequest"
+CONNECTION_CHANGES = "connections_app.connection"
+
+
+def connection_visible_to(*, connection: Connection, viewer: Viewer) -> bool:
+    """Whether the viewer may see the connection's label and page: owners all; members shared ones and their own."""
+    return viewer.is_owner or connection.owner_id is None or connection.owner_id == viewer.user_id
 
 
 def changes_seen_by(*, tenant_id: int, viewer: Viewer) -> QuerySet[Change]:
     """The tenant's change log as this viewer may read it: decisions on requests they may not see are left out.
 
     A decision's entry names the call (tool, service account, time) and the approver's reason:
-    part of the request, so it follows the request's rule.
+    part of the request, so it follows the request's rule. Entries of another member's personal
+    connection are left out for plain members, as the connection itself is.
     """
     hidden = (
         ApprovalRequest.objects.filter(tenant_id=tenant_id)
@@ -338,7 +345,16 @@ def changes_seen_by(*, tenant_id: int, viewer: Viewer) -> QuerySet[Change]:
         .annotate(id_hex=_hex(Cast("id", CharField())))
         .filter(id_hex=_hex(OuterRef("object_id")))
     )
-    return changes_for_tenant(tenant_id=tenant_id).exclude(Q(object_type=APPROVAL_CHANGES) & Q(Exists(hidden)))
+    changes = changes_for_tenant(tenant_id=tenant_id).exclude(Q(object_type=APPROVAL_CHANGES) & Q(Exists(hidden)))
+    if viewer.is_owner:
+        return changes
+    others_personal = (  # their entries carry the label: the connection's, like its page, is its owner's to see
+        Connection.objects.filter(tenant_id=tenant_id, owner__isnull=False)
+        .exclude(owner_id=viewer.user_id)
+        .annotate(id_hex=_hex(Cast("id", CharField())))
+        .filter(id_hex=_hex(OuterRef("object_id")))
+    )
+    return changes.exclude(Q(object_type=CONNECTION_CHANGES) & Q(Exists(others_personal)))
 
 
 def invocations_seen_by(

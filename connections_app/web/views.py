@@ -8,6 +8,7 @@ Revocations are two steps: GET shows what will happen, POST does it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from uuid import UUID
 
 from django.contrib import messages
@@ -22,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from connections_app.models import Connection, ExecutionGrant
 from connections_app.selectors import (
+    Viewer,
     approval_seen_by,
     approvals_seen_by,
     changes_seen_by,
@@ -29,6 +31,7 @@ from connections_app.selectors import (
     connection_get,
     connection_label,
     connection_list,
+    connection_visible_to,
     grant_get,
     grant_list,
     grant_list_for_connection,
@@ -210,7 +213,11 @@ def grants(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "tenant/grant_list.html",
-        {"section": "grants", "grants": grant_list(tenant_id=request.tenant.pk), "now": timezone.now()},
+        {
+            "section": "grants",
+            "grants": _grants_as_seen(request, grant_list(tenant_id=request.tenant.pk)),
+            "now": timezone.now(),
+        },
     )
 
 
@@ -261,15 +268,31 @@ def grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpResponse:
             "kind": "grant",
             "name": f"for {grant.service_account.name}",
             "already_revoked": grant.revoked_at is not None,
-            "details": _grant_details(grant),
+            "details": _grant_details(grant, viewer_of(request)),
             "consequence": "The service account can no longer use these connections. This cannot be undone.",
             "cancel_url": reverse("web:grant-list"),
         },
     )
 
 
-def _grant_details(grant: ExecutionGrant) -> list[tuple[str, str]]:
-    names = ", ".join(connection.label or connection.provider for connection in grant.connections.all())
+def _grants_as_seen(
+    request: HttpRequest, grants: Iterable[ExecutionGrant]
+) -> list[tuple[ExecutionGrant, list[tuple[Connection, bool]]]]:
+    """Each grant with (connection, visible) pairs: another member's personal connection is shown unnamed."""
+    viewer = viewer_of(request)
+    return [
+        (grant, [(c, connection_visible_to(connection=c, viewer=viewer)) for c in grant.connections.all()])
+        for grant in grants
+    ]
+
+
+def _grant_details(grant: ExecutionGrant, viewer: Viewer) -> list[tuple[str, str]]:
+    names = ", ".join(
+        (connection.label or connection.provider)
+        if connection_visible_to(connection=connection, viewer=viewer)
+        else "another member's personal connection"
+        for connection in grant.connections.all()
+    )
     return [("Service account", grant.service_account.name), ("Connections", names)]
 
 

@@ -9,10 +9,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from connections_app.models import ExecutionGrant
+from connections_app.services import connection_create
 from policies_app.keys import key_matches
 from policies_app.models import ServiceAccount
 from policies_app.selectors import caller_for_key
-from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
+from tests.factories import ConnectionFactory, GrantFactory, MembershipFactory, TenantFactory, service_account_with_key
 from tests.support.web import member_client
 
 pytestmark = pytest.mark.django_db
@@ -125,7 +126,7 @@ def test_grant_list_and_revoke_with_confirmation(acme, member):
     revoked_after_get = grant.revoked_at
     done = client.post(url, follow=True)
 
-    assert list(listed.context["grants"]) == [grant]
+    assert [row for row, _connections in listed.context["grants"]] == [grant]
     assert "release bot" in listed.content.decode()
     # the whole id, as a service sends it, selectable in one click (no truncated copy)
     assert f'<code class="small copyable" data-grant-id="{grant.pk}"' in listed.content.decode()
@@ -233,3 +234,35 @@ def test_service_account_revoke_with_confirmation(acme, member):
     account.refresh_from_db()
     assert account.revoked_by == user
     assert caller_for_key(key=key) is None
+
+
+def test_another_members_personal_connection_is_unnamed_in_grants_and_the_change_log(acme):
+    # given a grant that covers another member's personal connection, created through the service
+    client, _user = member_client(acme, user=MembershipFactory(tenant=acme, role="member").user)
+    other_client, other = member_client(acme, user=MembershipFactory(tenant=acme, role="member").user)
+    owner_client, _owner = member_client(acme, user=MembershipFactory(tenant=acme, role="owner").user)
+    account, _key = service_account_with_key(acme, name="agent")
+    personal = connection_create(
+        tenant=acme,
+        provider="github",
+        credential_type="api_key",
+        credentials={"api_key": "ghp_personalToken123"},
+        label="Alex's private GitHub",
+        created_by=other,
+        owner=other,
+    )
+    GrantFactory(service_account=account, connections=[personal])
+
+    # when the plain member, the connection's owner and a tenant owner look
+    member_view = client.get(GRANTS).content.decode() + client.get(reverse("web:change-list")).content.decode()
+    its_owner_view = other_client.get(GRANTS).content.decode()
+    owner_view = (
+        owner_client.get(GRANTS).content.decode() + owner_client.get(reverse("web:change-list")).content.decode()
+    )
+
+    # then only the plain member sees it unnamed
+    assert "Alex&#x27;s private GitHub" not in member_view
+    assert "another member's personal connection" in member_view
+    assert reverse("web:connection-detail", args=[personal.pk]) not in member_view
+    assert "Alex&#x27;s private GitHub" in its_owner_view
+    assert owner_view.count("Alex&#x27;s private GitHub") >= 2  # the grant and the change log entry
