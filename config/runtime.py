@@ -35,7 +35,9 @@ from runner.ports import PolicyDecider, ToolSource
 from tools_app.adapters import CatalogToolSource, DatabaseAuditSink, DatabaseIdempotencyStore
 from tools_app.metrics import PrometheusCallObserver
 from tools_app.registry import code_registry
+from tools_app.upstream.client import on_tools_list_changed
 from tools_app.upstream.source import CompositeToolSource, McpToolSource
+from tools_app.upstream.tasks import discovery_queue_for_list_change
 
 
 def provider_base_urls() -> dict[str, str]:
@@ -68,6 +70,8 @@ class Runtime:
 def build_runtime() -> Runtime:
     clock = SystemClock()
     # Code tools first, then the approved tools of upstream MCP servers (ids are namespaced apart).
+    # An upstream session that says its tools changed queues that server's discovery at once.
+    on_tools_list_changed(discovery_queue_for_list_change)
     source = CompositeToolSource(CatalogToolSource(bind_tools(code_registry(), provider_base_urls())), McpToolSource())
     desk = DatabaseApprovalDesk()
     policy = DatabasePolicyDecider(desk)

@@ -116,6 +116,7 @@ REQUEST_TIMEOUT_S = MAX_TIMEOUT_MS / 1000 + CLAIM_LEASE_GRACE_S
 DEPENDENCY_RETRY_AFTER_S = 5
 DEPENDENCY_MESSAGE = "a database or cache Toolgate needs is unreachable; nothing ran; retry later"
 CREDENTIAL_IN_OUTPUT = "tool output contains the connection's credential; it was withheld"
+DISABLED_MESSAGE = "tool is disabled"
 
 
 @dataclass(slots=True)
@@ -263,6 +264,9 @@ class FairnessStage:
 class LookupStage:
     """(1) An unknown tool fails loudly, suggesting the closest id of the caller's catalog (typos are the usual cause).
 
+    A tool the source knows but has not bound yet (an upstream definition awaiting its first
+    approval) is refused as a disabled tool is: it exists, an operator has not switched it on.
+
     The catalog is computed only on this failure path, so a known tool costs nothing more.
     """
 
@@ -272,6 +276,9 @@ class LookupStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         call.tool = self.source.get(call.tool_id)
         if call.tool is None:
+            if self.source.is_pending(call.tool_id):
+                call.decision = Decision.DENY
+                return call.fail(ErrorCode.POLICY_DENIED, DISABLED_MESSAGE)
             catalog = catalog_for(call.ctx, self.source, self.policy) if self.policy is not None else []
             return call.fail(ErrorCode.UNAVAILABLE, unknown_tool_message(call.tool_id, catalog))
         return proceed(call)
@@ -293,7 +300,7 @@ class PolicyStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         if not self.source.is_enabled(call.tool_id):
             call.decision = Decision.DENY
-            return call.fail(ErrorCode.POLICY_DENIED, "tool is disabled")
+            return call.fail(ErrorCode.POLICY_DENIED, DISABLED_MESSAGE)
         verdict = self.policy.decide(call.ctx, call.bound.spec, args_sha256=None)
         call.decision = verdict.decision
         call.budgets = verdict.budgets

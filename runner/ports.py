@@ -45,6 +45,11 @@ class ToolSource(Protocol):
         """The operator's kill switch, above every policy."""
         ...
 
+    def is_pending(self, tool_id: str) -> bool:
+        """A tool the catalog knows but holds no approved definition of yet (discovered upstream,
+        never approved): the lookup refuses it like a disabled tool, not like an unknown one."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:

@@ -38,6 +38,9 @@ class CatalogToolSource:
     def is_enabled(self, tool_id: str) -> bool:
         return tool_id in enabled_tool_ids()
 
+    def is_pending(self, tool_id: str) -> bool:
+        return False  # a code tool is bound from the start
+
 
 class DatabaseIdempotencyStore:
     """tool_call_id claims as leased pending audit rows; repeats replay what was recorded, to its caller only."""

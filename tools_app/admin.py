@@ -23,7 +23,7 @@ from tools_app.models import Tool, ToolInvocation
 from tools_app.selectors import tool_ids_known
 from tools_app.services import tool_metadata_set, tool_set_enabled
 from tools_app.upstream import admin as upstream_admin  # registers the MCP servers' and tools' admin
-from tools_app.upstream.services import mcp_tools_enable_check
+from tools_app.upstream.services import mcp_tools_enable_check, schema_hash_label
 
 __all__ = ["ToolAdmin", "ToolInvocationAdmin", "upstream_admin"]
 
@@ -66,7 +66,7 @@ class ToolAdmin(admin.ModelAdmin):
         "provider",
         "requires_connection",
         "missing_since",
-        "schema_hash",
+        "schema_hash_shown",
         "schema_changed_at",
         "input_schema_pretty",
         "created_at",
@@ -81,6 +81,11 @@ class ToolAdmin(admin.ModelAdmin):
         if obj is not None and obj.source == Tool.Source.MCP:
             return tuple(name for name in self.readonly_fields if name not in self.mcp_editable_fields)
         return self.readonly_fields
+
+    @admin.display(description="schema hash")
+    def schema_hash_shown(self, tool: Tool) -> SafeString:
+        """As policy files write it (`policy export`), and as the MCP tools' review pages show it."""
+        return format_html('<code class="schema-hash">{}</code>', schema_hash_label(tool.schema_hash))
 
     @admin.display(description="tags")
     def tag_list(self, tool: Tool) -> str:

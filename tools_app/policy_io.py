@@ -38,7 +38,7 @@ from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
 from tools_app.services import tool_metadata_set, tool_switch_record, tool_sync
-from tools_app.upstream.services import mcp_tool_approve
+from tools_app.upstream.services import SCHEMA_HASH_PREFIX, mcp_tool_approve, schema_hash_label
 
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
 # Approval settings beyond the effects (seed 002): absent keys take the model's defaults.
@@ -124,7 +124,7 @@ def policy_export() -> dict[str, Any]:
     tools = {
         tool.id: {
             "enabled": tool.is_enabled,
-            "schema_hash": f"sha256:{tool.schema_hash}",
+            "schema_hash": schema_hash_label(tool.schema_hash),
             "consequence_level": tool.consequence_level,
             "requires_confirmation": tool.requires_confirmation,
             "tags": list(tool.tags),
@@ -366,7 +366,7 @@ def _validate_switches(
         else:
             switches[tool_id] = entry["enabled"]
             if "schema_hash" in entry:
-                pins[tool_id] = entry["schema_hash"].removeprefix("sha256:")
+                pins[tool_id] = entry["schema_hash"].removeprefix(SCHEMA_HASH_PREFIX)
             metadata[tool_id] = {key: entry[key] for key in (*TOOL_METADATA_KEYS, "version") if key in entry}
     return switches
 

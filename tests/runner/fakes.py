@@ -33,9 +33,12 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 class FakeSource:
-    def __init__(self, definitions: Iterable[ToolDefinition], *, disabled: Iterable[str] = ()) -> None:
+    def __init__(
+        self, definitions: Iterable[ToolDefinition], *, disabled: Iterable[str] = (), pending: Iterable[str] = ()
+    ) -> None:
         self.tools: dict[str, BoundTool] = {d.tool_id: bind_tool(d) for d in definitions}
         self.disabled = set(disabled)
+        self.pending = set(pending)
 
     def get(self, tool_id: str) -> BoundTool | None:
         return self.tools.get(tool_id)
@@ -45,6 +48,9 @@ class FakeSource:
 
     def is_enabled(self, tool_id: str) -> bool:
         return tool_id not in self.disabled
+
+    def is_pending(self, tool_id: str) -> bool:
+        return tool_id in self.pending
 
 
 @dataclass

@@ -46,6 +46,18 @@ def test_unknown_tool_is_unavailable_and_audited():
     assert all(args_sha256 is None for _name, args_sha256 in h.policy.asked)  # listing the catalog only
 
 
+def test_a_known_tool_with_no_approved_definition_is_refused_as_disabled_and_audited():
+    h = make_harness(tools.ALL)
+    h.source.pending.add("mcp__acme__add")
+
+    result = h.exec("mcp__acme__add")
+
+    assert (result.ok, result.error_code, result.safe_message) == (False, ErrorCode.POLICY_DENIED, "tool is disabled")
+    [record] = h.audit.records
+    assert (record.tool_id, record.error_code, record.decision) == ("mcp__acme__add", ErrorCode.POLICY_DENIED, "deny")
+    assert h.policy.asked == []  # refused before any policy is asked
+
+
 def test_unknown_tool_suggests_the_closest_id_of_the_callers_catalog_only():
     h = make_harness(tools.ALL, allowed={"test__echo"})
 

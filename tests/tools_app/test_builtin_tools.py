@@ -83,6 +83,9 @@ class EnabledSource:
     def is_enabled(self, tool_id: str) -> bool:
         return True
 
+    def is_pending(self, tool_id: str) -> bool:
+        return False
+
 
 @dataclass
 class Harness:

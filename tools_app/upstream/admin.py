@@ -16,6 +16,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -30,16 +31,22 @@ from tools_app.upstream.definitions import safe_label
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
+    approved_schema_hash,
     mcp_server_check,
     mcp_server_discover,
     mcp_server_register,
     mcp_server_remove,
     mcp_server_set_token,
+    mcp_tool_approval_preview,
     mcp_tool_approve,
     mcp_tool_set_effect,
+    mcp_tools_approve,
+    schema_hash_label,
 )
 
 APPROVE_TEMPLATE = "admin/tools_app/mcptool/approve.html"
+APPROVE_AND_ENABLE_TEMPLATE = "admin/tools_app/mcptool/approve_and_enable.html"
+SHORT_HASH_CHARS = len("sha256:") + 12
 ERROR_PREVIEW_CHARS = 120
 
 
@@ -177,11 +184,17 @@ class McpToolAdmin(admin.ModelAdmin):
         "approved_by",
         "approved_via",
         "last_seen_at",
+        "schema_hash",
     )
     list_filter = ("status", "server", "suggested_effect")
     search_fields = ("tool__id", "upstream_name")
     list_select_related = ("server", "tool", "approved_by")
-    actions = ("confirm_suggested_effect", "set_state_change", "set_external_side_effect")
+    actions = (
+        "approve_and_enable_selected",
+        "confirm_suggested_effect",
+        "set_state_change",
+        "set_external_side_effect",
+    )
     fields = (
         "tool_id_link",
         "server",
@@ -194,8 +207,8 @@ class McpToolAdmin(admin.ModelAdmin):
         "effect_confirmed_by",
         "approve_link",
         "comparison",
-        "approved_hash",
-        "live_hash",
+        "schema_hash_full",
+        "approved_schema_hash_full",
         "approved_at",
         "approved_by",
         "approved_via",
@@ -223,6 +236,25 @@ class McpToolAdmin(admin.ModelAdmin):
     @admin.display(description="effect in force")
     def effect(self, tool: McpTool) -> str:
         return tool.tool.effect
+
+    @admin.display(description="schema hash")
+    def schema_hash(self, tool: McpTool) -> SafeString:
+        """Abbreviated like a git hash; the whole hash is the title (and on the tool's page)."""
+        full = schema_hash_label(tool.tool.schema_hash)
+        return format_html('<code class="schema-hash" title="{}">{}…</code>', full, full[:SHORT_HASH_CHARS])
+
+    @admin.display(description="schema hash (policy files pin it)")
+    def schema_hash_full(self, tool: McpTool) -> SafeString:
+        return format_html(
+            '<code class="schema-hash">{}</code> (of the live definition and the effect in force; '
+            "what <code>policy export</code> writes)",
+            schema_hash_label(tool.tool.schema_hash),
+        )
+
+    @admin.display(description="schema hash of the approved definition")
+    def approved_schema_hash_full(self, tool: McpTool) -> SafeString | str:
+        approved = approved_schema_hash(tool)
+        return format_html('<code class="approved-schema-hash">{}</code>', approved) if approved else "(never approved)"
 
     @admin.display(description="tool")
     def tool_id_link(self, tool: McpTool) -> SafeString:
@@ -260,27 +292,78 @@ class McpToolAdmin(admin.ModelAdmin):
         if not self.has_change_permission(request, tool):
             raise Http404("no such MCP tool")
         if request.method == "POST":
+            shown = request.POST.get("schema_hash", "")
             try:
                 mcp_tool_approve(
                     tool_id=tool.tool_id,
                     user=request.user,  # type: ignore[arg-type]
                     via="admin",
-                    expected_live_hash=request.POST.get("live_hash", ""),
+                    expected_schema_hash=shown,
                 )
             except AppError as error:
                 self.message_user(request, str(error), messages.ERROR)
             else:
-                self.log_change(request, tool, f"Approved definition {tool.live_hash[:12]}.")
-                self.message_user(request, f"Approved the live definition of {tool.tool_id}.", messages.SUCCESS)
+                self.log_change(request, tool, f"Approved definition {shown}.")
+                self.message_user(
+                    request, f"Approved the live definition of {tool.tool_id} ({shown}).", messages.SUCCESS
+                )
             return HttpResponseRedirect(reverse("admin:tools_app_mcptool_change", args=[tool.pk]))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "tool": tool,
+            "preview": mcp_tool_approval_preview(tool),
             "comparison": definition_comparison(tool),
             "title": f"Approve {tool.tool_id}",
         }
         return TemplateResponse(request, APPROVE_TEMPLATE, context)
+
+    @admin.action(description="Approve and enable selected tools", permissions=["change"])
+    def approve_and_enable_selected(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> HttpResponse | None:
+        """One step from discovered to callable: an intermediate page shows each definition (with its diff),
+        the effect it will run with and the schema hash it will pin; its POST approves, confirms and enables
+        exactly what was shown (each tool guarded by its hash), or nothing."""
+        tools = list(queryset.select_related("tool", "server").order_by("tool_id"))
+        removed = [tool.tool_id for tool in tools if tool.status == McpTool.Status.REMOVED]
+        if removed:
+            message = f"Removed upstream, nothing to approve: {', '.join(removed)}. Nothing changed."
+            self.message_user(request, message, messages.ERROR)
+            return None
+        if request.POST.get("post") == "yes":
+            expected = {tool.tool_id: request.POST.get(f"schema_hash_{tool.pk}", "") for tool in tools}
+            try:
+                previews = mcp_tools_approve(
+                    expected=expected,
+                    enable=True,
+                    user=request.user,  # type: ignore[arg-type]
+                    via="admin",
+                )
+            except AppError as error:
+                self.message_user(request, str(error), messages.ERROR)
+                fresh = list(McpTool.objects.select_related("tool", "server").filter(pk__in=[t.pk for t in tools]))
+                return self._approve_and_enable_page(request, sorted(fresh, key=lambda tool: tool.tool_id))
+            for preview in previews:
+                self.log_change(
+                    request, preview.tool, f"Approved and enabled ({preview.effect.value}, {preview.schema_hash})."
+                )
+            listed = "; ".join(f"{p.tool.tool_id} ({p.effect.value}, {p.schema_hash})" for p in previews)
+            self.message_user(request, f"Approved and enabled {len(previews)} tool(s): {listed}.", messages.SUCCESS)
+            return None
+        return self._approve_and_enable_page(request, tools)
+
+    def _approve_and_enable_page(self, request: HttpRequest, tools: list[McpTool]) -> TemplateResponse:
+        reviews = [
+            (mcp_tool_approval_preview(tool, confirm_effect=True), definition_comparison(tool)) for tool in tools
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Approve and enable {len(tools)} MCP tool(s)",
+            "reviews": reviews,
+            "tool_ids": [tool.tool_id for tool in tools],
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, APPROVE_AND_ENABLE_TEMPLATE, context)
 
     # --- effects ----------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,8 @@ CONNECT_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 300.0
 CLOSE_TIMEOUT_S = 5.0
 SESSION_TERMINATED = "Session terminated"
+# A flood of `notifications/tools/list_changed` from one server within this window is reported once.
+LIST_CHANGED_WINDOW_S = 0.5
 
 
 class UpstreamError(Exception):
@@ -80,13 +82,22 @@ async def pinned_transport(target: UpstreamTarget) -> PinnedTransport:
     return PinnedTransport(address=address, hostname=endpoint.host)
 
 
+MessageHandler = Callable[[Any], Any]
+
+
 @contextlib.asynccontextmanager
-async def connected(target: UpstreamTarget, transport: PinnedTransport) -> AsyncIterator[Client]:
+async def connected(
+    target: UpstreamTarget, transport: PinnedTransport, *, message_handler: MessageHandler | None = None
+) -> AsyncIterator[Client]:
     """An initialised SDK client over `transport` (enter and exit in one task)."""
     timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=300.0)
     async with httpx2.AsyncClient(transport=transport, headers=dict(target.headers), timeout=timeout) as http:
         client = Client(
-            streamable_http_client(target.url, http_client=http), mode="auto", cache=None, client_info=CLIENT_INFO
+            streamable_http_client(target.url, http_client=http),
+            mode="auto",
+            cache=None,
+            client_info=CLIENT_INFO,
+            message_handler=message_handler,
         )
         async with client:
             yield client
@@ -166,11 +177,59 @@ async def list_all_tools(target: UpstreamTarget, *, max_tools: int, max_pages: i
 # --- calls: pooled sessions -------------------------------------------------------------
 
 
-class UpstreamSession:
-    """One live session, held open by its owner task until closed."""
+class ListChangedSignal:
+    """Coalesces upstreams' `notifications/tools/list_changed` into one report per server and window.
 
-    def __init__(self, target: UpstreamTarget) -> None:
+    A session's message handler calls `notice` on the event loop; the first
+    notice of a server opens a short window, and when it closes `report(server_id)`
+    runs once in a worker thread (it may block: it queues a discovery). Notices
+    during the window are absorbed; one after it opens the next window, so a
+    change announced while a discovery already runs is not lost.
+    """
+
+    def __init__(self, report: Callable[[str], None], *, window_s: float = LIST_CHANGED_WINDOW_S) -> None:
+        self._report = report
+        self._window_s = window_s
+        self._open: set[str] = set()
+
+    def notice(self, server_id: str) -> None:
+        if server_id in self._open:
+            return
+        self._open.add(server_id)
+        asyncio.get_running_loop().call_later(self._window_s, self._close, server_id)
+
+    def _close(self, server_id: str) -> None:
+        self._open.discard(server_id)
+        asyncio.get_running_loop().run_in_executor(None, self._report_safely, server_id)
+
+    def _report_safely(self, server_id: str) -> None:
+        try:
+            self._report(server_id)
+        except Exception as exc:  # the next interval discovers anyway; never kill the loop's thread pool
+            logger.warning("mcp server %s: list change not reported (%s)", server_id, type(exc).__name__)
+
+
+_list_changed_report: list[Callable[[str], None]] = []
+
+
+def on_tools_list_changed(report: Callable[[str], None]) -> None:
+    """Set what pooled sessions do when an upstream says its tools changed (the composition root does)."""
+    _list_changed_report[:] = [report]
+
+
+class UpstreamSession:
+    """One live session, held open by its owner task until closed.
+
+    An upstream that keeps a session (2025-06-18 / 2025-11-25 with `Mcp-Session-Id`)
+    can push `notifications/tools/list_changed` on it; they go to `list_changed`.
+    A stateless upstream, or one answering plain JSON, has no channel to push on,
+    and a 2026-07-28 upstream announces changes only on a `subscriptions/listen`
+    stream, which is not held open: their changes are found at the next discovery.
+    """
+
+    def __init__(self, target: UpstreamTarget, *, list_changed: ListChangedSignal | None = None) -> None:
         self.target = target
+        self._list_changed = list_changed
         self.client: Client | None = None
         self.transport: PinnedTransport | None = None
         self.dead = False
@@ -196,7 +255,7 @@ class UpstreamSession:
         transport: PinnedTransport | None = None
         try:
             transport = await pinned_transport(self.target)
-            async with connected(self.target, transport) as client:
+            async with connected(self.target, transport, message_handler=self._on_message) as client:
                 self.client, self.transport = client, transport
                 self._ready.set()
                 await self._closing.wait()
@@ -206,6 +265,10 @@ class UpstreamSession:
         finally:
             self.dead = True
             self._ready.set()
+
+    async def _on_message(self, message: Any) -> None:
+        if self._list_changed is not None and isinstance(message, types.ToolListChangedNotification):
+            self._list_changed.notice(self.target.server_id)
 
     def close_soon(self) -> None:
         self.dead = True
@@ -247,8 +310,11 @@ class UpstreamSession:
 class SessionPool:
     """Pooled sessions of one event loop: one per server and credential, closed when idle."""
 
-    def __init__(self, *, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    def __init__(
+        self, *, idle_timeout_s: float = IDLE_TIMEOUT_S, list_changed: ListChangedSignal | None = None
+    ) -> None:
         self._idle_timeout_s = idle_timeout_s
+        self._list_changed = list_changed
         self._sessions: dict[tuple[str, str, str], UpstreamSession] = {}
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
 
@@ -263,7 +329,7 @@ class SessionPool:
             session = self._sessions.get(key)
             if session is not None and not session.dead:
                 return session
-            session = UpstreamSession(target)
+            session = UpstreamSession(target, list_changed=self._list_changed)
             await session.open()
             self._sessions[key] = session
             return session
@@ -316,5 +382,6 @@ def pool_for_running_loop() -> SessionPool:
     loop = asyncio.get_running_loop()
     pool = _pools.get(loop)
     if pool is None:
-        pool = _pools[loop] = SessionPool()
+        signal = ListChangedSignal(_list_changed_report[0]) if _list_changed_report else None
+        pool = _pools[loop] = SessionPool(list_changed=signal)
     return pool

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from runner.pipeline import BackgroundLoop
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.metrics import mcp_discovery_observed
 from tools_app.models import Tool
+from tools_app.services import tool_set_enabled
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, list_all_tools
 from tools_app.upstream.definitions import (
     SERVER_SLUG_MAX_LENGTH,
@@ -50,6 +51,7 @@ from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now
 from tools_app.upstream.vault import token_vault
 
 DISCOVER_TASK = "tools_app.upstream.discover_server"
+SCHEMA_HASH_PREFIX = "sha256:"
 MIN_DISCOVER_SECONDS = 10
 PROVIDER_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
@@ -432,6 +434,7 @@ def mcp_tool_approve(
     user: AbstractBaseUser | None = None,
     via: str = "admin",
     expected_live_hash: str | None = None,
+    expected_schema_hash: str | None = None,
     only_if_unapproved: bool = False,
 ) -> McpTool:
     """Pin the live definition as the approved one, recording who and when.
@@ -439,6 +442,8 @@ def mcp_tool_approve(
     A drifted tool that was enabled before its quarantine is switched back on;
     a new tool stays off until an operator enables it. `expected_live_hash`
     guards against approving a definition that changed while it was reviewed;
+    `expected_schema_hash` (the "sha256:<hex>" an approve page showed, see
+    `mcp_tool_approval_preview`) guards the definition and the effect it pins alike;
     `only_if_unapproved` leaves an already approved tool (and its record) alone.
     """
     tool = McpTool.objects.select_for_update().select_related("tool", "server").filter(tool_id=tool_id).first()
@@ -449,6 +454,8 @@ def mcp_tool_approve(
     if tool.status == McpTool.Status.REMOVED:
         raise AppError(f"{tool_id} was removed upstream; there is no live definition to approve")
     if expected_live_hash is not None and expected_live_hash != tool.live_hash:
+        raise AppError(f"{tool_id}: the live definition changed while it was being reviewed; review it again")
+    if expected_schema_hash is not None and expected_schema_hash != mcp_tool_approval_preview(tool).schema_hash:
         raise AppError(f"{tool_id}: the live definition changed while it was being reviewed; review it again")
     was_drifted = tool.status == McpTool.Status.DRIFTED
     before = _review_snapshot(tool)
@@ -517,3 +524,98 @@ def mcp_tools_enable_check(tool_ids: Iterable[str]) -> list[str]:
         if tool.status != McpTool.Status.APPROVED:
             problems.append(f"{tool.tool_id} is {tool.get_status_display().lower()}; approve its definition first")
     return problems
+
+
+# --- one step from discovered to callable ------------------------------------------------------
+
+
+def schema_hash_label(digest: str) -> str:
+    """The one hash operators see for a tool (review pages, lists, commands): the policy file's `schema_hash`."""
+    return f"{SCHEMA_HASH_PREFIX}{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalPreview:
+    """What approving a tool's live definition pins: the effect in force afterwards and the resulting
+    `schema_hash` ("sha256:<hex>", what `policy export` will write for it)."""
+
+    tool: McpTool
+    effect: ToolEffect
+    schema_hash: str
+
+
+def mcp_tool_approval_preview(tool: McpTool, *, confirm_effect: bool = False) -> ApprovalPreview:
+    """The effect and schema hash the tool will have once its live definition is approved.
+
+    Approval alone keeps the effect in force, raised to what the new hints ask for
+    (`mcp_tool_approve`); `confirm_effect` also confirms the hints' effect when no
+    operator has confirmed one yet (an effect an operator set stays, raised likewise).
+    The effect is part of the hash, so a page that shows this hash shows what is pinned.
+    """
+    suggested = ToolEffect(tool.suggested_effect)
+    effect = stricter(ToolEffect(tool.tool.effect), suggested)
+    if confirm_effect and tool.effect_confirmed_at is None:
+        effect = suggested
+    digest = _row_fields(tool.tool_id, tool.live_definition, effect.value, tool.server)["schema_hash"]
+    return ApprovalPreview(tool=tool, effect=effect, schema_hash=schema_hash_label(digest))
+
+
+@transaction.atomic
+def mcp_tools_approve(
+    *,
+    expected: Mapping[str, str | None],
+    enable: bool,
+    user: AbstractBaseUser | None = None,
+    via: str = "admin",
+) -> list[ApprovalPreview]:
+    """Approve each tool's live definition and confirm its effect, switching it on with `enable`: all or nothing.
+
+    `expected` maps each tool id to the schema hash its operator was shown
+    (`mcp_tool_approval_preview(..., confirm_effect=True)`), or None where nothing
+    was shown to guard. A tool whose definition or effect moved since is refused,
+    and with it the whole request. Returns what was pinned, by tool id.
+    """
+    tool_ids = sorted(expected)
+    rows = {
+        tool.tool_id: tool
+        for tool in McpTool.objects.select_for_update(of=("self",))
+        .select_related("tool", "server")
+        .filter(tool_id__in=tool_ids)
+    }
+    problems = [f"no MCP tool {tool_id!r}" for tool_id in tool_ids if tool_id not in rows]
+    previews = []
+    for tool_id in tool_ids:
+        tool = rows.get(tool_id)
+        if tool is None:
+            continue
+        preview = mcp_tool_approval_preview(tool, confirm_effect=True)
+        wanted = expected[tool_id]
+        if tool.status == McpTool.Status.REMOVED:
+            problems.append(f"{tool_id} was removed upstream; there is no live definition to approve")
+        elif wanted is not None and wanted != preview.schema_hash:
+            problems.append(
+                f"{tool_id}: its definition or effect changed since it was shown (now {preview.schema_hash}); "
+                "review it again"
+            )
+        previews.append(preview)
+    if problems:
+        raise AppError("nothing was approved: " + "; ".join(problems))
+    for preview in previews:
+        tool = mcp_tool_approve(tool_id=preview.tool.tool_id, user=user, via=via, only_if_unapproved=True)
+        if tool.effect_confirmed_at is None or tool.tool.effect != preview.effect.value:
+            mcp_tool_set_effect(tool_id=tool.tool_id, effect=preview.effect, user=user)
+    if enable:
+        tool_set_enabled(tool_ids=tool_ids, enabled=True)
+    pinned = dict(Tool.objects.filter(pk__in=tool_ids).values_list("pk", "schema_hash"))
+    for preview in previews:  # what was shown is what was pinned, or nothing is
+        if schema_hash_label(pinned[preview.tool.tool_id]) != preview.schema_hash:
+            raise AppError(f"nothing was approved: {preview.tool.tool_id} would not pin the hash shown")
+    return previews
+
+
+def approved_schema_hash(tool: McpTool) -> str | None:
+    """The schema hash of the approved definition with the effect in force (the live one's is the Tool row's)."""
+    if not tool.approved_definition:
+        return None
+    digest = _row_fields(tool.tool_id, tool.approved_definition, tool.tool.effect, tool.server)["schema_hash"]
+    return schema_hash_label(digest)

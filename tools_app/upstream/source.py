@@ -275,6 +275,13 @@ def approved_tool_ids() -> frozenset[str]:
     )
 
 
+def pending_tool_ids() -> frozenset[str]:
+    """MCP tools discovered but never approved: known to the catalog, bound nowhere."""
+    return frozenset(
+        McpTool.objects.filter(status=McpTool.Status.PENDING, approved_hash="").values_list("tool_id", flat=True)
+    )
+
+
 class McpToolSource:
     """Bound upstream tools, rebuilt when the governance generation moves."""
 
@@ -292,6 +299,10 @@ class McpToolSource:
     def is_enabled(self, tool_id: str) -> bool:
         """The kill switch, and an approved definition equal to the live one (a drifted tool is off)."""
         return tool_id in enabled_tool_ids() and tool_id in governance_cache.get("mcp-approved", approved_tool_ids)
+
+    def is_pending(self, tool_id: str) -> bool:
+        """Asked only for an id `get` does not know (the lookup's failure path), so it costs a hit nothing."""
+        return tool_id.startswith("mcp__") and tool_id in governance_cache.get("mcp-pending", pending_tool_ids)
 
 
 class CompositeToolSource:
@@ -315,3 +326,6 @@ class CompositeToolSource:
             if source.get(tool_id) is not None:
                 return source.is_enabled(tool_id)
         return False
+
+    def is_pending(self, tool_id: str) -> bool:
+        return any(source.is_pending(tool_id) for source in self._sources)

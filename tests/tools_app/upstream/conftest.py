@@ -10,7 +10,8 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel
 
 from tests.support.mcp_upstream import McpUpstream
-from tools_app.upstream.services import mcp_server_register
+from tools_app.upstream.models import McpTool
+from tools_app.upstream.services import mcp_server_register, mcp_tool_approval_preview
 
 
 class Issue(BaseModel):
@@ -78,3 +79,8 @@ def legacy_upstream() -> Iterator[McpUpstream]:
 def registered(allow_private, upstream):
     server, _ = mcp_server_register(slug="acme", url=upstream.url)
     return server
+
+
+def shown_hash(tool: McpTool) -> str:
+    """The schema hash an approve page shows (and posts back) for this tool."""
+    return mcp_tool_approval_preview(tool).schema_hash

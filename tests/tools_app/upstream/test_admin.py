@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from changes_app.models import Change
-from tests.tools_app.upstream.conftest import add
+from tests.tools_app.upstream.conftest import add, shown_hash
 from tools_app.models import McpServer, McpTool, Tool
 from tools_app.upstream.services import DiscoveryFailed, mcp_server_discover, mcp_tool_approve
 
@@ -93,7 +93,7 @@ def test_a_drifted_tool_shows_both_definitions_escaped_and_approval_records_who_
 ):
     add_tool = McpTool.objects.get(upstream_name="add")
     approve_url = reverse("admin:tools_app_mcptool_approve", args=[add_tool.pk])
-    admin_client.post(approve_url, {"live_hash": add_tool.live_hash})
+    admin_client.post(approve_url, {"schema_hash": shown_hash(add_tool)})
     upstream.server.remove_tool("add")
     upstream.server.add_tool(add, name="add", description="<script>alert(1)</script> Add.")
     mcp_server_discover(server_id=discovered.pk)
@@ -106,11 +106,11 @@ def test_a_drifted_tool_shows_both_definitions_escaped_and_approval_records_who_
     assert "Add two integers." in page  # the approved side
     assert "-  &quot;description&quot;: &quot;Add two integers.&quot;" in page  # the diff
     assert "Approve this definition" in review
-    stale = admin_client.post(approve_url, {"live_hash": "0" * 64}, follow=True)
+    stale = admin_client.post(approve_url, {"schema_hash": "sha256:" + "0" * 64}, follow=True)
     assert "changed while it was being reviewed" in _messages(stale)[0]
     assert McpTool.objects.get(pk=add_tool.pk).status == McpTool.Status.DRIFTED
 
-    admin_client.post(approve_url, {"live_hash": McpTool.objects.get(pk=add_tool.pk).live_hash})
+    admin_client.post(approve_url, {"schema_hash": shown_hash(McpTool.objects.get(pk=add_tool.pk))})
 
     approved = McpTool.objects.get(pk=add_tool.pk)
     assert approved.status == McpTool.Status.APPROVED

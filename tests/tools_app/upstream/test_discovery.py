@@ -59,12 +59,10 @@ def test_discovery_stores_every_tool_disabled_pending_and_invisible_to_agents(re
     assert registered.last_discovery_status == McpServer.DiscoveryStatus.OK
     catalog = api_client(key).get("/api/v1/tools").json()["tools"]
     assert catalog == []
-    assert (
-        api_client(key)
-        .post("/api/v1/tools/exec", {"tool_id": "mcp__acme__add", "args": {"a": 1, "b": 2}}, format="json")
-        .status_code
-        == 404
+    refused = api_client(key).post(
+        "/api/v1/tools/exec", {"tool_id": "mcp__acme__add", "args": {"a": 1, "b": 2}}, format="json"
     )
+    assert (refused.status_code, refused.json()["error_code"]) == (403, "policy_denied")  # exists, not switched on
     assert upstream.calls() == 0
 
 

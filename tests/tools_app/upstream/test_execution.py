@@ -153,7 +153,7 @@ def test_a_new_upstream_tool_stays_disabled(ready, upstream, caller):
 
     mcp_server_discover(server_id=ready.pk)
 
-    assert call(key, "mcp__acme__greet", {}).json()["error_code"] == "unavailable"
+    assert call(key, "mcp__acme__greet", {}).json()["error_code"] == "policy_denied"
     mcp_tool_approve(tool_id="mcp__acme__greet", via="test")
     assert call(key, "mcp__acme__greet", {}).json()["error_code"] == "policy_denied"
     assert upstream.calls() == 0

@@ -1,4 +1,4 @@
-"""manage.py mcp_server add|list|remove|discover: upstream MCP servers for operators' runbooks."""
+"""manage.py mcp_server add|list|remove|discover|approve: upstream MCP servers for operators' runbooks."""
 
 from __future__ import annotations
 
@@ -7,19 +7,22 @@ import os
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from policies_app.errors import command_errors
+from tools_app.upstream.definitions import safe_label
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
     mcp_server_discover,
     mcp_server_register,
     mcp_server_remove,
+    mcp_tools_approve,
 )
 
 
 class Command(BaseCommand):
     help = (
         "Register (add), list, remove and discover upstream MCP servers. Discovered tools arrive disabled "
-        "and pending review; an operator approves each definition (admin, or policy import with its schema_hash)."
+        "and pending review; an operator approves each definition (approve, admin, or policy import with its "
+        "schema_hash)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -37,6 +40,18 @@ class Command(BaseCommand):
         remove.add_argument("slug")
         discover = commands.add_parser("discover", help="list the servers' tools now (all servers by default)")
         discover.add_argument("slugs", nargs="*")
+        approve = commands.add_parser(
+            "approve",
+            help="approve tools' live definitions and confirm their effects (all pending and drifted by default)",
+            description=(
+                "Pins each tool's live definition and confirms the effect its hints suggest (an effect an operator "
+                "set stays); prints each tool's id, upstream name, effect and schema hash (what policy export "
+                "writes). All or nothing. Callers still need a policy that allows the tool ids."
+            ),
+        )
+        approve.add_argument("slug")
+        approve.add_argument("tools", nargs="*", metavar="TOOL", help="upstream name or tool id (default: all pending)")
+        approve.add_argument("--enable", action="store_true", help="also switch the tools on")
 
     def handle(self, *args: str, **options: object) -> None:
         action = options["action"]
@@ -46,6 +61,9 @@ class Command(BaseCommand):
             self._list()
         elif action == "remove":
             self._remove(str(options["slug"]))
+        elif action == "approve":
+            names = [str(tool) for tool in options["tools"]]  # type: ignore[attr-defined]
+            self._approve(str(options["slug"]), names, enable=bool(options["enable"]))
         else:
             self._discover([str(slug) for slug in options["slugs"]])  # type: ignore[attr-defined]
 
@@ -111,3 +129,33 @@ class Command(BaseCommand):
             self.stdout.write(report.summary())
         if failed:
             raise CommandError(f"could not list: {', '.join(failed)}")
+
+    def _approve(self, slug: str, names: list[str], *, enable: bool) -> None:
+        server = McpServer.objects.filter(slug=slug).first()
+        if server is None:
+            raise CommandError(f"no MCP server {slug}")
+        tools = McpTool.objects.filter(server=server)
+        if names:
+            by_name = {tool.upstream_name: tool.tool_id for tool in tools}
+            by_name |= {tool.tool_id: tool.tool_id for tool in tools}
+            unknown = [name for name in names if name not in by_name]
+            if unknown:
+                raise CommandError(f"{slug} has no tool {', '.join(unknown)}")
+            tool_ids = sorted({by_name[name] for name in names})
+        else:
+            pending = (McpTool.Status.PENDING, McpTool.Status.DRIFTED)
+            tool_ids = sorted(tools.filter(status__in=pending).values_list("tool_id", flat=True))
+            if not tool_ids:
+                self.stdout.write(f"{slug}: no tool awaits approval")
+                return
+        with command_errors(f"mcp server {slug!r}: "):
+            previews = mcp_tools_approve(expected=dict.fromkeys(tool_ids), enable=enable, via="mcp_server approve")
+        for preview in previews:
+            self.stdout.write(
+                f"{preview.tool.tool_id} name={safe_label(preview.tool.upstream_name)} effect={preview.effect.value} "
+                f"schema_hash={preview.schema_hash}"
+            )
+        state = "approved and enabled" if enable else "approved (still disabled: add --enable or use admin)"
+        self.stdout.write(
+            self.style.SUCCESS(f"{slug}: {len(previews)} tool(s) {state}; callers need a policy that allows these ids")
+        )
