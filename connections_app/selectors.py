@@ -70,12 +70,7 @@ def connection_for_use(*, connection_id: str) -> Connection | None:
 
 def connection_ids_usable(connection_ids: Iterable[str]) -> set[str]:
     """The ids among these that name active connections (the MCP host stops the children of the others)."""
-    valid = []
-    for value in connection_ids:
-        try:
-            valid.append(uuid.UUID(str(value)))
-        except ValueError:
-            continue
+    valid = [parsed for parsed in map(uuid_or_none, connection_ids) if parsed is not None]
     rows = Connection.objects.filter(pk__in=valid, status=Connection.Status.ACTIVE, revoked_at__isnull=True)
     return {str(pk) for pk in rows.values_list("pk", flat=True)}
 

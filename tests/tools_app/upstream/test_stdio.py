@@ -386,3 +386,31 @@ def test_the_published_server_everything_runs_as_a_stdio_upstream(host, caller):
 
     assert response.status_code == 200, response.json()
     assert "hello" in str(response.json()["value"])
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_command(admin_client, monkeypatch):
+    monkeypatch.setenv("DOCS_TOKEN", OPERATOR_SECRET)
+    add_server("docs", "--command", "python server.py --ro", "--env", "MODE=ro", "--secret-env", "API_TOKEN=DOCS_TOKEN")
+    server = McpServer.objects.get(slug="docs")
+    sealed = bytes(server.secret_env_sealed)
+    page = f"/admin/tools_app/mcpserver/{server.pk}/change/"
+
+    listing = admin_client.get("/admin/tools_app/mcpserver/").content.decode()
+    shown = admin_client.get(page).content.decode()
+    saved = admin_client.post(page, {"provider": "", "discover_seconds": 600, "enabled": "on"})
+
+    assert "stdio: python server.py --ro" in listing
+    assert "python server.py --ro" in shown
+    assert "API_TOKEN (encrypted)" in shown
+    assert "MODE" in shown
+    assert OPERATOR_SECRET not in listing + shown
+    assert saved.status_code == 302
+    server.refresh_from_db()
+    assert (server.discover_seconds, server.command, server.env) == (
+        600,
+        ["python", "server.py", "--ro"],
+        {"MODE": "ro"},
+    )
+    assert bytes(server.secret_env_sealed) == sealed
+    assert server.secret_env_names == ["API_TOKEN"]

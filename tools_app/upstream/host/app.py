@@ -161,7 +161,7 @@ def build_server(supervisor: Supervisor, resolver: SpecResolver) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         child = await child_for(ctx)
         try:
-            result = await child.call_tool(params.name, dict(params.arguments or {}))
+            result = await child.relay_call(params.name, dict(params.arguments or {}))
         except HostError as exc:
             raise _refused(slug_of(ctx), exc) from None
         if _carries_secret(result, child.spec.secret_values):

@@ -205,7 +205,8 @@ class StdioChild:
         client = self._live_client()
         return await self._exchange(client.list_tools(cursor=cursor))
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def relay_call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """`tools/call` that a worker's runner made (grant, policy and input checks are behind it)."""
         client = self._live_client()
         if name not in self._absorbed:
             # The SDK would list tools after a call to check the output against the live schema;
