@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -306,6 +307,34 @@ def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revoc
     host.wait_for(lambda: children_of_connections() == {str(second.pk)})
     assert via(first, "process").json()["error_code"] == "connection_unavailable"
     assert report(via(second, "process"))["pid"] == pid_b
+
+
+def test_a_bounded_number_of_children_run_and_the_least_recently_used_idle_one_makes_room(host, caller):
+    _account, key = caller
+    object.__setattr__(host.app.supervisor.config, "max_children", 1)
+    ready("kit", COMMAND)
+    ready("lin", COMMAND)
+
+    kit_pid = report(call(key, "mcp__kit__process", {}))["pid"]
+    lin_pid = report(call(key, "mcp__lin__process", {}))["pid"]
+
+    assert [child.spec.slug for child in host.children()] == ["lin"]
+    assert report(call(key, "mcp__kit__process", {}))["pid"] not in (kit_pid, lin_pid)
+    assert [child.spec.slug for child in host.children()] == ["kit"]
+
+
+def test_when_the_host_is_down_a_call_answers_execution_at_once(host, caller, settings):
+    _account, key = caller
+    ready("kit", COMMAND)
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        settings.TOOLGATE_MCP_HOST_URL = f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+    started = time.monotonic()
+    response = call(key, "mcp__kit__add", {"a": 1, "b": 1})
+
+    assert (response.status_code, response.json()["error_code"]) == (502, "execution")
+    assert time.monotonic() - started < 5
 
 
 def test_the_host_refuses_callers_without_its_token(host):

@@ -26,6 +26,7 @@ from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
+from runner.contracts import MAX_TIMEOUT_MS
 from tools_app.upstream.host.environment import child_environment
 from tools_app.upstream.host.sandbox import SANDBOX_HOME, SANDBOX_TMP, Limits, bwrap_argv, launch_argv
 
@@ -40,6 +41,7 @@ BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 STABLE_AFTER_S = 60.0  # a child that ran this long before exiting starts its backoff afresh
 REDACTED = "[redacted]"
+CALL_TIMEOUT_S = MAX_TIMEOUT_MS / 1000 + 5  # past any runtime budget: the worker gives up first
 
 
 class HostError(Exception):
@@ -76,7 +78,7 @@ class HostConfig:
     max_children: int = 16
     idle_timeout_s: float = 300.0
     start_timeout_s: float = 60.0
-    call_timeout_s: float = 330.0
+    call_timeout_s: float = CALL_TIMEOUT_S
     sweep_s: float = 2.0
 
 
@@ -94,8 +96,17 @@ def redactor(secret_values: tuple[str, ...]) -> Callable[[str], str]:
 class StdioChild:
     """One running stdio server, held open by its owner task until stopped or exited."""
 
-    def __init__(self, spec: ChildSpec, *, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(
+        self,
+        spec: ChildSpec,
+        *,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+    ) -> None:
         self.spec = spec
+        self._call_timeout_s = call_timeout_s
         self._argv, self._env, self._cwd = argv, env, cwd
         self.client: Client | None = None
         self.dead = False
@@ -220,7 +231,10 @@ class StdioChild:
         self.busy += 1
         self.last_used = time.monotonic()
         try:
-            return await request
+            async with asyncio.timeout(self._call_timeout_s):  # the worker's budget is shorter; this bounds the host
+                return await request
+        except TimeoutError:
+            raise HostError(f"the server did not answer within {self._call_timeout_s:g} s") from None
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED or self.dead:
                 self.stop_soon()
@@ -324,7 +338,7 @@ class Supervisor:
             sandbox = None
         argv = launch_argv(spec.command, limits=self.config.limits, unset=unset, bwrap=sandbox)
         logger.info("mcp server %s: starting a child%s", spec.slug, " (bubblewrap)" if sandbox else "")
-        return StdioChild(spec, argv=argv, env=env, cwd=home)
+        return StdioChild(spec, argv=argv, env=env, cwd=home, call_timeout_s=self.config.call_timeout_s)
 
     async def sweep(self) -> None:
         """Forget exited children, stop idle ones and those whose connection is no longer usable."""
