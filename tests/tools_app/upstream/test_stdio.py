@@ -280,7 +280,8 @@ def test_an_idle_child_is_stopped_and_started_again_on_the_next_call(host, calle
     assert report(call(key, "mcp__kit__process", {}))["pid"] != pid  # no backoff after an idle stop
 
 
-def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revocation_stops_it(host, caller):
+def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revocation_stops_it(host, caller, caplog):
+    caplog.set_level(logging.DEBUG)
     account, key = caller
     ready("lin", COMMAND, "--provider", "linear", "--credential-env", "LINEAR_API_KEY")
     first = ConnectionFactory(tenant=account.tenant, provider="linear", credentials={"api_key": TENANT_SECRET_A})
@@ -295,6 +296,7 @@ def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revoc
 
     assert env_a["LINEAR_API_KEY"] == sha(TENANT_SECRET_A)
     assert env_b["LINEAR_API_KEY"] == sha(TENANT_SECRET_B)
+    assert sorted(env_a) == sorted(env_b) == ["HOME", "LANG", "LINEAR_API_KEY", "PATH", "TMPDIR"]
     pid_a, pid_b = (report(via(c, "process"))["pid"] for c in (first, second))
     assert pid_a != pid_b
 
@@ -307,6 +309,8 @@ def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revoc
     host.wait_for(lambda: children_of_connections() == {str(second.pk)})
     assert via(first, "process").json()["error_code"] == "connection_unavailable"
     assert report(via(second, "process"))["pid"] == pid_b
+    assert TENANT_SECRET_A not in caplog.text
+    assert TENANT_SECRET_B not in caplog.text
 
 
 def test_a_bounded_number_of_children_run_and_the_least_recently_used_idle_one_makes_room(host, caller):

@@ -33,6 +33,11 @@ class Command(BaseCommand):
             host = build_host(config)
         except Exception as exc:  # ImproperlyConfigured and friends: one line, no traceback
             raise CommandError(str(exc)) from None
-        sandbox = "bubblewrap" if config.bwrap else "no sandbox (bubblewrap is not usable)"
+        if config.bwrap:
+            sandbox = "bubblewrap"
+        elif settings.TOOLGATE_MCP_HOST_SANDBOX == "none":
+            sandbox = "no sandbox (TOOLGATE_MCP_HOST_SANDBOX=none)"
+        else:
+            sandbox = "no sandbox (bubblewrap is not usable here; see the warning above)"
         self.stdout.write(f"mcp host on {address}:{port}; children: {sandbox}, at most {config.max_children}")
         uvicorn_server(host, address=address, port=port).run()
