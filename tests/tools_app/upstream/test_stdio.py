@@ -137,7 +137,7 @@ def test_secret_env_is_sealed_and_never_stored_or_printed_in_clear(monkeypatch):
 
 @pytest.fixture
 def host(tmp_path, settings):
-    settings.TOOLGATE_MCP_CHILD_MEMORY_MB = 2048
+    settings.TOOLGATE_MCP_CHILD_MEMORY_MB = 4096
     config = host_config(sandbox="none", root=tmp_path / "mcp_host", sweep_s=0.2)
     with McpHostThread(config) as running:
         settings.TOOLGATE_MCP_HOST_URL, settings.TOOLGATE_MCP_HOST_TOKEN = running.url, running.token
@@ -217,7 +217,7 @@ def test_the_childs_environment_holds_only_what_the_contract_lists(host, caller,
     assert process["cwd"] == str(home / "home")
     assert process["pgid"] == process["pid"] != os.getpgid(0)  # its own process group and session
     limits = process["limits"]
-    assert limits["RLIMIT_AS"] == 2048 * 1024 * 1024
+    assert limits["RLIMIT_AS"] == 4096 * 1024 * 1024
     assert limits["RLIMIT_NOFILE"] == settings.TOOLGATE_MCP_CHILD_OPEN_FILES
     assert limits["RLIMIT_CPU"] == settings.TOOLGATE_MCP_CHILD_CPU_SECONDS
     assert limits["RLIMIT_NPROC"] == settings.TOOLGATE_MCP_CHILD_PROCESSES
