@@ -310,7 +310,8 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
     """List the server now and reconcile its tools; DiscoveryFailed (recorded on the row) otherwise."""
     bounds = bounds or DiscoveryBounds()
     with _process_lock(server_id):
-        slug = McpServer.objects.filter(pk=server_id).values_list("slug", flat=True).first() or str(server_id)
+        row = McpServer.objects.filter(pk=server_id).values_list("slug", "transport").first()
+        slug, transport = row or (str(server_id), "")
         try:
             with transaction.atomic():
                 server = McpServer.objects.select_for_update().get(pk=server_id)
@@ -333,12 +334,23 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
         except Exception as exc:  # every failure is recorded and named; none escapes as a traceback
             mcp_discovery_observed(server=slug, outcome="failed")
             message = _failure_message(exc, bounds)
+            if transport == McpServer.Transport.STDIO and isinstance(exc, UpstreamError):
+                message = _stdio_failure_message(exc, slug)
             McpServer.objects.filter(pk=server_id).update(
                 last_discovery_at=timezone.now(),
                 last_discovery_status=McpServer.DiscoveryStatus.FAILED,
                 last_discovery_error=message[:500],
             )
             raise DiscoveryFailed(slug, message) from None
+
+
+def _stdio_failure_message(error: UpstreamError, slug: str) -> str:
+    """What an operator needs when a stdio server could not be listed: the host, or its log."""
+    if error.kind == UpstreamError.UNREACHABLE:
+        return "the MCP host cannot be reached at TOOLGATE_MCP_HOST_URL (is `manage.py mcp_host` running?)"
+    if error.kind == UpstreamError.AUTH:
+        return "the MCP host refused the token, or TOOLGATE_MCP_HOST_TOKEN is not set here (it must match the host's)"
+    return f"{error.safe_message}; the MCP host's log says why (lines tagged 'mcp server {slug}')"
 
 
 def _failure_message(exc: BaseException, bounds: DiscoveryBounds) -> str:

@@ -132,6 +132,21 @@ def test_secret_env_is_sealed_and_never_stored_or_printed_in_clear(monkeypatch):
     assert "docs enabled stdio:python server.py" in listed.text
 
 
+@pytest.mark.django_db
+def test_a_stdio_server_that_cannot_be_listed_names_the_host_for_the_operator(settings):
+    add_server("docs", "--command", "python server.py")
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        settings.TOOLGATE_MCP_HOST_URL = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    out = _Out()
+
+    with pytest.raises(CommandError, match="could not list: docs"):
+        call_command("mcp_server", "discover", "docs", stdout=out)
+
+    assert "docs: FAILED: the MCP host cannot be reached at TOOLGATE_MCP_HOST_URL" in out.text
+    assert McpServer.objects.get(slug="docs").last_discovery_status == "failed"
+
+
 # --- the host and its children -----------------------------------------------------------------
 
 
