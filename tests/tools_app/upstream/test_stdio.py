@@ -30,6 +30,7 @@ from tests.support.api import api_client
 from tests.support.mcp_host import McpHostThread
 from tools_app.models import McpServer
 from tools_app.services import tool_set_enabled
+from tools_app.upstream.host import children
 from tools_app.upstream.host.sandbox import SANDBOX_HOME, bwrap_problem, find_bwrap
 from tools_app.upstream.host.serve import host_config
 from tools_app.upstream.services import mcp_server_discover, mcp_tool_approve
@@ -259,27 +260,29 @@ def test_a_child_that_echoes_a_secret_is_withheld_and_stderr_is_logged_tagged_an
     assert OPERATOR_SECRET not in caplog.text
 
 
-def test_a_child_that_exits_answers_execution_and_is_started_again_with_backoff(host, caller):
+def test_a_child_that_exits_answers_execution_and_is_started_again_with_backoff(host, caller, monkeypatch):
+    monkeypatch.setattr(children, "BACKOFF_FIRST_S", 1.5)  # wide enough for a loaded machine; doubles per exit
     _account, key = caller
     ready("kit", COMMAND)
     first_pid = report(call(key, "mcp__kit__process", {}))["pid"]
 
     started = time.monotonic()
     crashed = call(key, "mcp__kit__crash", {})
-    assert time.monotonic() - started < 5
+    exited = time.monotonic()
+    assert exited - started < 5  # the dead child's call answers at once, not at the budget
     assert (crashed.status_code, crashed.json()["error_code"]) == (502, "execution")
     host.wait_for(lambda: not host.children())
-    soon = call(key, "mcp__kit__add", {"a": 1, "b": 1})  # inside the first backoff (0.5 s)
-    assert soon.json()["error_code"] == "execution"
-    time.sleep(0.6)
+    assert call(key, "mcp__kit__add", {"a": 1, "b": 1}).json()["error_code"] == "execution"  # inside 1.5 s
+    time.sleep(max(0.0, exited + 1.6 - time.monotonic()))
     second_pid = report(call(key, "mcp__kit__process", {}))["pid"]
     assert second_pid != first_pid
 
-    call(key, "mcp__kit__crash", {})  # exits again at once: the next wait doubles
+    call(key, "mcp__kit__crash", {})  # exits again at once: the next wait doubles to 3 s
+    exited = time.monotonic()
     host.wait_for(lambda: not host.children())
-    time.sleep(0.6)
+    time.sleep(max(0.0, exited + 1.6 - time.monotonic()))
     assert call(key, "mcp__kit__add", {"a": 1, "b": 1}).json()["error_code"] == "execution"
-    time.sleep(0.6)
+    time.sleep(max(0.0, exited + 3.1 - time.monotonic()))
     assert value(call(key, "mcp__kit__add", {"a": 1, "b": 1})) == {"result": 2}
 
 
