@@ -465,3 +465,25 @@ def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_c
     )
     assert bytes(server.secret_env_sealed) == sealed
     assert server.secret_env_names == ["API_TOKEN"]
+
+
+def test_stderr_is_bounded_per_line_and_per_window(caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="toolgate.mcp_host.stderr")
+    spec = children.ChildSpec(
+        slug="noisy", connection_id="", command=("true",), env={}, secret_values=("hunter2-secret",)
+    )
+    child = children.StdioChild(spec, argv=["true"], env={}, cwd=Path("/"))
+    clock = [1000.0]
+    monkeypatch.setattr(children.time, "monotonic", lambda: clock[0])
+
+    child._log_line(b"x" * 995 + b"hunter2-secret and more")  # the cut at 1,000 falls inside the secret
+    for number in range(children.STDERR_LINES_PER_WINDOW + 9):
+        child._log_line(f"line {number}".encode())
+    clock[0] += children.STDERR_WINDOW_S + 1
+    child._log_line(b"after the window")
+
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages[0] == "mcp server noisy: " + "x" * 995 + "[reda"  # never a piece of the secret
+    assert len(messages) == children.STDERR_LINES_PER_WINDOW + 2
+    assert messages[-2:] == ["mcp server noisy: 10 stderr lines not logged", "mcp server noisy: after the window"]
+    assert all(record.mcp_server == "noisy" for record in caplog.records if record.levelname == "INFO")

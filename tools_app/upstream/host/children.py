@@ -188,7 +188,7 @@ class StdioChild:
             self._suppressed += 1
             return
         self._window_lines += 1
-        text = self._redact(raw.decode(errors="replace").rstrip()[:STDERR_LINE_CHARS])
+        text = self._redact(raw.decode(errors="replace").rstrip())[:STDERR_LINE_CHARS]  # a cut never splits a secret
         stderr_logger.info("mcp server %s: %s", self.spec.slug, text, extra={"mcp_server": self.spec.slug})
 
     def _mark_dead(self) -> None:
