@@ -1,12 +1,14 @@
 """Toolgate in front of an upstream MCP server, against the upstream called directly (one run).
 
 Starts an SDK MCPServer upstream (one uvicorn process), registers it in
-Toolgate, approves and enables its `add` tool, serves Toolgate with gunicorn
-(sync workers, 2 x cores), and drives three targets with wrk at 32 and 1
-connections:
+Toolgate, approves and enables its `add` tool; registers the same server as a
+stdio server run by Toolgate's MCP host (`manage.py mcp_host`, one child, no
+sandbox: bubblewrap costs only at spawn); serves Toolgate with gunicorn (sync
+workers, 2 x cores), and drives four targets with wrk at 32 and 1 connections:
 
   direct     tools/call straight to the upstream (2026-07-28, stateless)
   mcp exec   POST /api/v1/tools/exec of mcp__bench__add (pooled session upstream)
+  stdio exec POST /api/v1/tools/exec of mcp__benchstdio__add (pooled session to the host, one child)
   builtin    POST /api/v1/tools/exec of core__get_current_time
 
     DATABASE_URL=postgres://... REDIS_URL=redis://... python -m bench.mcp_gateway
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -58,7 +61,8 @@ def wait_http(url: str, *, timeout: float = 30.0, method: str = "GET") -> None:
 
 
 def setup(env: dict[str, str], upstream_url: str) -> list[str]:
-    """Migrate, register and approve the upstream, create the callers; returns their API keys."""
+    """Migrate, register and approve the upstreams, create the callers; returns their API keys."""
+    stdio_command = [sys.executable, str(ROOT / "bench" / "mcp_upstream_app.py"), "stdio"]
     code = f"""
 import json, django
 django.setup()
@@ -73,11 +77,16 @@ tenant, _ = Tenant.objects.get_or_create(slug="bench", defaults={{"name": "Bench
 ServiceAccount.objects.filter(tenant=tenant).delete()
 keys = [service_account_create(tenant=tenant, name=f"bench-{{i}}", scopes=("tools:exec",))[1] for i in range({KEYS})]
 ToolPolicy.objects.filter(name="bench").delete()
-ToolPolicy.objects.create(name="bench", tenant=tenant, allowed_tools=["mcp__bench__add", "core__get_current_time"])
+ToolPolicy.objects.create(
+    name="bench", tenant=tenant, allowed_tools=["mcp__bench__add", "mcp__benchstdio__add", "core__get_current_time"]
+)
 server, _ = mcp_server_register(slug="bench", url={upstream_url!r})
 mcp_server_discover(server_id=server.pk)
 mcp_tool_approve(tool_id="mcp__bench__add", via="bench", only_if_unapproved=True)
-tool_set_enabled(tool_ids=["mcp__bench__add", "core__get_current_time"], enabled=True)
+stdio, _ = mcp_server_register(slug="benchstdio", command={stdio_command!r})
+mcp_server_discover(server_id=stdio.pk)
+mcp_tool_approve(tool_id="mcp__benchstdio__add", via="bench", only_if_unapproved=True)
+tool_set_enabled(tool_ids=["mcp__bench__add", "mcp__benchstdio__add", "core__get_current_time"], enabled=True)
 print(json.dumps(keys))
 """
     out = subprocess.run(
@@ -122,18 +131,28 @@ def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, int
 
 
 def main() -> None:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS": "true"}
+    upstream_port, web_port, host_port = free_port(), free_port(), free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS": "true",
+        "TOOLGATE_MCP_HOST_URL": f"http://127.0.0.1:{host_port}",
+        "TOOLGATE_MCP_HOST_TOKEN": secrets.token_urlsafe(24),
+        "TOOLGATE_MCP_HOST_SANDBOX": "none",
+    }
     scratch = Path(tempfile.mkdtemp(prefix="toolgate-bench-"))
+    env["TOOLGATE_MCP_HOST_DIR"] = str(scratch / "mcp_host")
     if not env.get("DATABASE_URL"):
         env["DATABASE_URL"] = f"sqlite:///{scratch / 'bench.sqlite3'}"
-    upstream_port, web_port = free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
     processes = []
     try:
         processes.append(
             subprocess.Popen([sys.executable, "-m", "bench.mcp_upstream_app", str(upstream_port)], cwd=ROOT, env=env)
         )
+        processes.append(subprocess.Popen([sys.executable, "manage.py", "mcp_host"], cwd=ROOT, env=env))
         wait_http(upstream_url)
+        wait_http(f"http://127.0.0.1:{host_port}/")
         keys = setup(env, upstream_url)
         processes.append(
             subprocess.Popen(
@@ -184,6 +203,12 @@ def main() -> None:
             headers=exec_headers,
             keys=keys,
         )
+        stdio_exec = wrk_script(
+            scratch / "stdio.lua",
+            body={"tool_id": "mcp__benchstdio__add", "args": {"a": 1, "b": 2}},
+            headers=exec_headers,
+            keys=keys,
+        )
         builtin = wrk_script(
             scratch / "builtin.lua",
             body={"tool_id": "core__get_current_time", "args": {}},
@@ -194,6 +219,7 @@ def main() -> None:
         targets = [
             ("direct upstream", upstream_url, direct),
             ("mcp exec", exec_url, mcp_exec),
+            ("stdio exec", exec_url, stdio_exec),
             ("builtin exec", exec_url, builtin),
         ]
         for _name, url, script in targets:  # warm every gunicorn worker's pooled session and caches
@@ -217,6 +243,11 @@ def main() -> None:
         )
         throughput = results[("mcp exec", 32)][0] / results[("direct upstream", 32)][0]
         print(f"throughput at c32, mcp exec / direct: {throughput:.3f}")
+        stdio_vs_http = results[("stdio exec", 32)][0] / results[("mcp exec", 32)][0]
+        stdio_added = results[("stdio exec", 1)][1] - results[("mcp exec", 1)][1]
+        print(
+            f"stdio exec (via the MCP host) / mcp exec at c32: {stdio_vs_http:.3f}; added at c1: {stdio_added:.2f} ms"
+        )
     finally:
         for process in reversed(processes):
             process.terminate()

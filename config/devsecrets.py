@@ -35,3 +35,7 @@ def new_secret_key() -> str:
 
 def new_key_ring() -> str:
     return f"{DEV_KEY_ID}:" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)

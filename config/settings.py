@@ -281,6 +281,26 @@ TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=
 TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 # Upstream MCP servers on loopback/private addresses (tests, single-host installs); refused by default.
 TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS", default=False)
+# The MCP host (`manage.py mcp_host`) runs stdio MCP servers and serves them on this loopback URL
+# (trusted configuration: the private-address guard is for operator-entered URLs only). Its token is
+# generated into var/ in development and required in production (the host refuses to start without it).
+TOOLGATE_MCP_HOST_URL = env.str("TOOLGATE_MCP_HOST_URL", default="http://127.0.0.1:8765")
+_mcp_host_token = env.str("TOOLGATE_MCP_HOST_TOKEN", default="")
+USING_DEV_MCP_HOST_TOKEN = not _mcp_host_token
+TOOLGATE_MCP_HOST_TOKEN = _mcp_host_token or (
+    devsecrets.read_or_create(VAR_DIR / "mcp_host_token", devsecrets.new_token) if DEBUG else ""
+)
+# Where the host keeps each child's private HOME and TMPDIR.
+TOOLGATE_MCP_HOST_DIR = env.str("TOOLGATE_MCP_HOST_DIR", default=str(VAR_DIR / "mcp_host"))
+# auto: bubblewrap when it is installed and may create namespaces; bwrap: required; none: never.
+TOOLGATE_MCP_HOST_SANDBOX = env.str("TOOLGATE_MCP_HOST_SANDBOX", default="auto")
+TOOLGATE_MCP_HOST_MAX_CHILDREN = env.int("TOOLGATE_MCP_HOST_MAX_CHILDREN", default=16)
+TOOLGATE_MCP_HOST_IDLE_SECONDS = env.int("TOOLGATE_MCP_HOST_IDLE_SECONDS", default=300)
+# Resource limits of each child (0 = the host's own): CPU seconds, address space, open files, processes.
+TOOLGATE_MCP_CHILD_CPU_SECONDS = env.int("TOOLGATE_MCP_CHILD_CPU_SECONDS", default=3600)
+TOOLGATE_MCP_CHILD_MEMORY_MB = env.int("TOOLGATE_MCP_CHILD_MEMORY_MB", default=8192)
+TOOLGATE_MCP_CHILD_OPEN_FILES = env.int("TOOLGATE_MCP_CHILD_OPEN_FILES", default=1024)
+TOOLGATE_MCP_CHILD_PROCESSES = env.int("TOOLGATE_MCP_CHILD_PROCESSES", default=256)
 # Tenant webhooks (approval events) on loopback/private addresses: refused by default, like MCP upstreams.
 TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS", default=False)
 # Cardinality bounds of the per-tool and per-tenant series, per process (later values share `other`;

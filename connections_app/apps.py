@@ -2,6 +2,7 @@ from django.apps import AppConfig
 
 from connections_app.mcp_tokens import KeyRingArgsVault, KeyRingTokenVault
 from policies_app.approval_args import install_args_vault
+from tools_app.upstream.host.connections import install_connection_check
 from tools_app.upstream.vault import install_token_vault
 
 
@@ -14,6 +15,7 @@ class ConnectionsAppConfig(AppConfig):
     def ready(self) -> None:
         # Model-importing modules load once the app registry is ready, hence here and not above.
         from connections_app.models import ExecutionGrant  # noqa: PLC0415
+        from connections_app.selectors import connection_ids_usable  # noqa: PLC0415
         from connections_app.tasks import approval_webhook_listener  # noqa: PLC0415
         from policies_app.services import approval_listener_add  # noqa: PLC0415
         from policies_app.signals import govern  # noqa: PLC0415
@@ -25,3 +27,4 @@ class ConnectionsAppConfig(AppConfig):
         install_token_vault(KeyRingTokenVault())  # MCP servers' operator tokens, sealed like connections
         install_args_vault(KeyRingArgsVault())  # the call args kept for approvers while a request is pending
         approval_listener_add(approval_webhook_listener)  # tenants' webhooks hear of approvals
+        install_connection_check(connection_ids_usable)  # the MCP host stops revoked connections' children

@@ -1,4 +1,8 @@
-"""Upstream MCP tools run only through the runner: only the MCP adapter calls the SDK's call_tool."""
+"""Upstream MCP tools run only through the runner: only the MCP adapter calls the SDK's call_tool.
+
+The MCP host's relay is the one other caller: it passes on, to a stdio child, a call that a
+worker's runner already made through the adapter (its endpoint answers only Toolgate's token).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from tests.arch.test_architecture import PROJECT_ROOT, detect, detect_in, offences, python_files
 
 CALL_TOOL_ALLOWED_IN = PROJECT_ROOT / "tools_app" / "upstream" / "client.py"
+HOST_RELAY = PROJECT_ROOT / "tools_app" / "upstream" / "host" / "children.py"
 # Tests and benchmarks act as MCP clients of Toolgate or of upstreams; product code never may.
 NOT_PRODUCT_CODE = (PROJECT_ROOT / "tests", PROJECT_ROOT / "bench")
 SDK_CALL_NAMES = frozenset({"call_tool"})
@@ -34,10 +39,13 @@ def test_only_the_mcp_adapter_calls_call_tool() -> None:
     ]
     assert CALL_TOOL_ALLOWED_IN in files
 
-    found = offences([path for path in files if path != CALL_TOOL_ALLOWED_IN], call_tool_calls, "calls")
+    found = offences(
+        [path for path in files if path not in (CALL_TOOL_ALLOWED_IN, HOST_RELAY)], call_tool_calls, "calls"
+    )
 
     assert found == []
     assert detect_in(CALL_TOOL_ALLOWED_IN, call_tool_calls) != []  # the detector does see the real call
+    assert [name for _line, name in detect_in(HOST_RELAY, call_tool_calls)] == ["client.call_tool"]
 
 
 def test_call_tool_detector_flags_sdk_calls_and_hand_built_requests() -> None:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -306,3 +307,38 @@ def test_the_wsgi_application_refuses_to_start_without_collected_static_files(tm
     assert refused.returncode != 0
     assert "ImproperlyConfigured: DEBUG=False but the static files were not collected" in refused.stderr
     assert started.returncode == 0, started.stderr
+
+
+# --- the MCP host: its own process beside web, worker and beat ------------------------------------
+
+
+def procfile(source: str) -> dict[str, list[str]]:
+    lines = (ROOT / source).read_text().splitlines()
+    entries = (line.split(":", 1) for line in lines if line and not line.startswith("#"))
+    return {name.strip(): shlex.split(command) for name, command in entries}
+
+
+@pytest.mark.parametrize("source", ["Procfile", "Procfile.dev"])
+def test_make_run_and_the_production_procfile_start_the_mcp_host(source):
+    processes = procfile(source)
+
+    assert processes["mcp_host"] == ["python", "manage.py", "mcp_host"]
+    assert {"web", "worker", "beat", "mcp_host"} <= set(processes)
+
+
+def test_compose_runs_the_mcp_host_as_an_unpublished_service_that_web_and_workers_reach(compose):
+    services = compose["services"]
+    host = services["mcp_host"]
+    url = urlsplit(compose["x-toolgate"]["environment"]["TOOLGATE_MCP_HOST_URL"])
+    command = shlex.split(host["command"])
+
+    assert command[:3] == ["python", "manage.py", "mcp_host"]
+    assert command[command.index("--bind") + 1] == f"0.0.0.0:{url.port}"
+    assert (url.scheme, url.hostname) == ("http", "mcp_host")
+    assert host["expose"] == [str(url.port)]
+    assert "ports" not in host
+    assert host["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
+    for name in ("web", "worker", "beat", "mcp_host"):
+        assert services[name]["environment"]["TOOLGATE_MCP_HOST_URL"] == url.geturl()
+        assert services[name]["env_file"] == ".env"  # TOOLGATE_MCP_HOST_TOKEN comes from there, never the file
+    assert "TOOLGATE_MCP_HOST_TOKEN" not in compose["x-toolgate"]["environment"]

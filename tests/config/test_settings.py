@@ -118,3 +118,22 @@ def test_key_ring_keeps_order_and_rejects_bad_entries():
     ):
         with pytest.raises(ImproperlyConfigured):
             parse_key_ring(bad)
+
+
+def test_the_mcp_host_refuses_to_start_in_production_without_its_token():
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLGATE_MCP_HOST", "DEBUG"))}
+    env = {**clean, "ALLOWED_HOSTS": "example.com", "DEBUG": "False", "REDIS_URL": "redis://127.0.0.1:6379/0"}
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "mcp_host"],
+        cwd=ROOT,
+        env={**env, **PRODUCTION_SECRETS},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode != 0
+    assert "set TOOLGATE_MCP_HOST_TOKEN" in result.stderr
+    production = {"DEBUG": "False", "REDIS_URL": "redis://127.0.0.1:6379/0", "ALLOWED_HOSTS": "example.com"}
+    assert _setting("TOOLGATE_MCP_HOST_TOKEN", **production, **PRODUCTION_SECRETS) == ""  # never a generated one

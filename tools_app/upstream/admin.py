@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import shlex
 from typing import Any
 
 from django import forms
@@ -60,7 +61,12 @@ class McpServerForm(forms.ModelForm):
         help_text="Bearer token for servers without a provider. Stored encrypted; leave blank to keep the current one.",
     )
     clear_operator_token = forms.BooleanField(required=False, label="Remove the stored operator token")
-    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="The server's streamable-HTTP endpoint.")
+    url = forms.URLField(
+        max_length=2000,
+        assume_scheme="https",
+        required=False,
+        help_text="The server's streamable-HTTP endpoint (stdio servers: `manage.py mcp_server add --command`).",
+    )
 
     class Meta:
         model = McpServer
@@ -70,16 +76,24 @@ class McpServerForm(forms.ModelForm):
         data = super().clean() or {}
         if self.errors:
             return data
+        stdio = self.instance.pk is not None and self.instance.is_stdio
         try:
             mcp_server_check(
-                slug=data.get("slug", ""),
-                url=data.get("url", ""),
+                slug=data.get("slug") or self.instance.slug or "",  # read-only (absent) on a change
+                url="" if stdio else data.get("url", ""),
                 provider=data.get("provider", ""),
                 discover_seconds=data.get("discover_seconds") or 0,
+                **(stdio_fields(self.instance) if stdio else {}),
+                secret_env_names=list(self.instance.secret_env_names or []) if stdio else (),
             )
         except AppError as error:
             raise forms.ValidationError(str(error)) from None
         return data
+
+
+def stdio_fields(server: McpServer) -> dict[str, Any]:
+    """What only the command sets on a stdio server; the admin keeps it as it is."""
+    return {"command": list(server.command), "env": dict(server.env or {}), "credential_env": server.credential_env}
 
 
 @admin.register(McpServer)
@@ -87,7 +101,7 @@ class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
     list_display = (
         "slug",
-        "url",
+        "endpoint",
         "provider",
         "enabled",
         "discover_seconds",
@@ -97,7 +111,7 @@ class McpServerAdmin(admin.ModelAdmin):
         "has_operator_token",
         "removed_at",
     )
-    list_filter = ("enabled", "last_discovery_status", "provider")
+    list_filter = ("transport", "enabled", "last_discovery_status", "provider")
     search_fields = ("slug", "url")
     actions = ("discover_now", "remove_selected")
     readonly_fields = (
@@ -111,14 +125,42 @@ class McpServerAdmin(admin.ModelAdmin):
         "updated_at",
     )
 
+    stdio_readonly_fields = ("transport", "command_line", "environment_names", "credential_env")
+
     def get_fields(self, request: HttpRequest, obj: McpServer | None = None) -> list[str]:
+        if obj is not None and obj.is_stdio:
+            return [
+                "slug",
+                *self.stdio_readonly_fields,
+                "provider",
+                "discover_seconds",
+                "enabled",
+                *self.readonly_fields,
+            ]
         fields = ["slug", "url", "provider", "discover_seconds", "enabled", "operator_token"]
         if obj is not None:
             fields += ["clear_operator_token", *self.readonly_fields]
         return fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: McpServer | None = None) -> tuple[str, ...]:
+        if obj is not None and obj.is_stdio:
+            return ("slug", *self.stdio_readonly_fields, *self.readonly_fields)
         return ("slug", *self.readonly_fields) if obj is not None else ()
+
+    @admin.display(description="endpoint")
+    def endpoint(self, server: McpServer) -> str:
+        return f"stdio: {self.command_line(server)}" if server.is_stdio else server.url
+
+    @admin.display(description="command")
+    def command_line(self, server: McpServer) -> str:
+        line = shlex.join(server.command or [])
+        return line if len(line) <= ERROR_PREVIEW_CHARS else line[:ERROR_PREVIEW_CHARS] + "…"
+
+    @admin.display(description="environment (values not shown)")
+    def environment_names(self, server: McpServer) -> str:
+        plain = sorted(server.env or {})
+        sealed = [f"{name} (encrypted)" for name in server.secret_env_names or []]
+        return ", ".join([*plain, *sealed]) or "-"
 
     def has_delete_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
         return False  # removal marks tools removed; their ids stay in the audit log
@@ -140,13 +182,15 @@ class McpServerAdmin(admin.ModelAdmin):
         """Through the service, like the command: schedule, tool rows and the governance generation follow."""
         data = form.cleaned_data
         token = data.get("operator_token") or None
+        stdio = change and obj.is_stdio
         server, _created = mcp_server_register(
             slug=obj.slug,
-            url=data["url"],
+            url="" if stdio else data["url"],
             provider=data.get("provider", ""),
-            operator_token=token,
+            operator_token=None if stdio else token,
             discover_seconds=data["discover_seconds"],
             enabled=data.get("enabled", True),
+            **({**stdio_fields(obj), "secret_env": None} if stdio else {}),
         )
         if data.get("clear_operator_token") and not token:
             mcp_server_set_token(server=server, token="")

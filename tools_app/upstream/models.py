@@ -11,7 +11,8 @@ EFFECT_CHOICES = [(effect.value, effect.value) for effect in ToolEffect]
 
 
 class McpServer(models.Model):
-    """An operator-registered streamable-HTTP MCP server whose tools Toolgate governs.
+    """An operator-registered MCP server whose tools Toolgate governs: a streamable-HTTP URL, or a
+    stdio command that Toolgate's MCP host (`manage.py mcp_host`) runs as a child process.
 
     The operator token (for servers without a per-tenant `provider`) is sealed
     with the key ring and bound to this row, so a blob copied to another server
@@ -24,8 +25,23 @@ class McpServer(models.Model):
         OK = "ok", "OK"
         FAILED = "failed", "Failed"
 
+    class Transport(models.TextChoices):
+        HTTP = "http", "Streamable HTTP"
+        STDIO = "stdio", "stdio (run by the MCP host)"
+
     slug = models.CharField(max_length=32, unique=True)
-    url = models.URLField(max_length=2000)
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.HTTP)
+    url = models.URLField(max_length=2000, blank=True)
+    # stdio servers: the argv (split like a shell's, never run through one), declared plain
+    # environment values, and sealed values (a JSON object NAME -> value) handed to the child.
+    command = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    secret_env_names = models.JSONField(default=list, blank=True, editable=False)
+    secret_env_sealed = models.BinaryField(null=True, blank=True, editable=False)
+    secret_env_key_id = models.CharField(max_length=64, blank=True, editable=False)
+    credential_env = models.CharField(
+        max_length=64, blank=True, help_text="stdio with a provider: the child's variable for the connection secret"
+    )
     provider = models.CharField(
         max_length=64, blank=True, help_text="Tools need a tenant connection of this provider (else the token below)."
     )
@@ -48,6 +64,11 @@ class McpServer(models.Model):
         verbose_name = "MCP server"
         constraints = [
             models.CheckConstraint(condition=models.Q(discover_seconds__gte=10), name="mcpserver_discover_min_10s"),
+            models.CheckConstraint(
+                condition=(models.Q(transport="http") & ~models.Q(url=""))
+                | (models.Q(transport="stdio") & models.Q(url="")),
+                name="mcpserver_url_xor_command",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -56,6 +77,10 @@ class McpServer(models.Model):
     @property
     def has_operator_token(self) -> bool:
         return bool(self.operator_token_sealed)
+
+    @property
+    def is_stdio(self) -> bool:
+        return self.transport == self.Transport.STDIO
 
 
 class McpTool(models.Model):

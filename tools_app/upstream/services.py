@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,8 @@ from tools_app.upstream.definitions import (
     suggested_effect,
     tool_ids_for,
 )
+from tools_app.upstream.host.endpoint import host_target
+from tools_app.upstream.host.environment import declared_name_problem
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now
 from tools_app.upstream.vault import token_vault
@@ -54,6 +56,8 @@ DISCOVER_TASK = "tools_app.upstream.discover_server"
 SCHEMA_HASH_PREFIX = "sha256:"
 MIN_DISCOVER_SECONDS = 10
 PROVIDER_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+MAX_COMMAND_CHARS = 4000
+MAX_ENV_VALUE_CHARS = 4000
 
 
 class DiscoveryFailed(Exception):
@@ -95,7 +99,17 @@ def allow_private_networks() -> bool:
 # --- registration ---------------------------------------------------------------------------
 
 
-def mcp_server_check(*, slug: str, url: str, provider: str, discover_seconds: int) -> None:
+def mcp_server_check(
+    *,
+    slug: str,
+    url: str,
+    provider: str,
+    discover_seconds: int,
+    command: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    secret_env_names: Sequence[str] = (),
+    credential_env: str = "",
+) -> None:
     """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
         raise AppError(
@@ -103,40 +117,115 @@ def mcp_server_check(*, slug: str, url: str, provider: str, discover_seconds: in
         )
     if discover_seconds < MIN_DISCOVER_SECONDS:
         raise AppError(f"the discovery interval must be at least {MIN_DISCOVER_SECONDS} seconds")
+    if provider and not PROVIDER_PATTERN.match(provider):
+        raise AppError("the provider must be a simple name such as github or linear")
+    if url and command:
+        raise AppError("--url and --command exclude each other: a server is reached over HTTP or run over stdio")
+    if command:
+        _check_stdio(command, env or {}, secret_env_names, provider=provider, credential_env=credential_env)
+        return
+    if not url:
+        raise AppError("give the server's --url (streamable HTTP) or its --command (stdio)")
+    if env or credential_env or any("=" in name for name in secret_env_names):
+        raise AppError("--env, --secret-env NAME=VAR and --credential-env are for stdio servers (--command)")
     if len(url) > 2000:
         raise AppError("the URL is longer than 2000 characters")
     try:
         check_url_now(url, allow_private=allow_private_networks())
     except UpstreamAddressRefused as exc:
         raise AppError(f"URL refused: {exc}{PRIVATE_NETWORKS_HINT}") from None
-    if provider and not PROVIDER_PATTERN.match(provider):
-        raise AppError("the provider must be a simple name such as github or linear")
+
+
+def _check_stdio(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    secret_env_names: Sequence[str],
+    *,
+    provider: str,
+    credential_env: str,
+) -> None:
+    """A stdio server's argv and the environment it declares; Toolgate's own names are refused."""
+    if not command[0].strip():
+        raise AppError("the command names no program")
+    if sum(len(part) for part in command) > MAX_COMMAND_CHARS:
+        raise AppError(f"the command is longer than {MAX_COMMAND_CHARS} characters")
+    if any("\x00" in part for part in command):
+        raise AppError("the command holds a NUL character")
+    names = [*env, *secret_env_names, *([credential_env] if credential_env else [])]
+    for name in names:
+        problem = declared_name_problem(name)
+        if problem:
+            raise AppError(f"environment refused: {problem}")
+    if len(set(names)) != len(names):
+        duplicate = next(name for name in names if names.count(name) > 1)
+        raise AppError(f"environment refused: {duplicate} is declared twice")
+    for value in env.values():
+        if "\x00" in value or len(value) > MAX_ENV_VALUE_CHARS:
+            raise AppError(f"an --env value holds a NUL character or is longer than {MAX_ENV_VALUE_CHARS} characters")
+    if bool(provider) != bool(credential_env):
+        raise AppError(
+            "a stdio server with --provider needs --credential-env NAME (the variable that gets the "
+            "connection's secret), and --credential-env needs --provider"
+        )
 
 
 @transaction.atomic
 def mcp_server_register(
     *,
     slug: str,
-    url: str,
+    url: str = "",
     provider: str = "",
     operator_token: str | None = None,
     discover_seconds: int = 300,
     enabled: bool = True,
+    command: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    secret_env: Mapping[str, str] | None = None,
+    credential_env: str = "",
 ) -> tuple[McpServer, bool]:
-    """Upsert a server by slug; returns (server, created). The token, when given, replaces the stored one."""
-    mcp_server_check(slug=slug, url=url, provider=provider, discover_seconds=discover_seconds)
+    """Upsert a server by slug; returns (server, created).
+
+    An HTTP server has a `url` (its operator token, when given, replaces the stored one); a
+    stdio server has a `command` (argv) run by the MCP host, plain `env` values, and
+    `secret_env` values sealed like tokens (when given, they replace the stored ones).
+    """
+    mcp_server_check(
+        slug=slug,
+        url=url,
+        provider=provider,
+        discover_seconds=discover_seconds,
+        command=command,
+        env=env,
+        secret_env_names=list(secret_env or {}),
+        credential_env=credential_env,
+    )
+    if command and operator_token:
+        raise AppError("a stdio server takes its secrets as --secret-env NAME=VAR, not as a bearer token")
     server = McpServer.objects.select_for_update().filter(slug=slug).first()
     created = server is None
     if server is None:
         server = McpServer(slug=slug)
-    server.url = url
+    stdio = bool(command)
+    server.transport = McpServer.Transport.STDIO if stdio else McpServer.Transport.HTTP
+    server.url = "" if stdio else url
+    server.command = list(command)
+    server.env = dict(env or {})
+    server.credential_env = credential_env
     server.provider = provider
     server.discover_seconds = discover_seconds
     server.enabled = enabled
     server.removed_at = None
     server.save()
-    if operator_token is not None:
-        mcp_server_set_token(server=server, token=operator_token)
+    if stdio:
+        if server.operator_token_sealed:
+            mcp_server_set_token(server=server, token="")
+        if secret_env is not None:
+            _set_secret_env(server, secret_env)
+    else:
+        if server.secret_env_sealed or server.secret_env_names:
+            _set_secret_env(server, {})
+        if operator_token is not None:
+            mcp_server_set_token(server=server, token=operator_token)
     _sync_schedule(server)
     _refresh_tool_rows(server)
     governance_bump()
@@ -151,6 +240,17 @@ def mcp_server_set_token(*, server: McpServer, token: str) -> None:
     else:
         server.operator_token_sealed, server.operator_token_key_id = None, ""
     server.save(update_fields=["operator_token_sealed", "operator_token_key_id", "updated_at"])
+
+
+def _set_secret_env(server: McpServer, values: Mapping[str, str]) -> None:
+    """Seal a stdio server's secret environment as one JSON object bound to this row ({} clears it)."""
+    if values:
+        blob, key_id = token_vault().seal(json.dumps(dict(values), sort_keys=True), server_id=str(server.pk))
+        server.secret_env_sealed, server.secret_env_key_id = blob, key_id
+    else:
+        server.secret_env_sealed, server.secret_env_key_id = None, ""
+    server.secret_env_names = sorted(values)
+    server.save(update_fields=["secret_env_sealed", "secret_env_key_id", "secret_env_names", "updated_at"])
 
 
 def _sync_schedule(server: McpServer) -> None:
@@ -203,6 +303,8 @@ def _process_lock(server_id: int) -> threading.Lock:
 
 def server_target(server: McpServer) -> UpstreamTarget:
     """Where to reach the server with its operator token (discovery and tenant-less calls)."""
+    if server.is_stdio:  # through the MCP host; a --provider server is listed by a child without a credential
+        return host_target(server_id=str(server.pk), slug=server.slug)
     headers: tuple[tuple[str, str], ...] = ()
     if server.operator_token_sealed:
         token = token_vault().open(bytes(server.operator_token_sealed), server_id=str(server.pk))
@@ -216,7 +318,8 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
     """List the server now and reconcile its tools; DiscoveryFailed (recorded on the row) otherwise."""
     bounds = bounds or DiscoveryBounds()
     with _process_lock(server_id):
-        slug = McpServer.objects.filter(pk=server_id).values_list("slug", flat=True).first() or str(server_id)
+        row = McpServer.objects.filter(pk=server_id).values_list("slug", "transport").first()
+        slug, transport = row or (str(server_id), "")
         try:
             with transaction.atomic():
                 server = McpServer.objects.select_for_update().get(pk=server_id)
@@ -239,12 +342,23 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
         except Exception as exc:  # every failure is recorded and named; none escapes as a traceback
             mcp_discovery_observed(server=slug, outcome="failed")
             message = _failure_message(exc, bounds)
+            if transport == McpServer.Transport.STDIO and isinstance(exc, UpstreamError):
+                message = _stdio_failure_message(exc, slug)
             McpServer.objects.filter(pk=server_id).update(
                 last_discovery_at=timezone.now(),
                 last_discovery_status=McpServer.DiscoveryStatus.FAILED,
                 last_discovery_error=message[:500],
             )
             raise DiscoveryFailed(slug, message) from None
+
+
+def _stdio_failure_message(error: UpstreamError, slug: str) -> str:
+    """What an operator needs when a stdio server could not be listed: the host, or its log."""
+    if error.kind == UpstreamError.UNREACHABLE:
+        return "the MCP host cannot be reached at TOOLGATE_MCP_HOST_URL (is `manage.py mcp_host` running?)"
+    if error.kind == UpstreamError.AUTH:
+        return "the MCP host refused the token, or TOOLGATE_MCP_HOST_TOKEN is not set here (it must match the host's)"
+    return f"{error.safe_message}; the MCP host's log says why (lines tagged 'mcp server {slug}')"
 
 
 def _failure_message(exc: BaseException, bounds: DiscoveryBounds) -> str:

@@ -34,6 +34,7 @@ from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, pool_for_running_loop
 from tools_app.upstream.definitions import compile_validator, default_allowlist, pinned_schema_hash
+from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import allow_private_networks, spec_description
 from tools_app.upstream.vault import token_vault
@@ -117,8 +118,11 @@ class _Upstream:
     pinned: types.Tool
     operator_auth: AuthCapability | None
     token_unreadable: bool
+    stdio: bool = False  # run by the MCP host: reached through its endpoint
 
-    def target(self, auth: AuthCapability | None) -> UpstreamTarget:
+    def target(self, auth: AuthCapability | None, connection_id: str | None = None) -> UpstreamTarget:
+        if self.stdio:
+            return host_target(server_id=self.server_id, slug=self.slug, auth=auth, connection_id=connection_id)
         headers = tuple(sorted(auth.headers().items())) if auth is not None else ()
         return UpstreamTarget(
             server_id=self.server_id, url=self.url, allow_private=allow_private_networks(), headers=headers
@@ -132,7 +136,8 @@ def _executor(upstream: _Upstream) -> Any:
         auth = caps.auth
         started, outcome = time.monotonic(), "error"
         try:
-            result = await pool_for_running_loop().call(upstream.target(auth), upstream.pinned, args.arguments)
+            target = upstream.target(auth, ctx.connection_id)
+            result = await pool_for_running_loop().call(target, upstream.pinned, args.arguments)
             outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
             raise ToolFailure(f"upstream MCP server: {error.safe_message}") from None
@@ -215,6 +220,7 @@ def bind_mcp_tool(
         pinned=pinned,
         operator_auth=None if requires_connection else operator_auth,
         token_unreadable=unreadable and not requires_connection,
+        stdio=server.is_stdio,
     )
     return McpBoundTool(
         definition=ToolDefinition(contract=contract, execute=_executor(upstream)),

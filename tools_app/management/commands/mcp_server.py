@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shlex
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from policies_app.errors import command_errors
 from tools_app.upstream.definitions import safe_label
+from tools_app.upstream.host.environment import is_toolgate_name
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
@@ -29,10 +31,25 @@ class Command(BaseCommand):
         commands = parser.add_subparsers(dest="action", required=True)
         add = commands.add_parser("add", help="register or update a server (upsert by SLUG)")
         add.add_argument("slug")
-        add.add_argument("--url", required=True)
+        add.add_argument("--url", default="", help="the server's streamable-HTTP endpoint")
+        add.add_argument(
+            "--command",
+            default="",
+            help="a stdio server: PROGRAM ARG... (split like a shell's, never run through one), run by the MCP host",
+        )
         add.add_argument("--provider", default="", help="tools need a tenant connection of this provider")
         add.add_argument(
-            "--secret-env", default="", help="name of an environment variable holding the operator's bearer token"
+            "--secret-env",
+            action="append",
+            default=[],
+            help="HTTP: VAR, the environment variable holding the operator's bearer token; stdio (repeatable): "
+            "NAME=VAR hands the value of this command's VAR to the child as NAME (a bare VAR keeps its name)",
+        )
+        add.add_argument(
+            "--env", action="append", default=[], help="stdio (repeatable): NAME=VALUE in the child's environment"
+        )
+        add.add_argument(
+            "--credential-env", default="", help="stdio with --provider: the child's variable for the connection secret"
         )
         add.add_argument("--discover-seconds", type=int, default=300)
         commands.add_parser("list", help="one line per server")
@@ -68,29 +85,72 @@ class Command(BaseCommand):
             self._discover([str(slug) for slug in options["slugs"]])  # type: ignore[attr-defined]
 
     def _add(self, options: dict) -> None:
+        slug = options["slug"]
+        if options["url"] and options["command"]:
+            raise CommandError("--url and --command exclude each other")
+        if options["command"]:
+            server, created = self._add_stdio(options)
+            where = f"stdio: {shlex.join(server.command)[:200]}"
+            secret_note = f", secret env {', '.join(server.secret_env_names)} stored encrypted"
+            token_note = secret_note if server.secret_env_names else ""
+        else:
+            server, created = self._add_http(options)
+            where = server.url
+            token_note = ", operator token stored encrypted" if server.has_operator_token else ""
+        action = "registered" if created else "updated"
+        provider_note = f", tools need a {server.provider} connection" if server.provider else ""
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"{action} MCP server {server.slug} ({where}{provider_note}{token_note}); "
+                f"run `manage.py mcp_server discover {slug}` to list its tools"
+            )
+        )
+
+    def _add_http(self, options: dict) -> tuple[McpServer, bool]:
         token = None
-        variable = options["secret_env"]
-        if variable:
-            token = os.environ.get(variable, "")
-            if not token:
-                raise CommandError(f"the environment variable {variable} is not set or empty")
+        variables = options["secret_env"]
+        if len(variables) > 1 or any("=" in variable for variable in variables):
+            raise CommandError("an HTTP server takes one --secret-env VAR (its bearer token)")
+        if options["env"] or options["credential_env"]:
+            raise CommandError("--env and --credential-env are for stdio servers (--command)")
+        if variables:
+            token = _read_env(variables[0])
         with command_errors(f"mcp server {options['slug']!r}: "):
-            server, created = mcp_server_register(
+            return mcp_server_register(
                 slug=options["slug"],
                 url=options["url"],
                 provider=options["provider"],
                 operator_token=token,
                 discover_seconds=options["discover_seconds"],
             )
-        action = "registered" if created else "updated"
-        token_note = ", operator token stored encrypted" if server.has_operator_token else ""
-        provider_note = f", tools need a {server.provider} connection" if server.provider else ""
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"{action} MCP server {server.slug} ({server.url}{provider_note}{token_note}); "
-                f"run `manage.py mcp_server discover {server.slug}` to list its tools"
+
+    def _add_stdio(self, options: dict) -> tuple[McpServer, bool]:
+        try:
+            command = shlex.split(options["command"])
+        except ValueError as exc:
+            raise CommandError(f"--command cannot be split like a shell's: {exc}") from None
+        if not command:
+            raise CommandError("--command names no program")
+        env = {}
+        for pair in options["env"]:
+            name, sep, value = pair.partition("=")
+            if not sep:
+                raise CommandError(f"--env takes NAME=VALUE, not {name[:40]!r}")
+            env[name] = value
+        secrets = {}
+        for pair in options["secret_env"]:
+            name, _sep, variable = pair.partition("=")
+            secrets[name] = _read_env(variable or name)
+        with command_errors(f"mcp server {options['slug']!r}: "):
+            return mcp_server_register(
+                slug=options["slug"],
+                command=command,
+                env=env,
+                secret_env=secrets,
+                provider=options["provider"],
+                credential_env=options["credential_env"],
+                discover_seconds=options["discover_seconds"],
             )
-        )
 
     def _list(self) -> None:
         for server in McpServer.objects.order_by("slug"):
@@ -101,8 +161,9 @@ class Command(BaseCommand):
             tools = " ".join(f"{status}={count}" for status, count in counts.items())
             last = server.last_discovery_at.isoformat() if server.last_discovery_at else "never"
             error = f" error={server.last_discovery_error!r}" if server.last_discovery_error else ""
+            where = f"stdio:{shlex.join(server.command)[:120]}" if server.is_stdio else server.url
             self.stdout.write(
-                f"{server.slug} {state} {server.url} provider={server.provider or '-'} "
+                f"{server.slug} {state} {where} provider={server.provider or '-'} "
                 f"every={server.discover_seconds}s last={last} status={server.last_discovery_status} {tools}{error}"
             )
 
@@ -159,3 +220,13 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"{slug}: {len(previews)} tool(s) {state}; callers need a policy that allows these ids")
         )
+
+
+def _read_env(variable: str) -> str:
+    """A secret from this command's environment (never from argv); Toolgate's own are refused."""
+    if is_toolgate_name(variable):
+        raise CommandError(f"{variable} is one of Toolgate's own settings; it is never handed to an MCP server")
+    value = os.environ.get(variable, "")
+    if not value:
+        raise CommandError(f"the environment variable {variable} is not set or empty")
+    return value

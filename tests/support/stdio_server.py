@@ -1,0 +1,89 @@
+"""A stdio MCP server for tests: the official SDK's MCPServer, run over stdin/stdout.
+
+Run as `python stdio_server.py` (the MCP host starts it as a child). It reports
+what tests need to see from inside a child: its environment (names, and a digest
+of each value so that no secret is ever echoed), its process group, its limits,
+whether it can read a path; and it can exit on demand. Standard library and the
+SDK only: it must run without Toolgate's tree (under bubblewrap it is passed as
+`python -c SOURCE`).
+"""
+
+import hashlib
+import json
+import os
+import resource
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer(name="stdio-test")
+
+
+@app.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@app.tool()
+def environment() -> str:
+    """The child's environment as JSON: each name with the SHA-256 of its value."""
+    return json.dumps({name: hashlib.sha256(value.encode()).hexdigest() for name, value in os.environ.items()})
+
+
+@app.tool()
+def process() -> str:
+    """Who the child is: pid, process group, session, limits, working directory."""
+    limits = {
+        name: resource.getrlimit(getattr(resource, name))[0]
+        for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NOFILE", "RLIMIT_NPROC")
+    }
+    return json.dumps(
+        {"pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0), "limits": limits, "cwd": os.getcwd()}
+    )
+
+
+@app.tool()
+def can_read(path: str) -> str:
+    """Whether the child can list (a directory) or read (a file) `path`."""
+    try:
+        if os.path.isdir(path):
+            return "listed:" + ",".join(sorted(os.listdir(path))[:20])
+        with open(path, "rb") as handle:
+            return f"read:{len(handle.read(64))}"
+    except OSError as exc:
+        return f"refused:{type(exc).__name__}"
+
+
+@app.tool()
+def can_write(path: str) -> str:
+    """Whether the child can create `path`."""
+    try:
+        with open(path, "w") as handle:
+            handle.write("x")
+        return "written"
+    except OSError as exc:
+        return f"refused:{type(exc).__name__}"
+
+
+@app.tool()
+def shout(text: str) -> str:
+    """Write `text` to stderr, then answer."""
+    print(text, file=sys.stderr, flush=True)
+    return "shouted"
+
+
+@app.tool()
+def leak(name: str) -> str:
+    """Answer the raw value of an environment variable (the host must withhold a secret's)."""
+    return os.environ.get(name, "")
+
+
+@app.tool()
+def crash() -> str:
+    """Exit the process at once, mid-call."""
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    app.run("stdio")

@@ -1,0 +1,222 @@
+"""The host's endpoint: each stdio server as a stateless streamable-HTTP MCP server.
+
+`POST /servers/<slug>/mcp` with `Authorization: Bearer <TOOLGATE_MCP_HOST_TOKEN>`;
+for a server with a provider, the worker adds `X-Toolgate-Connection` (the
+connection's id) and `X-Toolgate-Credential` (its secret, resolved by the broker
+after grant ∩ declared). The request is answered by that server's child for that
+connection, started on demand; `tools/list` and `tools/call` are passed to it and
+its answers passed back as sent. Anything else answers 401/404 before the MCP layer.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from django.db import connection
+from mcp import MCPError
+from mcp.server.lowlevel import Server
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
+
+from tools_app.upstream.host.children import ChildSpec, HostError, Supervisor, spec_fingerprint
+from tools_app.upstream.models import McpServer
+from tools_app.upstream.vault import token_vault
+
+logger = logging.getLogger(__name__)
+
+SERVER_PATH = re.compile(r"^/servers/([a-z][a-z0-9_]{0,31})/mcp/?$")
+CONNECTION_HEADER = "x-toolgate-connection"
+CREDENTIAL_HEADER = "x-toolgate-credential"
+SCOPE_KEY = "toolgate.mcp_host"
+SPEC_CACHE_S = 2.0
+MAX_HEADER_CHARS = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """What the host needs of one stdio server row (secrets opened, never logged)."""
+
+    slug: str
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    secrets: tuple[tuple[str, str], ...]
+    provider: str
+    credential_env: str
+
+    def __repr__(self) -> str:
+        return f"ServerConfig({self.slug})"
+
+
+def server_config(slug: str) -> ServerConfig | None:
+    """The enabled stdio server `slug`, its sealed environment opened (None when there is none).
+
+    Runs in a worker thread of the host's loop; its database connection is closed after each
+    read (a read every SPEC_CACHE_S per server at most), so idle threads hold none open.
+    """
+    try:
+        return _server_config(slug)
+    finally:
+        connection.close()
+
+
+def _server_config(slug: str) -> ServerConfig | None:
+    server = McpServer.objects.filter(
+        slug=slug, transport=McpServer.Transport.STDIO, enabled=True, removed_at__isnull=True
+    ).first()
+    if server is None:
+        return None
+    secrets: dict[str, str] = {}
+    if server.secret_env_sealed:
+        secrets = json.loads(token_vault().open(bytes(server.secret_env_sealed), server_id=str(server.pk)))
+    return ServerConfig(
+        slug=server.slug,
+        command=tuple(server.command),
+        env=tuple(sorted((str(k), str(v)) for k, v in (server.env or {}).items())),
+        secrets=tuple(sorted(secrets.items())),
+        provider=server.provider,
+        credential_env=server.credential_env,
+    )
+
+
+class SpecResolver:
+    """Request → ChildSpec, reading server rows at most every SPEC_CACHE_S seconds per slug."""
+
+    def __init__(self, load: Callable[[str], ServerConfig | None] = server_config) -> None:
+        self._load = sync_to_async(load, thread_sensitive=False)
+        self._cache: dict[str, tuple[float, ServerConfig | None]] = {}
+
+    async def resolve(self, slug: str, connection_id: str, credential: str) -> ChildSpec:
+        cached = self._cache.get(slug)
+        if cached is None or time.monotonic() - cached[0] > SPEC_CACHE_S:
+            try:
+                cached = (time.monotonic(), await self._load(slug))
+            except Exception as exc:
+                raise HostError(f"the server's configuration cannot be read ({type(exc).__name__})") from None
+            self._cache[slug] = cached
+        config = cached[1]
+        if config is None:
+            raise HostError(f"no enabled stdio server {slug}")
+        env = dict(config.env) | dict(config.secrets)
+        secret_values = [value for _name, value in config.secrets]
+        if config.provider and connection_id:
+            if not credential:
+                raise HostError("the connection's credential is missing")
+            env[config.credential_env] = credential
+            secret_values.append(credential)
+        else:
+            connection_id = ""  # a server without a provider has one child for every caller
+        return ChildSpec(
+            slug=slug,
+            connection_id=connection_id,
+            command=config.command,
+            env=env,
+            secret_values=tuple(secret_values),
+            fingerprint=spec_fingerprint(config.command, env),
+        )
+
+
+def _refused(slug: str, error: HostError) -> MCPError:
+    """A host failure as the JSON-RPC error the worker classifies (its message is the host's own)."""
+    logger.warning("mcp server %s: %s", slug, error)
+    return MCPError(INTERNAL_ERROR, f"mcp host: {error}")
+
+
+def slug_of(ctx: Any) -> str:
+    return _request_info(ctx)[0]
+
+
+def _request_info(ctx: Any) -> tuple[str, str, str]:
+    info = ctx.request.scope.get(SCOPE_KEY) if ctx.request is not None else None
+    if info is None:
+        raise MCPError(INTERNAL_ERROR, "the request did not come through the host's router")
+    return info
+
+
+def build_server(supervisor: Supervisor, resolver: SpecResolver) -> Server[Any]:
+    """The one MCP server of the host; each request is routed to its child by the path's slug."""
+
+    async def child_for(ctx: Any) -> Any:
+        slug, connection_id, credential = _request_info(ctx)
+        try:
+            return await supervisor.child(await resolver.resolve(slug, connection_id, credential))
+        except HostError as exc:
+            raise _refused(slug_of(ctx), exc) from None
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        child = await child_for(ctx)
+        try:
+            return await child.list_tools(params.cursor if params is not None else None)
+        except HostError as exc:
+            raise _refused(slug_of(ctx), exc) from None
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        child = await child_for(ctx)
+        try:
+            result = await child.relay_call(params.name, dict(params.arguments or {}))
+        except HostError as exc:
+            raise _refused(slug_of(ctx), exc) from None
+        if _carries_secret(result, child.spec.secret_values):
+            raise MCPError(INVALID_PARAMS, "mcp host: the answer carries a declared secret; it was withheld")
+        return result
+
+    return Server("toolgate-mcp-host", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _carries_secret(result: types.CallToolResult, secret_values: tuple[str, ...]) -> bool:
+    """A child that echoes an operator's secret (or the connection's) must not hand it to a model."""
+    values = [value for value in secret_values if len(value) >= 8]
+    if not values:
+        return False
+    text = result.model_dump_json(by_alias=True)
+    escaped = [json.dumps(value)[1:-1] for value in values]
+    return any(value in text or quoted in text for value, quoted in zip(values, escaped, strict=True))
+
+
+class HostApp:
+    """ASGI: the token and the path are checked here; the SDK's stateless app does the MCP."""
+
+    def __init__(self, *, supervisor: Supervisor, token: str, resolver: SpecResolver | None = None) -> None:
+        if not token:
+            raise ValueError("the MCP host needs a token")
+        self._token = f"Bearer {token}".encode()
+        self.supervisor = supervisor
+        self.server = build_server(supervisor, resolver or SpecResolver())
+        self._inner = self.server.streamable_http_app(
+            streamable_http_path="/mcp",
+            stateless_http=True,
+            json_response=True,
+            # Callers are authenticated by the token (a browser cannot send it), and the host
+            # is reached by names of the deployment's choosing (127.0.0.1, a compose service).
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self._inner(scope, receive, send)  # lifespan: the SDK's session manager runs in it
+            return
+        headers = {name.decode("latin-1").lower(): value for name, value in scope.get("headers", [])}
+        if not hmac.compare_digest(headers.get("authorization", b""), self._token):
+            await _plain(send, 401, b"unauthorized")
+            return
+        match = SERVER_PATH.match(scope.get("path", ""))
+        if match is None:
+            await _plain(send, 404, b"no such server endpoint")
+            return
+        connection = headers.get(CONNECTION_HEADER, b"").decode("latin-1")[:MAX_HEADER_CHARS]
+        credential = headers.get(CREDENTIAL_HEADER, b"").decode("utf-8", errors="replace")[:MAX_HEADER_CHARS]
+        routed = {**scope, "path": "/mcp", "raw_path": b"/mcp", SCOPE_KEY: (match.group(1), connection, credential)}
+        await self._inner(routed, receive, send)
+
+
+async def _plain(send: Any, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,372 @@
+"""The stdio children of the MCP host: start, hold, log, restart with backoff, stop when idle.
+
+Each child is held by an owner task through the SDK's stdio client (a client must be
+entered and exited in one task). Its stderr is a pipe the host reads: lines go to
+Toolgate's log, cut, rate-limited, tagged with the server's slug and with declared
+secrets blanked; the pipe's end of file is also how the host learns that the child
+(and everything it started) exited, between calls as well as during one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp_types.jsonrpc import CONNECTION_CLOSED
+
+from runner.contracts import MAX_TIMEOUT_MS
+from tools_app.upstream.host.environment import child_environment
+from tools_app.upstream.host.sandbox import SANDBOX_HOME, SANDBOX_TMP, Limits, bwrap_argv, launch_argv
+
+logger = logging.getLogger(__name__)
+stderr_logger = logging.getLogger("toolgate.mcp_host.stderr")
+
+CLIENT_INFO = types.Implementation(name="toolgate-mcp-host", version="1")
+STDERR_LINE_CHARS = 1000
+STDERR_LINES_PER_WINDOW = 50
+STDERR_WINDOW_S = 10.0
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+STABLE_AFTER_S = 60.0  # a child that ran this long before exiting starts its backoff afresh
+REDACTED = "[redacted]"
+CALL_TIMEOUT_S = MAX_TIMEOUT_MS / 1000 + 5  # past any runtime budget: the worker gives up first
+
+
+class HostError(Exception):
+    """A child could not serve a request; the message is the host's own and safe to pass on."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    """What one child is: the server's command and environment, and whose connection it serves."""
+
+    slug: str
+    connection_id: str  # "" for a server without a provider (one child for everyone)
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(repr=False)  # declared values, then secrets
+    secret_values: tuple[str, ...] = field(repr=False, default=())
+    fingerprint: str = ""  # digest of all of the above: a change starts a new child
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.slug, self.connection_id)
+
+
+def spec_fingerprint(command: tuple[str, ...], env: Mapping[str, str]) -> str:
+    material = repr((command, sorted(env.items()))).encode()
+    return hashlib.sha256(material).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    root: Path  # private homes live under root/children
+    hidden: tuple[Path, ...]  # what a sandboxed child must not see (Toolgate's tree, var/)
+    limits: Limits
+    bwrap: str | None  # bubblewrap's path when children run under it
+    max_children: int = 16
+    idle_timeout_s: float = 300.0
+    start_timeout_s: float = 60.0
+    call_timeout_s: float = CALL_TIMEOUT_S
+    sweep_s: float = 2.0
+
+
+def redactor(secret_values: tuple[str, ...]) -> Callable[[str], str]:
+    values = sorted((value for value in secret_values if len(value) >= 4), key=len, reverse=True)
+
+    def redact(text: str) -> str:
+        for value in values:
+            text = text.replace(value, REDACTED)
+        return text
+
+    return redact
+
+
+class StdioChild:
+    """One running stdio server, held open by its owner task until stopped or exited."""
+
+    def __init__(
+        self,
+        spec: ChildSpec,
+        *,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+    ) -> None:
+        self.spec = spec
+        self._call_timeout_s = call_timeout_s
+        self._argv, self._env, self._cwd = argv, env, cwd
+        self.client: Client | None = None
+        self.dead = False
+        self.started_at = self.last_used = time.monotonic()
+        self.ended_at: float | None = None
+        self.busy = 0
+        self._absorbed: set[str] = set()
+        self._ready = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._error: HostError | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._redact = redactor(spec.secret_values)
+        self._window_start, self._window_lines, self._suppressed = 0.0, 0, 0
+
+    async def open(self, timeout_s: float) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._own(), name=f"mcp-child-{self.spec.slug}")
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._ready.wait()
+        except TimeoutError:
+            self.stop_soon()
+            raise HostError(f"the server did not start within {timeout_s:g} s") from None
+        if self._error is not None:
+            raise self._error
+
+    async def _own(self) -> None:
+        read_fd, write_fd = os.pipe()
+        errlog = os.fdopen(write_fd, "w")
+        pump = asyncio.get_running_loop().create_task(self._pump(read_fd), name=f"mcp-stderr-{self.spec.slug}")
+        params = StdioServerParameters(command=self._argv[0], args=self._argv[1:], env=self._env, cwd=self._cwd)
+        try:
+            transport = stdio_client(params, errlog=errlog)
+            async with Client(transport, mode="auto", cache=None, client_info=CLIENT_INFO) as client:
+                errlog.close()  # the child holds the write end now: end of file means it exited
+                self.client = client
+                self._ready.set()
+                await self._closing.wait()
+        except Exception as exc:
+            self._error = HostError("the server could not be started or stopped answering")
+            logger.warning("mcp server %s: child ended (%s)", self.spec.slug, type(exc).__name__)
+        finally:
+            errlog.close()
+            self._mark_dead()
+            self._ready.set()
+            pump.cancel()
+
+    async def _pump(self, read_fd: int) -> None:
+        """Log stderr line by line until end of file, which marks the child dead."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        pipe = os.fdopen(read_fd, "rb", 0)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        pending = b""
+        try:
+            while chunk := await reader.read(4096):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    self._log_line(line)
+                if len(pending) > STDERR_LINE_CHARS:
+                    self._log_line(pending)
+                    pending = b""
+            if pending:
+                self._log_line(pending)
+            if not self.dead:
+                logger.info("mcp server %s: child exited", self.spec.slug)
+            self._mark_dead()
+            self._closing.set()
+        finally:
+            transport.close()
+
+    def _log_line(self, raw: bytes) -> None:
+        now = time.monotonic()
+        if now - self._window_start > STDERR_WINDOW_S:
+            if self._suppressed:
+                stderr_logger.warning("mcp server %s: %d stderr lines not logged", self.spec.slug, self._suppressed)
+            self._window_start, self._window_lines, self._suppressed = now, 0, 0
+        if self._window_lines >= STDERR_LINES_PER_WINDOW:
+            self._suppressed += 1
+            return
+        self._window_lines += 1
+        text = self._redact(raw.decode(errors="replace").rstrip())[:STDERR_LINE_CHARS]  # a cut never splits a secret
+        stderr_logger.info("mcp server %s: %s", self.spec.slug, text, extra={"mcp_server": self.spec.slug})
+
+    def _mark_dead(self) -> None:
+        if not self.dead:
+            self.dead = True
+            self.ended_at = time.monotonic()
+
+    def stop_soon(self) -> None:
+        self._mark_dead()
+        self._closing.set()
+
+    async def stop(self) -> None:
+        self.stop_soon()
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                async with asyncio.timeout(10.0):
+                    await asyncio.shield(self._task)
+
+    def _live_client(self) -> Client:
+        if self.client is None or self.dead:
+            raise HostError("the server is not running")
+        return self.client
+
+    async def list_tools(self, cursor: str | None) -> types.ListToolsResult:
+        client = self._live_client()
+        return await self._exchange(client.list_tools(cursor=cursor))
+
+    async def relay_call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """`tools/call` that a worker's runner made (grant, policy and input checks are behind it)."""
+        client = self._live_client()
+        if name not in self._absorbed:
+            # The SDK would list tools after a call to check the output against the live schema;
+            # the gateway checks against the pinned one, so the host passes results on as sent.
+            blank = types.Tool.model_validate({"name": name, "inputSchema": {"type": "object"}})
+            client.session._absorb_tool_listing(types.ListToolsResult(tools=[blank]), complete=False)
+            self._absorbed.add(name)
+        return await self._exchange(client.call_tool(name, arguments))
+
+    async def _exchange(self, request: Awaitable[Any]) -> Any:
+        self.busy += 1
+        self.last_used = time.monotonic()
+        try:
+            async with asyncio.timeout(self._call_timeout_s):  # the worker's budget is shorter; this bounds the host
+                return await request
+        except TimeoutError:
+            raise HostError(f"the server did not answer within {self._call_timeout_s:g} s") from None
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED or self.dead:
+                self.stop_soon()
+                raise HostError("the server exited during the request") from None
+            raise  # the server's own JSON-RPC error goes back as it was
+        except HostError:
+            raise
+        except Exception as exc:
+            self.stop_soon()
+            raise HostError(f"the server's answer could not be read ({type(exc).__name__})") from None
+        finally:
+            self.busy -= 1
+            self.last_used = time.monotonic()
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:24]
+
+
+class Supervisor:
+    """Every child of the host: at most one per (server, connection), at most `max_children` at once."""
+
+    def __init__(self, config: HostConfig, *, usable_connections: Callable[[set[str]], Awaitable[set[str]]]) -> None:
+        self.config = config
+        self._usable_connections = usable_connections
+        self._children: dict[tuple[str, str], StdioChild] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._restarts: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (exits in a row, not before)
+
+    def children(self) -> list[StdioChild]:
+        return list(self._children.values())
+
+    async def child(self, spec: ChildSpec) -> StdioChild:
+        key = spec.key
+        child = self._children.get(key)
+        if child is not None and not child.dead and child.spec.fingerprint == spec.fingerprint:
+            return child
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            child = self._children.get(key)
+            if child is not None and not child.dead and child.spec.fingerprint == spec.fingerprint:
+                return child
+            if child is not None:
+                await self._retire(child, exited=child.dead)
+            self._check_backoff(key)
+            await self._make_room()
+            child = self._start(spec)
+            self._children[key] = child
+            try:
+                await child.open(self.config.start_timeout_s)
+            except HostError:
+                await self._retire(child, exited=True)
+                raise
+            return child
+
+    def _check_backoff(self, key: tuple[str, str]) -> None:
+        _exits, not_before = self._restarts.get(key, (0, 0.0))
+        wait = not_before - time.monotonic()
+        if wait > 0:
+            raise HostError(f"the server exited and is started again in {wait:.1f} s")
+
+    async def _retire(self, child: StdioChild, *, exited: bool) -> None:
+        """Forget a child; one that exited (or never started) pushes its next start back."""
+        if self._children.get(child.spec.key) is child:
+            del self._children[child.spec.key]
+        await child.stop()
+        if exited:
+            ended = child.ended_at or time.monotonic()
+            exits, _ = self._restarts.get(child.spec.key, (0, 0.0))
+            if ended - child.started_at >= STABLE_AFTER_S:
+                exits = 0
+            exits += 1
+            delay = min(BACKOFF_FIRST_S * 2 ** (exits - 1), BACKOFF_MAX_S)
+            self._restarts[child.spec.key] = (exits, ended + delay)
+
+    async def _make_room(self) -> None:
+        live = [child for child in self._children.values() if not child.dead]
+        if len(live) < self.config.max_children:
+            return
+        idle = sorted((child for child in live if child.busy == 0), key=lambda child: child.last_used)
+        if not idle:
+            raise HostError(f"{self.config.max_children} stdio servers are busy; try again shortly")
+        logger.info("mcp server %s: child stopped to make room", idle[0].spec.slug)
+        await self._retire(idle[0], exited=False)
+
+    def home_of(self, spec: ChildSpec) -> Path:
+        who = _digest(spec.connection_id) if spec.connection_id else "shared"
+        return self.config.root / "children" / spec.slug / who
+
+    def _start(self, spec: ChildSpec) -> StdioChild:
+        base = self.home_of(spec)
+        home, tmp = base / "home", base / "tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for directory in (home, tmp):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.config.bwrap:
+            env, unset = child_environment(home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared={}, secrets=spec.env)
+            sandbox = bwrap_argv(self.config.bwrap, home=home, hidden=self.config.hidden)
+        else:
+            env, unset = child_environment(home=str(home), tmpdir=str(tmp), declared={}, secrets=spec.env)
+            sandbox = None
+        argv = launch_argv(spec.command, limits=self.config.limits, unset=unset, bwrap=sandbox)
+        logger.info("mcp server %s: starting a child%s", spec.slug, " (bubblewrap)" if sandbox else "")
+        return StdioChild(spec, argv=argv, env=env, cwd=home, call_timeout_s=self.config.call_timeout_s)
+
+    async def sweep(self) -> None:
+        """Forget exited children, stop idle ones and those whose connection is no longer usable."""
+        now = time.monotonic()
+        for child in list(self._children.values()):
+            if child.dead:
+                await self._retire(child, exited=True)
+            elif child.busy == 0 and now - child.last_used > self.config.idle_timeout_s:
+                logger.info("mcp server %s: idle child stopped", child.spec.slug)
+                await self._retire(child, exited=False)
+        connected = {child.spec.connection_id for child in self._children.values() if child.spec.connection_id}
+        if not connected:
+            return
+        usable = await self._usable_connections(connected)
+        for child in list(self._children.values()):
+            if child.spec.connection_id and child.spec.connection_id not in usable:
+                logger.info("mcp server %s: child of a revoked connection stopped", child.spec.slug)
+                await self._retire(child, exited=False)
+                shutil.rmtree(self.home_of(child.spec), ignore_errors=True)
+
+    async def sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_s)
+            try:
+                await self.sweep()
+            except Exception:  # the sweep must outlive a database hiccup
+                logger.exception("mcp host sweep failed")
+
+    async def stop_all(self) -> None:
+        children, self._children = list(self._children.values()), {}
+        await asyncio.gather(*(child.stop() for child in children), return_exceptions=True)

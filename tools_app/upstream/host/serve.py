@@ -1,0 +1,135 @@
+"""Building and running the MCP host from settings (`manage.py mcp_host`, and tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import uvicorn
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+
+from tools_app.upstream.host.app import HostApp
+from tools_app.upstream.host.children import HostConfig, Supervisor
+from tools_app.upstream.host.connections import usable_connection_ids
+from tools_app.upstream.host.sandbox import Limits, bwrap_problem, find_bwrap
+
+logger = logging.getLogger(__name__)
+SANDBOX_MODES = ("auto", "bwrap", "none")
+
+
+def choose_bwrap(mode: str) -> str | None:
+    """bubblewrap's path when children run under it; `bwrap` mode refuses to run without it."""
+    if mode not in SANDBOX_MODES:
+        raise ImproperlyConfigured(f"TOOLGATE_MCP_HOST_SANDBOX must be one of {', '.join(SANDBOX_MODES)}")
+    if mode == "none":
+        return None
+    path = find_bwrap()
+    problem = bwrap_problem(path)
+    if problem is None:
+        return path
+    if mode == "bwrap":
+        raise ImproperlyConfigured(f"TOOLGATE_MCP_HOST_SANDBOX=bwrap, but {problem}")
+    logger.warning("stdio MCP servers run without bubblewrap: %s", problem)
+    return None
+
+
+def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """The paths not inside another one of them (hiding a directory hides what is in it)."""
+    resolved = sorted({path.resolve() for path in paths}, key=lambda path: len(path.parts))
+    kept: list[Path] = []
+    for path in resolved:
+        if not any(path.is_relative_to(parent) for parent in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+def host_config(*, sandbox: str | None = None, **overrides: Any) -> HostConfig:
+    root = Path(settings.TOOLGATE_MCP_HOST_DIR)
+    mib = 1024 * 1024
+    values: dict[str, Any] = {
+        "root": root,
+        "hidden": outermost([Path(settings.BASE_DIR), Path(settings.VAR_DIR), root]),
+        "limits": Limits(
+            cpu_seconds=settings.TOOLGATE_MCP_CHILD_CPU_SECONDS,
+            memory_bytes=settings.TOOLGATE_MCP_CHILD_MEMORY_MB * mib,
+            open_files=settings.TOOLGATE_MCP_CHILD_OPEN_FILES,
+            processes=settings.TOOLGATE_MCP_CHILD_PROCESSES,
+        ),
+        "bwrap": choose_bwrap(sandbox or settings.TOOLGATE_MCP_HOST_SANDBOX),
+        "max_children": settings.TOOLGATE_MCP_HOST_MAX_CHILDREN,
+        "idle_timeout_s": float(settings.TOOLGATE_MCP_HOST_IDLE_SECONDS),
+    }
+    values.update(overrides)
+    return HostConfig(**values)
+
+
+def _usable_now(connection_ids: Iterable[str]) -> set[str]:
+    try:
+        return usable_connection_ids(connection_ids)
+    finally:
+        connection.close()  # a worker thread of the host's loop: hold no connection between sweeps
+
+
+async def usable_connections(connection_ids: set[str]) -> set[str]:
+    return await sync_to_async(_usable_now, thread_sensitive=False)(connection_ids)
+
+
+def build_host(config: HostConfig, *, token: str | None = None) -> HostApp:
+    token = settings.TOOLGATE_MCP_HOST_TOKEN if token is None else token
+    if not token:
+        raise ImproperlyConfigured("TOOLGATE_MCP_HOST_TOKEN is not set (required when DEBUG=False)")
+    supervisor = Supervisor(config, usable_connections=usable_connections)
+    return HostApp(supervisor=supervisor, token=token)
+
+
+def bind_address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ImproperlyConfigured("TOOLGATE_MCP_HOST_URL must be http://HOST:PORT")
+    return parts.hostname, parts.port or 80
+
+
+class _Lifespan:
+    """ASGI wrapper: the supervisor's sweep runs while the app runs; children stop with it."""
+
+    def __init__(self, host: HostApp) -> None:
+        self.host = host
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.host(scope, receive, send)
+            return
+        supervisor = self.host.supervisor
+        sweep = asyncio.get_running_loop().create_task(supervisor.sweep_forever(), name="mcp-host-sweep")
+
+        async def receive_then_stop_children() -> Any:
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":  # before the server may cancel what still runs
+                sweep.cancel()
+                await supervisor.stop_all()
+            return message
+
+        try:
+            await self.host(scope, receive_then_stop_children, send)
+        finally:
+            sweep.cancel()
+
+
+def uvicorn_server(host: HostApp, *, address: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(
+        _Lifespan(host),
+        host=address,
+        port=port,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return uvicorn.Server(config)
