@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
+from policies_app import governance
 from policies_app.governance import governance_bump
 from policies_app.models import ToolPolicy
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
@@ -304,7 +305,8 @@ def test_a_tool_without_an_output_schema_answers_its_text_blocks(ready, upstream
     assert response.json()["value"] == {"content": [{"type": "text", "text": "slept 5"}]}
 
 
-def test_a_warm_upstream_call_costs_no_more_queries_than_a_builtin_one(ready, upstream, caller):
+def test_a_warm_upstream_call_costs_no_more_queries_than_a_builtin_one(ready, upstream, caller, monkeypatch):
+    monkeypatch.setattr(governance, "MAX_STALENESS_S", 3600.0)  # no staleness re-read due mid-test under load
     account, key = caller
     enable_tools("core__get_current_time")
     ToolPolicy.objects.filter(tenant=account.tenant).update(allowed_tools=["mcp__acme__add", "core__get_current_time"])
