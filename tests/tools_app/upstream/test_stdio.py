@@ -391,7 +391,10 @@ def test_under_bubblewrap_the_child_sees_a_read_only_root_and_not_toolgates_tree
             result = value(call(key, f"mcp__kit__{tool}", args))["result"]
             return json.loads(result) if tool in ("environment", "process") else result
 
-        assert run("can_read", path=str(settings.BASE_DIR)) == "listed:"  # an empty directory
+        # an empty directory, but for the host's own virtualenv when it lies in the tree (a checkout's .venv)
+        venv_inside = Path(os.path.realpath(sys.prefix)).is_relative_to(Path(settings.BASE_DIR).resolve())
+        assert run("can_read", path=str(settings.BASE_DIR)) == ("listed:.venv" if venv_inside else "listed:")
+        assert run("can_read", path=str(Path(settings.BASE_DIR) / "manage.py")).startswith("refused:")
         assert run("can_read", path=str(Path(settings.VAR_DIR) / "secret_key")).startswith("refused:")
         assert run("can_read", path=str(SCRIPT)).startswith("refused:")
         assert run("can_write", path="/etc/toolgate-probe") == "refused:OSError"

@@ -3,7 +3,8 @@
 Under bubblewrap the child sees the host's root read-only, a private /tmp (its TMPDIR),
 its own HOME bound at /tmp/home, fresh /dev and /proc in new PID, IPC and UTS namespaces,
 and empty directories where Toolgate's tree, var/ and the host's directory of child homes
-are; it keeps the network (servers call their APIs; `npx` fetches packages). Without
+are (but for the Python environment the host runs in, read-only, when it lies inside them);
+it keeps the network (servers call their APIs; `npx` fetches packages). Without
 bubblewrap a child still gets the scrubbed environment, its own process group, a private
 HOME and TMPDIR and the resource limits, but can read whatever the host's user can read.
 """
@@ -72,6 +73,11 @@ def bwrap_argv(bwrap: str, *, home: Path, hidden: Sequence[Path]) -> list[str]:
     ]  # fmt: skip
     for path in hidden:
         argv += ["--tmpfs", str(path)]
+    # A virtualenv inside a hidden tree (a checkout's .venv) holds the interpreter children such as
+    # `python -m server` run with: it stays visible, read-only, over the empty directory.
+    interpreter = Path(sys.prefix).resolve()
+    if any(interpreter.is_relative_to(path) for path in hidden):
+        argv += ["--ro-bind", str(interpreter), str(interpreter)]
     argv += [
         "--dir", SANDBOX_TMP,
         "--bind", str(home), SANDBOX_HOME,
