@@ -8,10 +8,7 @@ can be provoked exactly.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import secrets
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -22,20 +19,35 @@ from django.test import Client
 from django.utils import timezone
 
 from changes_app.models import Change
+from connections_app.signin.documents import MAX_DOCUMENT_BYTES, is_metadata_document_url
 from connections_app.signin.views import REGISTRATIONS_PER_HOUR
 from policies_app.models import Delegation, SigninClient, SigninCode, SigninGrant, SigninToken, TenantMembership
 from policies_app.services import delegation_revoke, service_account_revoke
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.api import enable_tools
+from tests.support.loopback import LoopbackServer
+from tests.support.signin import (
+    BASE,
+    REDIRECT,
+    RESOURCE,
+    TIME,
+    WAIT,
+    authorize_query,
+    code_from,
+    consent,
+    exchange,
+    mcp,
+    pkce,
+    refresh,
+    register,
+    registered_client_id,
+    signed_in,
+    tool_names,
+    web,
+)
 from tools_app.models import ToolInvocation
 
 pytestmark = pytest.mark.django_db
-
-BASE = "http://localhost"  # Authlib refuses plain http except on loopback hosts
-RESOURCE = f"{BASE}/mcp"
-REDIRECT = "http://127.0.0.1:33418/callback"
-TIME = "core__get_current_time"
-WAIT = "core__wait"
 
 
 @pytest.fixture(autouse=True)
@@ -60,102 +72,6 @@ def acme():
 @pytest.fixture(autouse=True)
 def _hosts(settings):
     settings.ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
-
-
-def web(**headers: str) -> Client:
-    return Client(HTTP_HOST="localhost", **headers)
-
-
-def pkce() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(48)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    return verifier, challenge
-
-
-def register(client: Client | None = None, **metadata: Any):
-    body = {"client_name": "Claude-ish Desktop", "redirect_uris": [REDIRECT], **metadata}
-    return (client or web()).post("/oauth/register", json.dumps(body), content_type="application/json")
-
-
-def registered_client_id() -> str:
-    response = register()
-    assert response.status_code == 201, response.content
-    return response.json()["client_id"]
-
-
-def authorize_query(client_id: str, challenge: str, **overrides: str) -> dict[str, str]:
-    query = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": REDIRECT,
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "state": "state-123456",
-        "resource": RESOURCE,
-        "scope": "mcp",
-    }
-    query.update(overrides)
-    return query
-
-
-def consent(browser: Client, client_id: str, challenge: str, form: dict[str, Any] | None = None, **overrides: str):
-    """Show the consent page, then answer it (Allow unless the form says otherwise); the answer's response."""
-    url = f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge, **overrides))}"
-    shown = browser.get(url)
-    assert shown.status_code == 200, shown.content.decode()
-    return browser.post(url, form or {"tg_decision": "allow", "tg_tool": [TIME, WAIT]})
-
-
-def code_from(response) -> str:
-    assert response.status_code == 302, response.content.decode()
-    location = urlsplit(response["Location"])
-    assert f"{location.scheme}://{location.netloc}{location.path}" == REDIRECT
-    params = parse_qs(location.query)
-    assert params["state"] == ["state-123456"]
-    return params["code"][0]
-
-
-def exchange(client_id: str, code: str, verifier: str, **overrides: str):
-    data = {
-        "grant_type": "authorization_code",
-        "code": code,
-        "redirect_uri": REDIRECT,
-        "client_id": client_id,
-        "code_verifier": verifier,
-        "resource": RESOURCE,
-        **overrides,
-    }
-    return web().post("/oauth/token", data)
-
-
-def refresh(client_id: str, refresh_token: str, **overrides: str):
-    data = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": client_id, **overrides}
-    return web().post("/oauth/token", data)
-
-
-def signed_in(user, client_id: str | None = None, tools: list[str] | None = None) -> tuple[str, dict[str, Any]]:
-    """The whole flow for `user`: registration, consent, exchange; the client id and the token response."""
-    client_id = client_id or registered_client_id()
-    browser = web()
-    browser.force_login(user)
-    verifier, challenge = pkce()
-    form = {"tg_decision": "allow", "tg_tool": tools or [TIME, WAIT]}
-    response = exchange(client_id, code_from(consent(browser, client_id, challenge, form)), verifier)
-    assert response.status_code == 200, response.content
-    return client_id, response.json()
-
-
-def mcp(token: str, method: str, params: dict[str, Any] | None = None, host: str = "localhost"):
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_HOST=host).post(
-        "/mcp", json.dumps(message), content_type="application/json"
-    )
-
-
-def tool_names(token: str) -> list[str]:
-    response = mcp(token, "tools/list")
-    assert response.status_code == 200, response.content
-    return [tool["name"] for tool in response.json()["result"]["tools"]]
 
 
 # --- discovery ---------------------------------------------------------------------------------------
@@ -747,3 +663,114 @@ def test_no_code_or_token_is_stored_in_clear(acme):
         assert secret not in stored
         assert secret not in changes
         assert secret.split("_")[-1] not in stored
+
+
+# --- Client ID Metadata Documents -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def document_host(settings):
+    """A client's web server on loopback publishing its metadata document (loopback allowed, as upstream tests do)."""
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True
+    with LoopbackServer() as server:
+        yield server
+
+
+def publish(server: LoopbackServer, **overrides: Any) -> str:
+    url = f"{server.url}/oauth/client.json"
+    document = {"client_id": url, "client_name": "Docs Client", "redirect_uris": [REDIRECT], **overrides}
+    server.route("GET", "/oauth/client.json", json=document)
+    return url
+
+
+def test_a_metadata_document_client_signs_in_and_its_document_is_cached(acme, document_host):
+    _tenant, ada, _account, _key = acme
+    client_id = publish(document_host)
+    browser = web()
+    browser.force_login(ada)
+    verifier, challenge = pkce()
+
+    code = code_from(consent(browser, client_id, challenge))
+    tokens = exchange(client_id, code, verifier)
+
+    assert tokens.status_code == 200, tokens.content
+    row = SigninClient.objects.get(client_id=client_id)
+    assert (row.kind, row.client_name, row.redirect_uris) == ("metadata_document", "Docs Client", [REDIRECT])
+    # consent page, its answer and the exchange all looked the client up: one fetch, then the cached row
+    assert [request.path for request in document_host.requests] == ["/oauth/client.json"]
+    assert tool_names(tokens.json()["access_token"]) == [TIME, WAIT]
+
+
+def test_a_stale_document_is_fetched_again(acme, document_host):
+    _tenant, ada, _account, _key = acme
+    client_id = publish(document_host)
+    browser = web()
+    browser.force_login(ada)
+    _verifier, challenge = pkce()
+    assert browser.get(f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge))}").status_code == 200
+    SigninClient.objects.update(metadata_fetched_at=timezone.now() - timedelta(hours=2))
+    publish(document_host, client_name="Renamed Client")
+
+    page = browser.get(f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge))}")
+
+    assert "Renamed Client" in page.content.decode()
+    assert len(document_host.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [
+        {"client_id": "https://someone-else.example/client.json"},
+        {"redirect_uris": ["http://example.com/cb"]},
+        {"redirect_uris": "not a list"},
+    ],
+)
+def test_a_document_that_is_not_its_own_or_breaks_the_rules_leaves_the_client_unknown(acme, document_host, problem):
+    _tenant, ada, _account, _key = acme
+    client_id = publish(document_host, **problem)
+    browser = web()
+    browser.force_login(ada)
+    _verifier, challenge = pkce()
+
+    response = browser.get(f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge))}")
+
+    assert response.status_code == 400
+    assert "Location" not in response
+    assert not SigninClient.objects.exists()
+
+
+def test_a_document_too_large_is_refused(acme, document_host):
+    _tenant, ada, _account, _key = acme
+    client_id = publish(document_host, padding="x" * (MAX_DOCUMENT_BYTES + 1))
+    browser = web()
+    browser.force_login(ada)
+    _verifier, challenge = pkce()
+
+    response = browser.get(f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge))}")
+
+    assert response.status_code == 400
+    assert not SigninClient.objects.exists()
+
+
+def test_the_address_guard_refuses_a_loopback_document_without_connecting(acme, settings):
+    _tenant, ada, _account, _key = acme
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = False
+    with LoopbackServer() as server:
+        client_id = f"https://127.0.0.1:{urlsplit(server.url).port}/oauth/client.json"
+        browser = web()
+        browser.force_login(ada)
+        _verifier, challenge = pkce()
+
+        response = browser.get(f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge))}")
+
+        assert response.status_code == 400
+        assert server.requests == []
+    assert not SigninClient.objects.exists()
+
+
+def test_a_plain_http_document_url_is_not_a_client_id_outside_loopback_installs(acme, settings):
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = False
+
+    assert not is_metadata_document_url("http://client.example/oauth/client.json")
+    assert not is_metadata_document_url("https://client.example/")
+    assert is_metadata_document_url("https://client.example/oauth/client.json")
