@@ -14,6 +14,7 @@ its tokens on the next request (the token check reads the rows every time).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -54,6 +55,8 @@ MAX_CLIENT_REDIRECT_URIS = 10
 MAX_CLIENT_NAME = 200
 SIGNIN_SCOPE = "mcp"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+CLIENT_ID_RE = re.compile(r"[\x21-\x7e]{1,500}")
+URI_CHARS_RE = re.compile(r"[\x21-\x7e]{1,500}")
 
 
 class RevokeReason:
@@ -73,6 +76,8 @@ def signin_redirect_uri_problem(uri: object) -> str | None:
     """Why `uri` cannot be a sign-in redirect URI: `https://…`, or `http://127.0.0.1:<port>/…` / `localhost:<port>`."""
     if not isinstance(uri, str):
         return "redirect URIs are strings"
+    if not URI_CHARS_RE.fullmatch(uri):
+        return "a redirect URI is printable ASCII (percent-encode anything else)"
     problem = redirect_uri_problem(uri)
     if problem is not None:
         return problem
@@ -95,7 +100,7 @@ def _clean_client_fields(*, client_name: object, client_uri: object, redirect_ur
         if problem is not None:
             raise AppError(f"redirect_uris: {problem}")
     name = client_name if isinstance(client_name, str) else ""
-    uri = client_uri if isinstance(client_uri, str) and len(client_uri) <= 500 else ""
+    uri = client_uri if isinstance(client_uri, str) and URI_CHARS_RE.fullmatch(client_uri) else ""
     if client_name is not None and not isinstance(client_name, str):
         raise AppError("client_name: a string")
     # Untrusted display text: no control characters, bounded.
@@ -145,9 +150,14 @@ def signin_client_from_document(*, client_id: str, document: dict[str, Any]) -> 
     return client
 
 
+def client_id_well_formed(client_id: object) -> bool:
+    """A client_id worth looking up: 1-500 printable ASCII characters (anything else matches no client)."""
+    return isinstance(client_id, str) and CLIENT_ID_RE.fullmatch(client_id) is not None
+
+
 def signin_client_get(*, client_id: str) -> SigninClient | None:
     """A live client by its client_id (None for unknown and revoked alike)."""
-    if not client_id or len(client_id) > 500:
+    if not client_id_well_formed(client_id):
         return None
     return SigninClient.objects.filter(client_id=client_id, revoked_at__isnull=True).first()
 

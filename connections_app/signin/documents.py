@@ -21,7 +21,7 @@ from django.conf import settings
 
 from policies_app.errors import AppError
 from policies_app.models import SigninClient
-from policies_app.signin import signin_client_from_document, signin_client_is_stale
+from policies_app.signin import client_id_well_formed, signin_client_from_document, signin_client_is_stale
 from tools_app.upstream.netguard import (
     PinnedTransport,
     ResponseTooLarge,
@@ -43,7 +43,7 @@ class DocumentUnavailable(Exception):
 
 def is_metadata_document_url(client_id: str) -> bool:
     """Whether a client_id names a metadata document: an https URL with a path (http only where loopback is allowed)."""
-    if len(client_id) > MAX_URL_LENGTH:
+    if len(client_id) > MAX_URL_LENGTH or not client_id_well_formed(client_id):
         return False
     parts = urlsplit(client_id)
     schemes = ("https", "http") if settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS else ("https",)

@@ -289,8 +289,34 @@ def _authenticate_token_holder(query_client: Any, request: Any) -> Client | None
     return _UnknownHolder() if row is None else Client(row.grant.client)
 
 
+LIST_FIELDS = ("redirect_uris", "grant_types", "response_types", "contacts")
+TEXT_FIELDS = ("client_name", "client_uri", "token_endpoint_auth_method", "scope", "logo_uri", "software_id")
+
+
+def metadata_shape_problem(document: object) -> str | None:
+    """Why a registration body is not client metadata (RFC 7591 §2): a JSON object whose lists are lists
+    of strings and whose texts are strings (null stands for absent); None when it is."""
+    if not isinstance(document, dict):
+        return "The body must be a JSON object of client metadata."
+    for name in LIST_FIELDS:
+        value = document.get(name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            return f"'{name}' must be a list of strings."
+    for name in TEXT_FIELDS:
+        value = document.get(name)
+        if value is not None and not isinstance(value, str):
+            return f"'{name}' must be a string."
+    return None
+
+
 class Registration(ClientRegistrationEndpoint):
     """RFC 7591, open to anyone (rate-limited by the view): public clients with checked redirect URIs."""
+
+    def extract_client_metadata(self, request: Any) -> dict[str, Any]:
+        problem = metadata_shape_problem(request.payload.data)
+        if problem is not None:
+            raise InvalidClientMetadataError(problem)
+        return super().extract_client_metadata(request)
 
     def authenticate_token(self, request: Any) -> bool:
         return True  # open registration: the person's login and consent are what protect anything

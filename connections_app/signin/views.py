@@ -125,8 +125,9 @@ def _registration_allowed(address: str | None) -> bool:
         return True
     try:
         return cache.incr(key) <= REGISTRATIONS_PER_HOUR
-    except ValueError:  # expired between add and incr
-        return cache.add(key, 1, timeout=3600) or True
+    except ValueError:  # the window's key expired between add and incr: a new window starts
+        cache.add(key, 1, timeout=3600)
+        return True
 
 
 def _oauth_error(status: int, error: str, description: str) -> JsonResponse:

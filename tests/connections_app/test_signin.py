@@ -774,3 +774,39 @@ def test_a_plain_http_document_url_is_not_a_client_id_outside_loopback_installs(
     assert not is_metadata_document_url("http://client.example/oauth/client.json")
     assert not is_metadata_document_url("https://client.example/")
     assert is_metadata_document_url("https://client.example/oauth/client.json")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [1, 2],
+        "text",
+        {"redirect_uris": [REDIRECT], "response_types": "code"},
+        {"redirect_uris": [REDIRECT], "client_name": 7},
+        {"redirect_uris": [REDIRECT + "\u0000"]},
+        {"redirect_uris": [REDIRECT], "client_uri": "https://x.example/\u0000", "client_name": "a\u0000b"},
+    ],
+)
+def test_registration_refuses_what_is_not_client_metadata_without_a_500(body):
+    response = web().post("/oauth/register", json.dumps(body), content_type="application/json")
+
+    assert response.status_code in (201, 400)
+    if response.status_code == 201:  # the NUL-bearing optional fields are dropped, never stored
+        row = SigninClient.objects.get()
+        assert (row.client_uri, row.client_name) == ("", "ab")
+    else:
+        assert response.json()["error"] in {"invalid_client_metadata", "invalid_redirect_uri"}
+
+
+def test_a_client_id_with_a_nul_is_unknown_not_a_500(acme):
+    _tenant, ada, _account, _key = acme
+    browser = web()
+    browser.force_login(ada)
+    _verifier, challenge = pkce()
+
+    query = urlencode(authorize_query("tgc_\u0000x", challenge))
+    page = browser.get(f"/oauth/authorize?{query}")
+    token = web().post("/oauth/token", {"grant_type": "refresh_token", "client_id": "a\u0000", "refresh_token": "x"})
+
+    assert page.status_code == 400
+    assert token.json()["error"] == "invalid_client"
