@@ -378,6 +378,7 @@ class SigninClient(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name = "MCP sign-in client"
 
     def __str__(self) -> str:
         return self.client_name or self.client_id[:60]

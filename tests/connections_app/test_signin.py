@@ -9,6 +9,7 @@ can be provoked exactly.
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -810,3 +811,28 @@ def test_a_client_id_with_a_nul_is_unknown_not_a_500(acme):
 
     assert page.status_code == 400
     assert token.json()["error"] == "invalid_client"
+
+
+def test_the_consent_page_holds_one_form_to_post_and_it_works_without_javascript(acme):
+    """A client that fills in the page's one POST form as a browser would (checked boxes, the Allow button)."""
+    _tenant, ada, _account, _key = acme
+    client_id = registered_client_id()
+    browser = web()
+    browser.force_login(ada)
+    verifier, challenge = pkce()
+    url = f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge))}"
+    html = browser.get(url).content.decode()
+
+    forms = re.findall(r'<form method="post"[^>]*action="([^"]*)"[^>]*>(.*?)</form>', html, re.S)
+    assert len(forms) == 1
+    action, body = forms[0]
+    fields: dict[str, list[str]] = {}
+    for attributes in re.findall(r"<input([^>]*)>", body):
+        name = re.search(r'name="([^"]+)"', attributes)
+        value = re.search(r'value="([^"]*)"', attributes)
+        if name and ('type="checkbox"' not in attributes or "checked" in attributes):
+            fields.setdefault(name.group(1), []).append(value.group(1) if value else "")
+    fields["tg_decision"] = ["allow"]
+    answer = browser.post(action.replace("&amp;", "&"), fields)
+
+    assert exchange(client_id, code_from(answer), verifier).status_code == 200
