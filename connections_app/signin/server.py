@@ -339,7 +339,7 @@ class Registration(ClientRegistrationEndpoint):
                 client_name=client_metadata.get("client_name"),
                 client_uri=client_metadata.get("client_uri"),
                 redirect_uris=client_metadata.get("redirect_uris"),
-                registered_from=getattr(request, "client_ip", None),
+                registered_from=getattr(getattr(request.payload, "_request", None), "client_ip", None),
             )
         except AppError as error:
             raise InvalidClientMetadataError(error.safe_message) from None

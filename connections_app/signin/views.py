@@ -9,7 +9,9 @@ envelope. The consent page is a plain HTML form (it works without JavaScript).
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,6 +43,29 @@ TOOL_FIELD = "tg_tool"
 DECISION_FIELD = "tg_decision"
 
 
+def public_cors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """CORS for the endpoints a browser-based MCP client (the MCP Inspector) calls from its own page.
+
+    They take no cookies and no ambient credential (public clients, tokens in
+    the body), so any Origin may read them; a preflight is answered here.
+    `/authorize` is a page, and `/mcp` keeps its own Origin rule.
+    """
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method == "OPTIONS":
+            response = HttpResponse(status=204)
+            response["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            response["Access-Control-Allow-Headers"] = "Content-Type, Authorization, MCP-Protocol-Version"
+            response["Access-Control-Max-Age"] = "600"
+        else:
+            response = view(request, *args, **kwargs)
+        response["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    return wrapped
+
+
 def _endpoint(request: HttpRequest, name: str) -> str:
     return f"{site_base(request)}{reverse(name)}"
 
@@ -48,6 +73,7 @@ def _endpoint(request: HttpRequest, name: str) -> str:
 # --- discovery ------------------------------------------------------------------------------------
 
 
+@public_cors
 @require_GET
 def protected_resource_metadata(request: HttpRequest) -> JsonResponse:
     """RFC 9728 for `/mcp`."""
@@ -62,6 +88,7 @@ def protected_resource_metadata(request: HttpRequest) -> JsonResponse:
     )
 
 
+@public_cors
 @require_GET
 def authorization_server_metadata(request: HttpRequest) -> JsonResponse:
     """RFC 8414."""
@@ -88,6 +115,7 @@ def authorization_server_metadata(request: HttpRequest) -> JsonResponse:
 
 
 @csrf_exempt
+@public_cors
 @require_POST
 def token(request: HttpRequest) -> HttpResponse:
     """The token endpoint: authorization_code (PKCE) and refresh_token grants."""
@@ -96,6 +124,7 @@ def token(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_exempt
+@public_cors
 @require_POST
 def revoke(request: HttpRequest) -> HttpResponse:
     """RFC 7009: 200 whether or not the token was known."""
@@ -104,6 +133,7 @@ def revoke(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_exempt
+@public_cors
 @require_POST
 def register(request: HttpRequest) -> HttpResponse:
     """RFC 7591 dynamic registration, REGISTRATIONS_PER_HOUR per client address."""

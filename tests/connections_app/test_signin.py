@@ -127,6 +127,7 @@ def test_registration_answers_a_public_client_and_records_it():
     assert set(body["grant_types"]) == {"authorization_code", "refresh_token"}
     row = SigninClient.objects.get(client_id=body["client_id"])
     assert (row.kind, row.client_name, row.redirect_uris) == ("registered", "<b>Desk</b>", [REDIRECT])
+    assert row.registered_from == "127.0.0.1"
     assert Change.objects.filter(action="signin_client.register", object_id=str(row.pk)).exists()
 
 
@@ -836,3 +837,18 @@ def test_the_consent_page_holds_one_form_to_post_and_it_works_without_javascript
     answer = browser.post(action.replace("&amp;", "&"), fields)
 
     assert exchange(client_id, code_from(answer), verifier).status_code == 200
+
+
+def test_browser_based_clients_may_call_the_public_endpoints_across_origins():
+    origin = {"HTTP_ORIGIN": "http://localhost:6274"}  # the MCP Inspector's page
+    preflight = web(**origin).options(
+        "/oauth/register", HTTP_ACCESS_CONTROL_REQUEST_METHOD="POST", HTTP_ACCESS_CONTROL_REQUEST_HEADERS="content-type"
+    )
+    metadata = web(**origin).get("/.well-known/oauth-authorization-server")
+    registered = register(web(**origin))
+
+    assert preflight.status_code == 204
+    assert "Content-Type" in preflight["Access-Control-Allow-Headers"]
+    for response in (preflight, metadata, registered):
+        assert response["Access-Control-Allow-Origin"] == "*"
+    assert "Access-Control-Allow-Origin" not in web(**origin).get("/oauth/authorize")
