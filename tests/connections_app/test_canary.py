@@ -206,6 +206,8 @@ def test_sign_in_codes_verifiers_and_tokens_never_leak(caplog, admin_client, req
     """MCP sign-in (CONTRACT §7): codes, PKCE verifiers, access and refresh tokens appear only in the
     responses that hand them to the client, never in logs, pages, audit rows, the change log or any table."""
     settings.ALLOWED_HOSTS = ["localhost", "testserver"]
+    # Authlib's grants log "Issue token %r" at DEBUG: its loggers must stay above it (config/settings.py).
+    assert logging.getLogger("authlib.oauth2.rfc6749.grants.authorization_code").getEffectiveLevel() > logging.DEBUG
     caplog.set_level(logging.DEBUG)
     rendered = io.StringIO()
     structured = logging.StreamHandler(rendered)
