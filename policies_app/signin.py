@@ -162,6 +162,11 @@ def signin_client_get(*, client_id: str) -> SigninClient | None:
     return SigninClient.objects.filter(client_id=client_id, revoked_at__isnull=True).first()
 
 
+def signin_client_any(*, client_id: str) -> SigninClient | None:
+    """A client by its client_id, revoked ones included (a revoked document client must stay revoked)."""
+    return SigninClient.objects.filter(client_id=client_id).first() if client_id_well_formed(client_id) else None
+
+
 def signin_client_is_stale(client: SigninClient) -> bool:
     fetched = client.metadata_fetched_at
     return client.kind == SigninClient.Kind.METADATA_DOCUMENT and (
@@ -191,6 +196,10 @@ class SigninChoice:
 
     tenant: Tenant
     accounts: list[ServiceAccount]
+
+
+def person_is_in_a_tenant(*, user: AbstractBaseUser) -> bool:
+    return TenantMembership.objects.filter(user=user).exists()
 
 
 def signin_choices(*, user: AbstractBaseUser) -> list[SigninChoice]:

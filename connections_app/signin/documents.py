@@ -21,7 +21,12 @@ from django.conf import settings
 
 from policies_app.errors import AppError
 from policies_app.models import SigninClient
-from policies_app.signin import client_id_well_formed, signin_client_from_document, signin_client_is_stale
+from policies_app.signin import (
+    client_id_well_formed,
+    signin_client_any,
+    signin_client_from_document,
+    signin_client_is_stale,
+)
 from tools_app.upstream.netguard import (
     PinnedTransport,
     ResponseTooLarge,
@@ -52,7 +57,7 @@ def is_metadata_document_url(client_id: str) -> bool:
 
 def metadata_document_client(client_id: str) -> SigninClient | None:
     """The client this document URL names: its cached row, refreshed from the document when stale."""
-    row = SigninClient.objects.filter(client_id=client_id).first()
+    row = signin_client_any(client_id=client_id)
     if row is not None and (row.revoked_at is not None or row.kind != SigninClient.Kind.METADATA_DOCUMENT):
         return None
     if row is not None and not signin_client_is_stale(row):

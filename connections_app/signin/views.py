@@ -30,9 +30,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from connections_app.signin.server import Consented, authorization_server, mcp_resource, site_base
 from policies_app.errors import AppError
-from policies_app.models import ServiceAccount, TenantMembership
+from policies_app.models import ServiceAccount
 from policies_app.selectors import policy_effective_for
-from policies_app.signin import SIGNIN_SCOPE, SigninChoice, signin_choices, signin_consent
+from policies_app.signin import (
+    SIGNIN_SCOPE,
+    SigninChoice,
+    person_is_in_a_tenant,
+    signin_choices,
+    signin_consent,
+)
 from tools_app.selectors import enabled_tool_ids
 
 logger = logging.getLogger(__name__)
@@ -186,7 +192,7 @@ def authorize(request: HttpRequest) -> HttpResponse:
         if error.redirect_uri:  # set by Authlib only once the redirect URI was checked against the client
             return server.handle_error_response(request, error)
         return _refusal(request, "This sign-in request cannot be answered", error.get_error_description())
-    if not TenantMembership.objects.filter(user=request.user).exists():
+    if not person_is_in_a_tenant(user=request.user):
         return _refusal(
             request,
             "You are not in any tenant",
