@@ -25,7 +25,6 @@ from authlib.oauth2 import AuthorizationServer, OAuth2Error
 from authlib.oauth2.rfc6749 import (
     AuthorizationCodeMixin,
     ClientMixin,
-    InvalidClientError,
     InvalidRequestError,
     TokenMixin,
 )
@@ -415,14 +414,3 @@ def _generate_pair(*, scope: str | None = None, **_context: Any) -> dict[str, An
 def authorization_server() -> ToolgateAuthorizationServer:
     """The one server of this process (stateless apart from its registered grants and endpoints)."""
     return ToolgateAuthorizationServer()
-
-
-__all__ = [
-    "Consented",
-    "InvalidClientError",
-    "InvalidTargetError",
-    "OAuth2Error",
-    "authorization_server",
-    "mcp_resource",
-    "site_base",
-]
