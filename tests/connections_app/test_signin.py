@@ -16,7 +16,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from changes_app.models import Change
@@ -852,3 +854,30 @@ def test_browser_based_clients_may_call_the_public_endpoints_across_origins():
     for response in (preflight, metadata, registered):
         assert response["Access-Control-Allow-Origin"] == "*"
     assert "Access-Control-Allow-Origin" not in web(**origin).get("/oauth/authorize")
+
+
+def test_the_api_key_path_never_looks_for_an_access_token(acme):
+    _tenant, _ada, _account, key = acme
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+
+    with CaptureQueriesContext(connection) as captured:
+        assert web(HTTP_AUTHORIZATION=f"Bearer {key}").post("/mcp", message, "application/json").status_code == 200
+        wrong = key[:-4] + "abcd"
+        assert web(HTTP_AUTHORIZATION=f"Bearer {wrong}").post("/mcp", message, "application/json").status_code == 401
+
+    assert captured.captured_queries  # the key check did run
+    assert not [query for query in captured.captured_queries if "signin" in query["sql"]]
+
+
+def test_a_signed_in_client_acts_for_its_person_whatever_subject_it_sends(acme):
+    _tenant, ada, _account, _key = acme
+    _client_id, tokens = signed_in(ada, tools=[TIME])
+
+    call = mcp(
+        tokens["access_token"],
+        "tools/call",
+        {"name": TIME, "arguments": {}, "_meta": {"toolgate/subject": "tgs_forged000000_" + "x" * 43}},
+    )
+
+    assert call.json()["result"]["isError"] is False
+    assert ToolInvocation.objects.get().subject_id == f"user:{ada.pk}"
