@@ -489,10 +489,13 @@ def signin_grant_note_use(*, grant_id: str, last_used_at: datetime | None) -> No
 
 
 def signin_grant_list(*, tenant_id: int, user_id: int | None = None) -> QuerySet[SigninGrant]:
-    """A tenant's live signed-in clients, newest first; `user_id` narrows them to one person's own."""
-    rows = SigninGrant.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True).select_related(
-        "client", "delegation__user", "delegation__service_account"
-    )
+    """A tenant's signed-in clients that can still call, newest first; `user_id` narrows them to one person's own."""
+    rows = SigninGrant.objects.filter(
+        tenant_id=tenant_id,
+        revoked_at__isnull=True,
+        client__revoked_at__isnull=True,
+        delegation__revoked_at__isnull=True,  # a revoked delegation ended its clients' access too
+    ).select_related("client", "delegation__user", "delegation__service_account")
     if user_id is not None:
         rows = rows.filter(delegation__user_id=user_id)
     return rows.order_by("-created_at")

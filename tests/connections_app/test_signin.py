@@ -26,6 +26,7 @@ from connections_app.signin.documents import MAX_DOCUMENT_BYTES, is_metadata_doc
 from connections_app.signin.views import REGISTRATIONS_PER_HOUR
 from policies_app.models import Delegation, SigninClient, SigninCode, SigninGrant, SigninToken, TenantMembership
 from policies_app.services import delegation_revoke, service_account_revoke
+from policies_app.signin import signin_grant_list
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.api import enable_tools
 from tests.support.loopback import LoopbackServer
@@ -480,13 +481,14 @@ def test_an_expired_access_token_is_refused(acme):
 
 
 def test_revoking_the_delegation_or_the_account_ends_the_token(acme):
-    _tenant, ada, account, _key = acme
+    tenant, ada, account, _key = acme
     _client_id, tokens = signed_in(ada)
     assert mcp(tokens["access_token"], "tools/list").status_code == 200
 
     delegation_revoke(delegation=Delegation.objects.get(user=ada))
 
     assert mcp(tokens["access_token"], "tools/list").status_code == 401
+    assert not signin_grant_list(tenant_id=tenant.pk).exists()  # no longer listed as signed in
     _client_id, tokens = signed_in(ada)
     service_account_revoke(account=account)
     assert mcp(tokens["access_token"], "tools/list").status_code == 401
