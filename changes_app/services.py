@@ -51,6 +51,9 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "token_issued_at",
         "revoked_at",
     ),
+    # MCP clients that sign in: never a code, token, prefix or digest.
+    "policies_app.signinclient": ("client_id", "kind", "client_name", "redirect_uris", "revoked_at"),
+    "policies_app.signingrant": ("client", "delegation", "tenant", "redirect_uri", "revoked_at", "revoke_reason"),
     "connections_app.executiongrant": ("tenant", "service_account", "connections", "expires_at", "revoked_at"),
     "policies_app.approvalrequest": ("status", "decided_by_name", "reason"),
     "connections_app.connection": (

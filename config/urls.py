@@ -45,5 +45,6 @@ urlpatterns = [
     path("api/v1/", include("connections_app.api.urls")),
     re_path(r"^api/", api.api_not_found),  # keep after every /api/ route
     path("mcp", McpView.as_view(runtime_provider=runtime), name="mcp"),
+    path("", include("connections_app.signin.urls")),  # MCP sign-in: discovery, authorize, token, register, revoke
     path("", include("connections_app.web.urls")),
 ]

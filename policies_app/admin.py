@@ -13,11 +13,12 @@ on the response to the form that created it.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Field, QuerySet
+from django.db.models import Count, Field, Q, QuerySet
 from django.forms import Field as FormField
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse
@@ -30,7 +31,7 @@ from policies_app.admin_display import RevokedFilter, count_of
 from policies_app.catalog import enabled_tool_ids
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
-from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership, ToolPolicy
+from policies_app.models import Delegation, ServiceAccount, SigninClient, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import policies_applicable_to, policy_effective_for
 from policies_app.services import (
     delegation_revoke,
@@ -40,6 +41,7 @@ from policies_app.services import (
     service_account_revoke,
     service_account_update,
 )
+from policies_app.signin import signin_client_revoke
 from runner.types import Budgets
 
 KEY_CREATED_TEMPLATE = "admin/policies_app/serviceaccount/key_created.html"
@@ -283,6 +285,64 @@ class DelegationAdmin(admin.ModelAdmin):
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Delegation]) -> None:
         revoked = sum(1 for delegation in queryset if delegation_revoke(delegation=delegation, revoked_by=request.user))
         self.message_user(request, f"Revoked {count_of(revoked, 'delegation')}.")
+
+
+@admin.register(SigninClient)
+class SigninClientAdmin(admin.ModelAdmin):
+    """MCP clients that sign people in (RFC 7591 registrations and metadata-document clients).
+
+    Names and URIs are the clients' own, untrusted text (escaped). Revoking a
+    client (or deleting it) ends every token issued to it at once.
+    """
+
+    list_display = (
+        "client_name",
+        "kind",
+        "client_id_short",
+        "redirect_hosts",
+        "live_grants",
+        "created_at",
+        "revoked_at",
+    )
+    list_filter = ("kind", RevokedFilter)
+    search_fields = ("client_name", "client_id")
+    actions = ("revoke_selected",)
+    fields = (
+        "client_name",
+        "kind",
+        "client_id",
+        "client_uri",
+        "redirect_uris",
+        "registered_from",
+        "metadata_fetched_at",
+        "created_at",
+        "revoked_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SigninClient]:
+        live = Count("grants", filter=Q(grants__revoked_at__isnull=True))
+        return super().get_queryset(request).annotate(live_grant_count=live)
+
+    @admin.display(description="client id")
+    def client_id_short(self, client: SigninClient) -> str:
+        return client.client_id if len(client.client_id) <= 60 else f"{client.client_id[:57]}…"
+
+    @admin.display(description="redirect hosts")
+    def redirect_hosts(self, client: SigninClient) -> str:
+        return ", ".join(sorted({urlsplit(uri).netloc for uri in client.redirect_uris}))
+
+    @admin.display(description="signed in", ordering="live_grant_count")
+    def live_grants(self, client: SigninClient) -> int:
+        return getattr(client, "live_grant_count", 0)
+
+    @admin.action(description="Revoke selected clients (ends their tokens)", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[SigninClient]) -> None:
+        revoked = sum(1 for client in queryset if signin_client_revoke(client=client, revoked_by=request.user))
+        self.message_user(request, f"Revoked {count_of(revoked, 'client')}.")
 
 
 @admin.register(ToolPolicy)

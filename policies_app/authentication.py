@@ -1,6 +1,8 @@
 """Service-account API keys for DRF: the Bearer scheme, scope permissions and fairness throttle.
 
-`Authorization: Bearer tg_<prefix>_<secret>`. Unknown, wrong and revoked keys
+`Authorization: Bearer tg_<prefix>_<secret>`, or a signed-in MCP client's
+access token `tga_<prefix>_<secret>` (accepted only at the resource it was
+issued for, `<base>/mcp`). Unknown, wrong and revoked keys
 get the same answer (the contract's 401 envelope, rendered by config/api.py),
 so the API never tells a prober which part of a key was right.
 """
@@ -25,6 +27,7 @@ from policies_app.fairness import fairness_check
 from policies_app.models import ServiceAccount
 from policies_app.selectors import Caller, caller_for_key
 from policies_app.services import service_account_note_use
+from policies_app.signin import caller_for_access_token, signin_grant_note_use
 
 SCHEME = "Bearer"
 INVALID_KEY_MESSAGE = "invalid API key"
@@ -80,7 +83,13 @@ class ServiceAccountAuthentication(BaseAuthentication):
             raise AuthenticationFailed(INVALID_KEY_MESSAGE) from None
         caller = caller_for_key(key=clear_key)
         if caller is None:
-            raise AuthenticationFailed(INVALID_KEY_MESSAGE)
+            # Not an API key: a signed-in MCP client's access token, bound to the URL it is sent to.
+            # An API key never gets here with a well-formed token shape, so its path has no extra query.
+            signed_in = caller_for_access_token(token=clear_key, resource=request.build_absolute_uri(request.path))
+            if signed_in is None:
+                raise AuthenticationFailed(INVALID_KEY_MESSAGE)
+            signin_grant_note_use(grant_id=signed_in.grant_id, last_used_at=signed_in.grant_last_used_at)
+            caller = signed_in.caller
         return caller_signed_in(caller), None
 
     def authenticate_header(self, request: Request) -> str:

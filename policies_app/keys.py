@@ -72,3 +72,36 @@ def consent_code_generate() -> tuple[str, str]:
 def pkce_s256(verifier: str) -> str:
     """The S256 challenge of a PKCE verifier (RFC 7636): base64url(sha256(verifier)) without padding."""
     return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+
+
+# --- MCP sign-in (OAuth 2.1): access `tga_<prefix>_<secret>`, refresh `tgr_<prefix>_<secret>` ---
+
+ACCESS_TOKEN_PATTERN = re.compile(r"^tga_([A-Za-z0-9]{12})_([A-Za-z0-9_-]{43})$")
+REFRESH_TOKEN_PATTERN = re.compile(r"^tgr_([A-Za-z0-9]{12})_([A-Za-z0-9_-]{43})$")
+
+
+def access_token_generate() -> NewKey:
+    prefix = secrets.token_hex(6)
+    token = f"tga_{prefix}_{secrets.token_urlsafe(32)}"
+    return NewKey(key=token, prefix=prefix, digest=key_digest(token))
+
+
+def refresh_token_generate() -> NewKey:
+    prefix = secrets.token_hex(6)
+    token = f"tgr_{prefix}_{secrets.token_urlsafe(32)}"
+    return NewKey(key=token, prefix=prefix, digest=key_digest(token))
+
+
+def access_token_prefix(token: str) -> str | None:
+    """The lookup prefix of a well-formed access token, None for anything else (an API key included)."""
+    if len(token) > SUBJECT_TOKEN_MAX_LENGTH:
+        return None
+    match = ACCESS_TOKEN_PATTERN.match(token)
+    return match.group(1) if match else None
+
+
+def refresh_token_prefix(token: str) -> str | None:
+    if len(token) > SUBJECT_TOKEN_MAX_LENGTH:
+        return None
+    match = REFRESH_TOKEN_PATTERN.match(token)
+    return match.group(1) if match else None

@@ -35,6 +35,8 @@ class Caller:
     name: str
     scopes: frozenset[str]
     last_used_at: datetime | None
+    # Set for a signed-in MCP client's access token: every call is on behalf of this delegation's person.
+    delegation_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -277,9 +277,20 @@ def tool_exec(
         connection_id=request.connection_id,
         grant_id=request.grant_id,
         declared_connection_ids=declared,
-        delegation_id=None if subject_token is None else delegation_for_token(token=subject_token),
+        delegation_id=_delegation_of(caller, subject_token),
     )
     return runner.exec(request.tool_id, request.args, ctx)
+
+
+def _delegation_of(caller: Caller, subject_token: str | None) -> str | None:
+    """Whose behalf a call is on: a signed-in client's person (its token says), else the subject token's.
+
+    A signed-in MCP client always acts for the person who signed it in; a
+    subject token it might send as well is not read.
+    """
+    if caller.delegation_id is not None:
+        return caller.delegation_id
+    return None if subject_token is None else delegation_for_token(token=subject_token)
 
 
 def tool_catalog(
@@ -302,7 +313,7 @@ def tool_catalog(
         tool_call_id="catalog",
         tenant_id=str(caller.tenant_id),
         actor_id=caller.service_account_id,
-        delegation_id=None if subject_token is None else delegation_for_token(token=subject_token),
+        delegation_id=_delegation_of(caller, subject_token),
     )
     wanted = set(tags)
     specs = [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]

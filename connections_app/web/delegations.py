@@ -49,6 +49,7 @@ from policies_app.services import (
     delegation_revoke,
     service_account_set_redirect_uris,
 )
+from policies_app.signin import RevokeReason, signin_grant_get, signin_grant_list, signin_grant_revoke
 from tools_app.selectors import tool_ids_known
 
 CONSENT_SESSION_KEY = "toolgate_consent"
@@ -73,10 +74,56 @@ def delegations(request: HttpRequest) -> HttpResponse:
     """Your delegations (an owner sees everyone's in the tenant, to revoke any)."""
     owner = _is_owner(request)
     rows = delegation_list(tenant_id=request.tenant.pk, user_id=None if owner else request.user.pk)
+    signed_in = list(signin_grant_list(tenant_id=request.tenant.pk, user_id=None if owner else request.user.pk))
+    for grant in signed_in:
+        grant.redirect_host = urlsplit(grant.redirect_uri).netloc  # type: ignore[attr-defined]
     return render(
         request,
         "tenant/delegation_list.html",
-        {"section": "delegations", "delegations": rows, "show_person": owner, "now": timezone.now()},
+        {
+            "section": "delegations",
+            "delegations": rows,
+            "signed_in": signed_in,
+            "show_person": owner,
+            "now": timezone.now(),
+        },
+    )
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def signin_grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpResponse:
+    """Sign an MCP client out: its tokens stop working at once (owners may sign out anyone's)."""
+    grant = signin_grant_get(
+        tenant_id=request.tenant.pk, grant_id=grant_id, user_id=None if _is_owner(request) else request.user.pk
+    )
+    if grant is None:
+        raise Http404("no such signed-in client")
+    if request.method == "POST":
+        if signin_grant_revoke(grant=grant, revoked_by=request.user, reason=RevokeReason.PERSON):
+            messages.success(request, f"“{grant.client.display_name}” is signed out.")
+        else:
+            messages.info(request, "That client was already signed out.")
+        return redirect("web:delegation-list")
+    return render(
+        request,
+        "tenant/confirm_revoke.html",
+        {
+            "section": "delegations",
+            "kind": "signed-in client",
+            "name": grant.client.display_name,
+            "already_revoked": grant.revoked_at is not None,
+            "details": [
+                ("Person", grant.delegation.user.get_username()),
+                ("Returns to", urlsplit(grant.redirect_uri).netloc),
+                ("Acts as", grant.delegation.service_account.name),
+            ],
+            "consequence": (
+                "Its access and refresh tokens stop working on its next request; to use Toolgate again the "
+                "client must sign in again. Your delegation to the service account stays."
+            ),
+            "cancel_url": reverse("web:delegation-list"),
+        },
     )
 
 

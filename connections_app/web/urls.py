@@ -37,6 +37,11 @@ urlpatterns = [
     path("delegations/new/", delegations.delegation_new, name="delegation-new"),
     path("delegations/consent", delegations.consent, name="delegation-consent"),
     path("delegations/<uuid:delegation_id>/revoke/", delegations.delegation_revoke_confirm, name="delegation-revoke"),
+    path(
+        "delegations/signed-in/<uuid:grant_id>/revoke/",
+        delegations.signin_grant_revoke_confirm,
+        name="signin-grant-revoke",
+    ),
     path("approvals/", views.approvals, name="approval-list"),
     path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
     path("approvals/webhook/", views.webhook, name="webhook"),

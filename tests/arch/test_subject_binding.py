@@ -56,15 +56,25 @@ def subject_writes(tree: ast.Module, path: Path) -> Iterable[tuple[int, str]]:
             yield node.lineno, "setattr(..., 'subject_id', ...)"
 
 
+# The two digests that may name a call's delegation: a subject token's (delegation_for_token), and a
+# signed-in MCP client's access token's (caller_for_access_token puts it on the Caller, nowhere else).
+DELEGATION_RESOLVERS = frozenset({"delegation_for_token", "_delegation_of"})
+CALLER_DELEGATION_SET_IN = PROJECT_ROOT / "policies_app" / "signin.py"
+
+
 def delegation_writes(tree: ast.Module, path: Path) -> Iterable[tuple[int, str]]:
-    """A context's delegation_id comes only from the token's digest, in the one context builder."""
+    """A context's delegation_id comes only from a token's digest, in the one context builder."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _callee(node) in {"ToolInvocationContext", "replace"}:
             for keyword in node.keywords:
                 if keyword.arg != "delegation_id":
                     continue
-                if path != CONTEXT_BUILT_FROM_REQUESTS_IN or "delegation_for_token" not in _names_in(keyword.value):
+                if path != CONTEXT_BUILT_FROM_REQUESTS_IN or not DELEGATION_RESOLVERS & _names_in(keyword.value):
                     yield node.lineno, f"{_callee(node)}(delegation_id=...) not from delegation_for_token"
+        if isinstance(node, ast.Call) and _callee(node) == "Caller":
+            for keyword in node.keywords:
+                if keyword.arg == "delegation_id" and path != CALLER_DELEGATION_SET_IN:
+                    yield node.lineno, "Caller(delegation_id=...) outside caller_for_access_token"
 
 
 def _offences(detector) -> list[str]:

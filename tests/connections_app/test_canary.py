@@ -15,6 +15,7 @@ import logging
 import logging.config
 import secrets
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection as db_connection
@@ -26,8 +27,28 @@ from config import logs
 from connections_app.models import Connection, OAuthProvider
 from connections_app.oauth import oauth_connection_store, oauth_provider_upsert
 from connections_app.scheduling import refresh_sweep_once
-from tests.factories import GrantFactory, MembershipFactory, UserFactory, service_account_with_key
-from tests.support.api import api_client
+from tests.factories import (
+    GrantFactory,
+    MembershipFactory,
+    TenantFactory,
+    ToolPolicyFactory,
+    UserFactory,
+    service_account_with_key,
+)
+from tests.support.api import api_client, enable_tools
+from tests.support.signin import (
+    TIME,
+    WAIT,
+    authorize_query,
+    code_from,
+    consent,
+    exchange,
+    mcp,
+    pkce,
+    refresh,
+    registered_client_id,
+    web,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -178,4 +199,98 @@ def test_canary_secrets_never_leak(  # noqa: PLR0917 - pytest fixtures
     assert f'"tool_call_id": "{executed.json()["tool_call_id"]}"' in rendered.getvalue()
     assert '"tool_id": "github__get_user"' in rendered.getvalue()
     leaks = [(place, secret[:14]) for place, text in places.items() for secret in every_secret if secret in text]
+    assert leaks == []
+
+
+def secret_part(value: str) -> str:
+    """A token's secret without its public `tga_<prefix>_` / `tgr_<prefix>_` (prefixes are stored on purpose)."""
+    return value.split("_", 2)[2] if value.startswith(("tga_", "tgr_")) else value
+
+
+def test_sign_in_codes_verifiers_and_tokens_never_leak(caplog, admin_client, request, settings):
+    """MCP sign-in (CONTRACT §7): codes, PKCE verifiers, access and refresh tokens appear only in the
+    responses that hand them to the client, never in logs, pages, audit rows, the change log or any table."""
+    settings.ALLOWED_HOSTS = ["localhost", "testserver"]
+    # Authlib's grants log "Issue token %r" at DEBUG: its loggers must stay above it (config/settings.py).
+    assert logging.getLogger("authlib.oauth2.rfc6749.grants.authorization_code").getEffectiveLevel() > logging.DEBUG
+    caplog.set_level(logging.DEBUG)
+    rendered = io.StringIO()
+    structured = logging.StreamHandler(rendered)
+    structured.setFormatter(logging.config.DictConfigurator({}).configure_formatter(logs.formatter("json")))
+    logging.getLogger().addHandler(structured)
+    request.addfinalizer(lambda: logging.getLogger().removeHandler(structured))
+    tenant = TenantFactory(slug="acme")
+    ada = MembershipFactory(tenant=tenant, user=UserFactory(username="ada")).user
+    enable_tools(TIME, WAIT)
+    ToolPolicyFactory(tenant=tenant, allowed_tools=[TIME, WAIT])
+    service_account_with_key(tenant, name="assistant")
+    seen: list[str] = []
+
+    # --- sign in, call, refresh (twice: the second is reuse), revoke
+    client_id = registered_client_id()
+    browser = web()
+    browser.force_login(ada)
+    verifier, challenge = pkce()
+    seen.append(browser.get(f"/oauth/authorize?{urlencode(authorize_query(client_id, challenge))}").content.decode())
+    code = code_from(consent(browser, client_id, challenge))
+    first = exchange(client_id, code, verifier).json()
+    wrong = exchange(client_id, code, verifier)  # a reused code: refused, and the grant it started is revoked
+    seen.append(wrong.content.decode())
+    verifier2, challenge2 = pkce()
+    code2 = code_from(consent(browser, client_id, challenge2))
+    bad_verifier = exchange(client_id, code2, verifier2[::-1])
+    seen.append(bad_verifier.content.decode())
+    verifier3, challenge3 = pkce()
+    code3 = code_from(consent(browser, client_id, challenge3))
+    second = exchange(client_id, code3, verifier3).json()
+    call = mcp(second["access_token"], "tools/call", {"name": TIME, "arguments": {}})
+    assert call.json()["result"]["isError"] is False
+    seen.append(call.content.decode())
+    rotated = refresh(client_id, second["refresh_token"]).json()
+    reused = refresh(client_id, second["refresh_token"])
+    seen.append(reused.content.decode())
+    seen.append(
+        web().post("/oauth/revoke", {"token": rotated["access_token"], "client_id": client_id}).content.decode()
+    )
+    seen.append(mcp(rotated["access_token"], "tools/list").content.decode())
+
+    # --- the pages people and operators read
+    for url in ("/delegations/", "/activity/"):
+        seen.append(browser.get(url).content.decode())
+    for url in (
+        reverse("admin:policies_app_signinclient_changelist"),
+        reverse("admin:policies_app_delegation_changelist"),
+        reverse("admin:tools_app_toolinvocation_changelist"),
+        reverse("admin:changes_app_change_changelist"),
+    ):
+        page = admin_client.get(url)
+        assert page.status_code == 200, url
+        seen.append(page.content.decode())
+
+    # then
+    secrets_handed_out = {
+        "code": code,
+        "reused code's verifier": verifier,
+        "wrong verifier": verifier2[::-1],
+        "verifier": verifier3,
+        "access token": second["access_token"],
+        "refresh token": second["refresh_token"],
+        "rotated access token": rotated["access_token"],
+        "rotated refresh token": rotated["refresh_token"],
+        "first access token": first["access_token"],
+        "first refresh token": first["refresh_token"],
+    }
+    places = {
+        "responses and pages": "\n".join(seen),
+        "logs": caplog.text + repr([(record.msg, record.args) for record in caplog.records]),
+        "structured log lines": rendered.getvalue(),
+        "database": everything_in_the_database(),
+    }
+    assert any(record.levelno == logging.DEBUG for record in caplog.records)
+    leaks = [
+        (place, name)
+        for place, text in places.items()
+        for name, value in secrets_handed_out.items()
+        if value in text or secret_part(value) in text
+    ]
     assert leaks == []

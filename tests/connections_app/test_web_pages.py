@@ -172,7 +172,7 @@ BASE_QUERIES = 3
         ("web:grant-list", 2),  # grants joined to accounts and users, connections prefetched
         ("web:service-account-list", 1),
         ("web:activity", 5),  # the tenant's people (the person filter), tool ids, count, page of rows, the chart
-        ("web:delegation-list", 1),  # delegations joined to accounts and people
+        ("web:delegation-list", 2),  # delegations joined to accounts and people; signed-in MCP clients likewise
     ],
 )
 def test_list_pages_cost_a_fixed_number_of_queries(acme, member, django_assert_num_queries, name, own_queries):

@@ -81,6 +81,7 @@ def test_seed_creates_the_demo_and_prints_working_credentials(credentials_file):
     ]
     assert "http://127.0.0.1:8000/admin/" in out
     assert "http://127.0.0.1:8000/accounts/login/" in out
+    assert "MCP:          http://127.0.0.1:8000/mcp" in out
     assert (
         "curl -s -X POST http://127.0.0.1:8000/api/v1/tools/exec "
         f'-H "Authorization: Bearer {key}" -H "Content-Type: application/json" '

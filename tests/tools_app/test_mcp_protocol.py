@@ -265,11 +265,19 @@ def test_a_body_that_is_not_json_is_unsupported_media(client):
 
 def test_a_missing_or_bad_key_is_401_with_the_bearer_challenge(key):
     bad_key = key[:-4] + "abcd"
-    for headers in ({}, {"HTTP_AUTHORIZATION": f"Bearer {bad_key}"}, {"HTTP_AUTHORIZATION": "Basic dXNlcjpwdw=="}):
+    metadata = 'resource_metadata="http://testserver/.well-known/oauth-protected-resource/mcp"'
+    expected = {
+        None: f"Bearer {metadata}",
+        f"Bearer {bad_key}": f'Bearer error="invalid_token", {metadata}',
+        "Basic dXNlcjpwdw==": f'Bearer error="invalid_token", {metadata}',
+        "Bearer tga_0123456789ab_" + "x" * 43: f'Bearer error="invalid_token", {metadata}',
+    }
+    for authorization, challenge in expected.items():
+        headers = {} if authorization is None else {"HTTP_AUTHORIZATION": authorization}
         response = Client(**headers).post("/mcp", json.dumps(rpc("ping")), content_type="application/json")
 
         assert error_of(response) == (401, -32600, None)
-        assert response.headers["WWW-Authenticate"] == "Bearer"
+        assert response.headers["WWW-Authenticate"] == challenge
         assert bad_key not in response.content.decode()
 
 

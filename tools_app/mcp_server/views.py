@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
+from django.http import HttpRequest
 from drf_spectacular.utils import extend_schema
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
@@ -178,7 +179,7 @@ class McpView(APIView):
     def handle_exception(self, exc: Exception) -> Response:
         """Every refusal as a JSON-RPC error object with the HTTP status the transport expects."""
         set_rollback()  # as DRF's own handler does: an error must not commit an ATOMIC_REQUESTS transaction
-        return _response(_reply_for(exc))
+        return _response(_reply_for(exc, metadata_url=protected_resource_metadata_url(self.request)))
 
 
 class CallerBackend:
@@ -259,7 +260,18 @@ def _join(path: str, part: str) -> str:
     return f"{path}.{part}" if path else part
 
 
-def _reply_for(exc: Exception) -> Reply:
+def protected_resource_metadata_url(request: HttpRequest) -> str:
+    """Where this endpoint's RFC 9728 metadata is: `<base>/.well-known/oauth-protected-resource/mcp`."""
+    return request.build_absolute_uri(f"/.well-known/oauth-protected-resource{request.path}")
+
+
+def bearer_challenge(*, metadata_url: str, invalid_token: bool) -> str:
+    """The 401's `WWW-Authenticate`: where an MCP client that signs people in finds how to (CONTRACT §7)."""
+    error = 'error="invalid_token", ' if invalid_token else ""
+    return f'{SCHEME} {error}resource_metadata="{metadata_url}"'
+
+
+def _reply_for(exc: Exception, *, metadata_url: str) -> Reply:
     """The JSON-RPC error (and HTTP status) for whatever stopped the request; messages are fixed or safe."""
     if isinstance(exc, NotARequest):
         return not_a_request_reply(str(exc.detail))
@@ -268,7 +280,10 @@ def _reply_for(exc: Exception) -> Reply:
     if isinstance(exc, RequestDataTooBig):
         return error_reply(413, INVALID_REQUEST, "request body too large")
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        return error_reply(401, INVALID_REQUEST, "missing or invalid API key", headers={"WWW-Authenticate": SCHEME})
+        challenge = bearer_challenge(
+            metadata_url=metadata_url, invalid_token=isinstance(exc, exceptions.AuthenticationFailed)
+        )
+        return error_reply(401, INVALID_REQUEST, "missing or invalid API key", headers={"WWW-Authenticate": challenge})
     if isinstance(exc, exceptions.MethodNotAllowed):
         return error_reply(405, INVALID_REQUEST, "only POST is supported", headers={"Allow": "POST"})
     if isinstance(exc, exceptions.Throttled):

@@ -55,6 +55,8 @@ class Command(BaseCommand):
                     f"                {demo.api_key}",
                     "  try it:",
                     f"  {curl}",
+                    f"  MCP:          {base}/mcp  (this API key as the bearer, or add the URL alone to an MCP client",
+                    f"                that signs in, and log in as {demo.user_username})",
                     "",
                 ]
             )

@@ -1,0 +1,289 @@
+"""The endpoints of MCP sign-in (CONTRACT §7): discovery documents, authorize (login + consent), token,
+registration and revocation.
+
+Thin interfaces over connections_app/signin/server.py (Authlib) and
+policies_app/signin.py. The token, registration and revocation endpoints answer
+RFC 6749 §5.2 bodies (`{"error", "error_description"}`), never the REST
+envelope. The consent page is a plain HTML form (it works without JavaScript).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from authlib.oauth2 import OAuth2Error
+from axes.helpers import get_client_ip_address
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from connections_app.signin.server import Consented, authorization_server, mcp_resource, site_base
+from policies_app.errors import AppError
+from policies_app.models import ServiceAccount
+from policies_app.selectors import policy_effective_for
+from policies_app.signin import (
+    SIGNIN_SCOPE,
+    SigninChoice,
+    person_is_in_a_tenant,
+    signin_choices,
+    signin_consent,
+)
+from tools_app.selectors import enabled_tool_ids
+
+logger = logging.getLogger(__name__)
+
+REGISTRATIONS_PER_HOUR = 30  # per client address: registration is open, so it is bounded
+ACCOUNT_FIELD = "tg_account"
+TOOL_FIELD = "tg_tool"
+DECISION_FIELD = "tg_decision"
+
+
+def public_cors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """CORS for the endpoints a browser-based MCP client (the MCP Inspector) calls from its own page.
+
+    They take no cookies and no ambient credential (public clients, tokens in
+    the body), so any Origin may read them; a preflight is answered here.
+    `/authorize` is a page, and `/mcp` keeps its own Origin rule.
+    """
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method == "OPTIONS":
+            response = HttpResponse(status=204)
+            response["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            response["Access-Control-Allow-Headers"] = "Content-Type, Authorization, MCP-Protocol-Version"
+            response["Access-Control-Max-Age"] = "600"
+        else:
+            response = view(request, *args, **kwargs)
+        response["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    return wrapped
+
+
+def _endpoint(request: HttpRequest, name: str) -> str:
+    return f"{site_base(request)}{reverse(name)}"
+
+
+# --- discovery ------------------------------------------------------------------------------------
+
+
+@public_cors
+@require_GET
+def protected_resource_metadata(request: HttpRequest) -> JsonResponse:
+    """RFC 9728 for `/mcp`."""
+    return JsonResponse(
+        {
+            "resource": mcp_resource(request),
+            "authorization_servers": [site_base(request)],
+            "scopes_supported": [SIGNIN_SCOPE],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "Toolgate MCP",
+        }
+    )
+
+
+@public_cors
+@require_GET
+def authorization_server_metadata(request: HttpRequest) -> JsonResponse:
+    """RFC 8414."""
+    return JsonResponse(
+        {
+            "issuer": site_base(request),
+            "authorization_endpoint": _endpoint(request, "signin-authorize"),
+            "token_endpoint": _endpoint(request, "signin-token"),
+            "registration_endpoint": _endpoint(request, "signin-register"),
+            "revocation_endpoint": _endpoint(request, "signin-revoke"),
+            "scopes_supported": [SIGNIN_SCOPE],
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "revocation_endpoint_auth_methods_supported": ["none"],
+            "client_id_metadata_document_supported": True,
+        }
+    )
+
+
+# --- token, registration, revocation -------------------------------------------------------------------
+
+
+@csrf_exempt
+@public_cors
+@require_POST
+def token(request: HttpRequest) -> HttpResponse:
+    """The token endpoint: authorization_code (PKCE) and refresh_token grants."""
+    with transaction.atomic():  # a spent code or a reuse's revocation commits with the answer, whatever it is
+        return authorization_server().create_token_response(request)
+
+
+@csrf_exempt
+@public_cors
+@require_POST
+def revoke(request: HttpRequest) -> HttpResponse:
+    """RFC 7009: 200 whether or not the token was known."""
+    with transaction.atomic():
+        return authorization_server().create_endpoint_response("revocation", request)
+
+
+@csrf_exempt
+@public_cors
+@require_POST
+def register(request: HttpRequest) -> HttpResponse:
+    """RFC 7591 dynamic registration, REGISTRATIONS_PER_HOUR per client address."""
+    address = get_client_ip_address(request)  # the project's proxy-aware address (AXES_CLIENT_IP_CALLABLE)
+    if not _registration_allowed(address):
+        response = _oauth_error(429, "invalid_request", "Too many registrations from this address; retry later.")
+        response["Retry-After"] = "3600"
+        return response
+    request.client_ip = address  # type: ignore[attr-defined]  # read by Registration.save_client
+    try:
+        return authorization_server().create_endpoint_response("client_registration", request)
+    except ValueError:  # the body is not JSON (Authlib's JSON request reads it lazily)
+        return _oauth_error(400, "invalid_client_metadata", "The body must be a JSON object of client metadata.")
+
+
+def _registration_allowed(address: str | None) -> bool:
+    key = f"toolgate:signin-register:{address or 'unknown'}:{int(timezone.now().timestamp()) // 3600}"
+    if cache.add(key, 1, timeout=3600):
+        return True
+    try:
+        return cache.incr(key) <= REGISTRATIONS_PER_HOUR
+    except ValueError:  # the window's key expired between add and incr: a new window starts
+        cache.add(key, 1, timeout=3600)
+        return True
+
+
+def _oauth_error(status: int, error: str, description: str) -> JsonResponse:
+    response = JsonResponse({"error": error, "error_description": description}, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+# --- authorize: login and consent ----------------------------------------------------------------------------
+
+
+def _refusal(request: HttpRequest, title: str, message: str, status: int = 400) -> HttpResponse:
+    """An error page: nothing was granted and nobody is redirected anywhere."""
+    return render(request, "tenant/signin_error.html", {"title": title, "message": message}, status=status)
+
+
+@login_required
+@never_cache
+@require_http_methods(["GET", "POST"])
+def authorize(request: HttpRequest) -> HttpResponse:
+    """GET shows the consent page for a valid request; POST (same query) answers it with Allow or Deny."""
+    server = authorization_server()
+    try:
+        grant = server.get_consent_grant(request, end_user=request.user)
+    except OAuth2Error as error:
+        if error.redirect_uri:  # set by Authlib only once the redirect URI was checked against the client
+            return server.handle_error_response(request, error)
+        return _refusal(request, "This sign-in request cannot be answered", error.get_error_description())
+    if not person_is_in_a_tenant(user=request.user):
+        return _refusal(
+            request,
+            "You are not in any tenant",
+            "Your account is not a member of any tenant, so there is nothing a client could do for you. "
+            "Ask a tenant owner to add you, then sign in again from your MCP client.",
+            status=403,
+        )
+    choices = signin_choices(user=request.user)
+    if not choices:
+        return _refusal(
+            request,
+            "No service account can act for you",
+            "None of your tenants has a service account with the tools:exec scope for a client to act as. "
+            "Ask a tenant owner to create one, then sign in again from your MCP client.",
+            status=403,
+        )
+    accounts = [account for choice in choices for account in choice.accounts]
+    chosen = _chosen_account(request, accounts)
+    if chosen is None:
+        return _refusal(
+            request, "This sign-in request cannot be answered", "Choose one of the service accounts listed."
+        )
+    allowed = _allowed_tools(chosen)
+    redirect_uri = grant.request.payload.redirect_uri
+    if request.method == "POST":
+        if request.POST.get(DECISION_FIELD) != "allow":
+            response = server.create_authorization_response(request, grant_user=None, grant=grant)
+        else:
+            picked = sorted(set(request.POST.getlist(TOOL_FIELD)) & set(allowed))
+            if allowed and not picked:
+                return _consent_page(request, grant, choices, chosen, allowed, error="Choose at least one tool.")
+            tools = [] if picked == allowed else picked  # all of them: whatever the policy allows
+            try:
+                delegation = signin_consent(user=request.user, service_account=chosen, tools=tools)
+            except AppError as error:
+                return _refusal(request, "This sign-in request cannot be answered", error.safe_message)
+            consented = Consented(user=request.user, delegation=delegation)
+            response = server.create_authorization_response(request, grant_user=consented, grant=grant)
+        response["Referrer-Policy"] = "no-referrer"
+        return response
+    return _consent_page(request, grant, choices, chosen, allowed, redirect_uri=redirect_uri)
+
+
+def _chosen_account(request: HttpRequest, accounts: list[ServiceAccount]) -> ServiceAccount | None:
+    wanted = (request.POST if request.method == "POST" else request.GET).get(ACCOUNT_FIELD)
+    if wanted is None:
+        return accounts[0]
+    return next((account for account in accounts if str(account.pk) == wanted), None)
+
+
+def _allowed_tools(account: ServiceAccount) -> list[str]:
+    """What the account's policy allows now (and is switched on): what the person may narrow."""
+    policy = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
+    if policy is None:
+        return []
+    return sorted(policy.allowed_tools & enabled_tool_ids())
+
+
+def _consent_page(
+    request: HttpRequest,
+    grant: Any,
+    choices: list[SigninChoice],
+    chosen: ServiceAccount,
+    allowed: list[str],
+    *,
+    redirect_uri: str | None = None,
+    error: str = "",
+) -> HttpResponse:
+    redirect_uri = redirect_uri or grant.request.payload.redirect_uri
+    parts = urlsplit(redirect_uri)
+    client = grant.request.client.row
+    picked = set(request.POST.getlist(TOOL_FIELD)) if request.method == "POST" else set(allowed)
+    response = render(
+        request,
+        "tenant/signin_consent.html",
+        {
+            "client": client,
+            "redirect_host": parts.netloc,
+            "choices": choices,
+            "several": sum(len(choice.accounts) for choice in choices) > 1,
+            "chosen": chosen,
+            "tools": [(tool, tool in picked) for tool in allowed],
+            "error": error,
+            "action": request.get_full_path(),
+            "query": [(name, value) for name in request.GET for value in request.GET.getlist(name)],
+            "account_field": ACCOUNT_FIELD,
+            "tool_field": TOOL_FIELD,
+            "decision_field": DECISION_FIELD,
+        },
+        status=400 if error else 200,
+    )
+    # The answer redirects to the client: CSP's form-action covers a form's redirects too.
+    response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}  # type: ignore[attr-defined]
+    return response
