@@ -185,6 +185,7 @@ def test_change_page_is_read_only_metadata_without_the_envelope(admin_client, ac
         "refreshed_at",
         "refresh_failures",
         "last_refresh_error",
+        "last_refresh_error_category",
         "events",
     ]
     assert f'<div class="readonly">{connection.encryption_key_id}</div>' in content
@@ -219,7 +220,7 @@ def test_connections_cannot_be_added_or_deleted(admin_client, acme):
     assert messages_of(bulk_delete) == ["No action selected."]  # delete_selected is not an action here
     assert Connection.objects.filter(pk=connection.pk).exists()
     actions = [name for name, _label in changelist.context["action_form"].fields["action"].choices]
-    assert actions == ["", "revoke_selected"]
+    assert actions == ["", "revoke_selected", "resume_refresh_selected"]
     assert "Add connection" not in changelist.content.decode()
 
 
