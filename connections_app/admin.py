@@ -35,7 +35,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         "provider",
         "label",
         "kind",
-        "status",
+        "state",
         "scopes_display",
         "created",
         "creator",
@@ -118,7 +118,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         return short_datetime(connection.revoked_at)
 
     @admin.display(description="status", ordering="status")
-    def status(self, connection: Connection) -> str:
+    def state(self, connection: Connection) -> str:
         """The status; a connection whose refreshes keep failing says why (`Needs attention: provider error`)."""
         if connection.status == Connection.Status.NEEDS_ATTENTION:
             return f"{connection.get_status_display()}: {connection.last_refresh_error_category}"
