@@ -67,6 +67,7 @@ from connections_app.refresh import connection_refresh  # noqa: E402
 from connections_app.scheduling import refresh_sweep_once  # noqa: E402
 from connections_app.tasks import (  # noqa: E402
     REFRESH_HTTP_TIMEOUT_S,
+    SWEEP_TIME_BUDGET_S,
     refresh_connection,
     refresh_sweep,
     refresh_tasks_send,
@@ -97,9 +98,10 @@ def sweep(due: int, broker: redis.Redis) -> None:
     started = time.perf_counter()
     _insert_due(tenant.pk, due)
     print(f"# refresh sweep: {due:,} OAuth connections due at once (inserted in {time.perf_counter() - started:.1f} s)")
-    print(f"soft time limit of the sweep task: {soft_limit} s; TOOLGATE_REFRESH_SWEEP_LIMIT = {limit:,}")
+    print(f"soft time limit of the sweep task: {soft_limit} s (no batch claimed after {SWEEP_TIME_BUDGET_S:.0f} s);")
+    print(f"  TOOLGATE_REFRESH_SWEEP_LIMIT = {limit:,}")
 
-    bounded, elapsed = _timed_sweep(limit=None)
+    bounded, elapsed = _timed_sweep(limit=None, time_budget_s=SWEEP_TIME_BUDGET_S)
     queued = broker.llen(QUEUE)
     share = elapsed / soft_limit
     print(f"one sweep as beat runs it: queued {bounded:,} in {elapsed:.2f} s ({share:.0%} of the soft limit);")
@@ -143,9 +145,9 @@ def _insert_due(tenant_id: int, count: int) -> None:
         )
 
 
-def _timed_sweep(*, limit: int | None) -> tuple[int, float]:
+def _timed_sweep(*, limit: int | None, time_budget_s: float | None = None) -> tuple[int, float]:
     started = time.perf_counter()
-    queued = refresh_sweep_once(enqueue=refresh_tasks_send, limit=limit)
+    queued = refresh_sweep_once(enqueue=refresh_tasks_send, limit=limit, time_budget_s=time_budget_s)
     return queued, time.perf_counter() - started
 
 

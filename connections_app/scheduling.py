@@ -11,13 +11,16 @@ that expire together are not refreshed in one burst.
 
 A sweep is bounded: it claims at most `limit` rows (TOOLGATE_REFRESH_SWEEP_LIMIT),
 so its time does not grow with how many are due; the rest wait for the next
-sweep, oldest first. Each batch is handed to `enqueue` as one list, which the
-task sends through one producer in one pipelined round trip (tasks.py).
+sweep, oldest first. Each batch is handed to `enqueue` as one list once its
+claim has committed, and the task sends it through one producer in pipelined
+round trips (tasks.py). A send that fails after the commit leaves its rows to
+the sweep after RETRY_HORIZON, like a task that never ran.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -56,12 +59,19 @@ def refresh_sweep_once(
     now: datetime | None = None,
     limit: int | None = None,
     batch_size: int = SWEEP_BATCH_SIZE,
+    time_budget_s: float | None = None,
 ) -> int:
-    """Queue due connections, at most `limit` (default TOOLGATE_REFRESH_SWEEP_LIMIT); returns how many."""
+    """Queue due connections, at most `limit` (default TOOLGATE_REFRESH_SWEEP_LIMIT); returns how many.
+
+    With `time_budget_s`, no further batch is claimed once that much time has
+    passed: on a machine slower than the limit was chosen for, the sweep still
+    ends well inside its task's time limit, and the next sweep goes on.
+    """
     jitter = float(settings.TOOLGATE_REFRESH_JITTER_SECONDS)
     remaining = settings.TOOLGATE_REFRESH_SWEEP_LIMIT if limit is None else limit
+    stop_at = None if time_budget_s is None else time.monotonic() + time_budget_s
     queued = 0
-    while remaining > 0:
+    while remaining > 0 and (stop_at is None or time.monotonic() < stop_at):
         claim = min(batch_size, remaining)
         with transaction.atomic():
             moment = now or timezone.now()

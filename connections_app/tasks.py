@@ -23,6 +23,8 @@ from policies_app.models import ApprovalRequest
 
 logger = logging.getLogger(__name__)
 REFRESH_HTTP_TIMEOUT_S = 10.0
+SWEEP_SOFT_TIME_LIMIT_S = 50
+SWEEP_TIME_BUDGET_S = SWEEP_SOFT_TIME_LIMIT_S / 2  # no new batch is claimed past this
 WEBHOOK_MAX_RETRIES = 6  # about 10 minutes of backoff in all
 # Redis commands per pipeline round trip. Building a message costs far more than its share of a round
 # trip, so 100 keeps nearly all the gain, and no message waits in the buffer long enough (the time
@@ -42,10 +44,10 @@ def refresh_connection(connection_id: str) -> str:
     return result.outcome.value
 
 
-@shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
+@shared_task(acks_late=True, soft_time_limit=SWEEP_SOFT_TIME_LIMIT_S, time_limit=60)
 def refresh_sweep() -> int:
     """Queue refreshes for what is due (at most TOOLGATE_REFRESH_SWEEP_LIMIT); returns how many were queued."""
-    return refresh_sweep_once(enqueue=refresh_tasks_send)
+    return refresh_sweep_once(enqueue=refresh_tasks_send, time_budget_s=SWEEP_TIME_BUDGET_S)
 
 
 def refresh_tasks_send(batch: list[tuple[str, float]]) -> None:

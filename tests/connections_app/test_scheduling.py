@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 from datetime import timedelta
 
@@ -134,3 +135,22 @@ def test_a_batch_goes_to_redis_through_one_pipeline_per_hundred_messages(broker,
     bodies = [json.loads(base64.b64decode(message["body"])) for message in messages]
     assert sorted(args for args, kwargs, _ in bodies) == sorted([connection_id] for connection_id, _ in batch)
     assert all(kwargs == {} for _, kwargs, _ in bodies)
+
+
+@pytest.mark.django_db(transaction=True)  # each batch commits for real, and is sent then
+def test_a_spent_time_budget_stops_claiming_further_batches():
+    # given 30 due rows, a limit that would take them all, and a sender slower than the budget allows
+    due_connections(30)
+    batches: list[list[tuple[str, float]]] = []
+
+    def slow_send(batch: list[tuple[str, float]]) -> None:
+        batches.append(batch)
+        time.sleep(0.2)
+
+    # when the budget is 0.3 s and each batch of 10 takes 0.2 s to send
+    queued = refresh_sweep_once(enqueue=slow_send, limit=30, batch_size=10, time_budget_s=0.3)
+
+    # then it stopped after the second batch; the third is still due, for the next sweep
+    assert queued == 20
+    assert [len(batch) for batch in batches] == [10, 10]
+    assert Connection.objects.filter(next_refresh_at__lte=timezone.now()).count() == 10
