@@ -256,8 +256,9 @@ def test_a_failing_connection_is_retried_by_the_sweep_with_growing_waits_then_le
     worker, beat = celery.worker("patient"), celery.beat()
     celery.wait_ready(worker, beat)
 
-    # when it becomes due
-    Connection.objects.filter(pk=connection.pk).update(next_refresh_at=timezone.now())
+    # when it becomes due: its token expires within the refresh window
+    now = timezone.now()
+    Connection.objects.filter(pk=connection.pk).update(expires_at=now + timedelta(minutes=2), next_refresh_at=now)
     row = Connection.objects.filter(pk=connection.pk)
     wait_until(lambda: row.get().status == "needs_attention", timeout=60, interval=0.2, what=f"attention\n{celery}")
     given_up = time.monotonic()
