@@ -178,8 +178,9 @@ def refresh_backoff(failures: int) -> timedelta:
     """How long to wait after the `failures`-th failure in a row: BASE * 2**(failures - 1), capped at MAX.
 
     "Equal jitter": a random half of it is spread, so connections that failed
-    together (a provider outage) do not come back together, and each wait is
-    still at least as long as the whole previous one: the retry times grow.
+    together (a provider outage) do not come back together, and below the cap
+    each wait is still at least as long as the whole previous one: the retry
+    times grow until they reach the cap.
     """
     base = settings.TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS
     ceiling = settings.TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS
