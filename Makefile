@@ -55,6 +55,7 @@ bench: install-dev
 	$(BIN)/python -m bench.exec_throughput
 	$(BIN)/python -m bench.mcp_vs_rest
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.mcp_gateway
+	$(BIN)/python -m bench.refresh_scale
 
 clean:
 	rm -rf $(VENV) $(MCP1_VENV) .pytest_cache .ruff_cache .mypy_cache

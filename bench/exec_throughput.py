@@ -40,11 +40,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 import django
 import httpx
-import psycopg
+
+from bench.database import fresh_database, manage
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
@@ -96,10 +96,10 @@ def main() -> None:
     options = parser.parse_args()
     wrk = _wrk()
     env = dict(os.environ)
-    _fresh_database(env["DATABASE_URL"])
-    _manage(env, "migrate", "--noinput")
-    _manage(env, "collectstatic", "--noinput")  # DEBUG=False: the web server refuses to start without it
-    _manage(env, "sync_tools")
+    fresh_database(env["DATABASE_URL"])
+    manage(env, "migrate", "--noinput")
+    manage(env, "collectstatic", "--noinput")  # DEBUG=False: the web server refuses to start without it
+    manage(env, "sync_tools")
     with _FakeGitHub() as github:
         env["TOOLGATE_GITHUB_API_URL"] = github.url
         accounts = _seed()
@@ -140,21 +140,6 @@ def _wrk() -> str:
     print("bench: installing wrk with apt-get", flush=True)
     subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=True, stdout=subprocess.DEVNULL)
     return shutil.which("wrk") or sys.exit("bench: wrk could not be installed")
-
-
-def _fresh_database(url: str) -> None:
-    parsed = urlparse(url)
-    name = parsed.path.lstrip("/")
-    if not parsed.scheme.startswith("postgres"):
-        sys.exit("bench: DATABASE_URL must point at PostgreSQL")
-    admin = parsed._replace(path="/postgres").geturl()
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        connection.execute(f'CREATE DATABASE "{name}"')
-
-
-def _manage(env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def _seed() -> list[dict[str, str]]:

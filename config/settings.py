@@ -270,6 +270,13 @@ TOOLGATE_REFRESH_WINDOW_SECONDS = env.int("TOOLGATE_REFRESH_WINDOW_SECONDS", def
 TOOLGATE_REFRESH_JITTER_SECONDS = env.int("TOOLGATE_REFRESH_JITTER_SECONDS", default=120)
 TOOLGATE_SYNC_REFRESH_TIMEOUT_MS = env.int("TOOLGATE_SYNC_REFRESH_TIMEOUT_MS", default=3000)
 TOOLGATE_REFRESH_SWEEP_SECONDS = env.int("TOOLGATE_REFRESH_SWEEP_SECONDS", default=60)
+# At most this many due connections are queued per sweep: SWEEP_LIMIT / SWEEP_SECONDS is the refresh rate's ceiling.
+TOOLGATE_REFRESH_SWEEP_LIMIT = env.int("TOOLGATE_REFRESH_SWEEP_LIMIT", default=10_000)
+# A failing refresh waits BASE * 2**(failures - 1) seconds (half of it jittered), at most MAX; after
+# MAX_FAILURES failures in a row the connection needs an operator's or the tenant's attention.
+TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS = env.int("TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS", default=60)
+TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS = env.int("TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS", default=3600)
+TOOLGATE_REFRESH_MAX_FAILURES = env.int("TOOLGATE_REFRESH_MAX_FAILURES", default=8)
 TOOLGATE_GITHUB_API_URL = env.str("TOOLGATE_GITHUB_API_URL", default="https://api.github.com")
 TOOLGATE_MAX_RESULT_BYTES = env.int("TOOLGATE_MAX_RESULT_BYTES", default=1024 * 1024)
 # Fairness between service accounts, per second, across the API (0 = off); tool calls refused by it
@@ -341,6 +348,15 @@ CELERY_TIMEZONE = TIME_ZONE
 if TOOLGATE_REFRESH_JITTER_SECONDS >= CELERY_BROKER_VISIBILITY_TIMEOUT:
     # A task held back longer than the visibility timeout would be delivered twice by Redis.
     raise ImproperlyConfigured("TOOLGATE_REFRESH_JITTER_SECONDS must stay below CELERY_BROKER_VISIBILITY_TIMEOUT")
+for _name, _value in {
+    "TOOLGATE_REFRESH_SWEEP_LIMIT": TOOLGATE_REFRESH_SWEEP_LIMIT,
+    "TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS": TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS,
+    "TOOLGATE_REFRESH_MAX_FAILURES": TOOLGATE_REFRESH_MAX_FAILURES,
+}.items():
+    if _value < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1")
+if TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS < TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS:
+    raise ImproperlyConfigured("TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS must not be below the BASE")
 CELERY_BEAT_SCHEDULE = {
     "refresh-sweep": {
         "task": "connections_app.tasks.refresh_sweep",

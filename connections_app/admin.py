@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from connections_app import approvals_admin  # registers the approval requests' screen
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
-from connections_app.services import connection_revoke, grant_revoke
+from connections_app.services import connection_refresh_resume, connection_revoke, grant_revoke
 from policies_app.admin_display import RevokedFilter, count_of, short_datetime
 from policies_app.models import ServiceAccount
 
@@ -35,7 +35,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         "provider",
         "label",
         "kind",
-        "status",
+        "state",
         "scopes_display",
         "created",
         "creator",
@@ -47,7 +47,7 @@ class ConnectionAdmin(admin.ModelAdmin):
     list_filter = ("tenant", "provider", "credential_type", "status")
     search_fields = ("label", "tenant__slug", "provider")
     list_select_related = ("tenant", "created_by", "created_by_service_account")
-    actions = ("revoke_selected",)
+    actions = ("revoke_selected", "resume_refresh_selected")
     fields = (
         "id",
         "tenant",
@@ -68,6 +68,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         "refreshed_at",
         "refresh_failures",
         "last_refresh_error",
+        "last_refresh_error_category",
         "events",
     )
     readonly_fields = fields
@@ -116,6 +117,17 @@ class ConnectionAdmin(admin.ModelAdmin):
     def revoked(self, connection: Connection) -> str | None:
         return short_datetime(connection.revoked_at)
 
+    @admin.display(description="status", ordering="status")
+    def state(self, connection: Connection) -> str:
+        """The status; a connection whose refreshes keep failing says why (`Needs attention: provider error`)."""
+        if connection.status == Connection.Status.NEEDS_ATTENTION:
+            return f"{connection.get_status_display()}: {connection.last_refresh_error_category}"
+        return connection.get_status_display()
+
+    @admin.display(description="last refresh error category")
+    def last_refresh_error_category(self, connection: Connection) -> str:
+        return connection.last_refresh_error_category or "—"
+
     @admin.display(description="audit trail")
     def events(self, connection: Connection) -> SafeString:
         url = reverse("admin:connections_app_connectionevent_changelist")
@@ -133,6 +145,20 @@ class ConnectionAdmin(admin.ModelAdmin):
         message = f"Revoked {count_of(revoked, 'connection')}."
         if already:
             message += f" {already} already revoked."
+        self.message_user(request, message)
+
+    @admin.action(description="Resume background refresh of selected connections", permissions=["change"])
+    def resume_refresh_selected(self, request: HttpRequest, queryset: QuerySet[Connection]) -> None:
+        resumed = skipped = 0
+        for connection in queryset:
+            if connection_refresh_resume(connection=connection, actor=request.user):
+                self.log_change(request, connection, "Background refresh resumed.")
+                resumed += 1
+            else:
+                skipped += 1
+        message = f"Resumed background refresh of {count_of(resumed, 'connection')}."
+        if skipped:
+            message += f" {skipped} did not need attention."
         self.message_user(request, message)
 
 

@@ -17,12 +17,34 @@ from django.utils import timezone
 
 from policies_app.models import ServiceAccount, Tenant
 
+REFRESH_ERROR_CATEGORIES = {
+    "timeout": "provider unreachable",
+    "network": "provider unreachable",
+    "server_error": "provider error",
+    "undecryptable": "configuration",
+    "client_secret_undecryptable": "configuration",
+    "no_provider": "configuration",
+    "no_refresh_token": "re-authorisation needed",
+    "invalid_grant": "re-authorisation needed",
+}
+
+
+def refresh_error_category(code: str) -> str:
+    """The category of a refresh error code: unreachable, provider error, configuration, re-authorisation,
+    or (any other OAuth error code, e.g. `invalid_client`) the provider refusing Toolgate's request."""
+    if not code:
+        return ""
+    return REFRESH_ERROR_CATEGORIES.get(code, "refused by the provider")
+
 
 class Connection(models.Model):
     """One third-party account of a tenant (the seed's `connections` table).
 
     `status` is what the broker checks besides revocation: `needs_reauth` after
-    a refresh token was refused. `revoked` always goes with `revoked_at`
+    a refresh token was refused. `needs_attention` after refreshes kept failing
+    otherwise (TOOLGATE_REFRESH_MAX_FAILURES in a row): the sweep stops queuing
+    it, the broker still uses it and refreshes it when a call meets its expired
+    token, and a successful refresh makes it `active` again. `revoked` always goes with `revoked_at`
     (a constraint), so no code path can un-revoke by writing one of them.
     The refresh columns are bookkeeping for background OAuth refresh:
     `next_refresh_at` is indexed so the sweep reads only what is due.
@@ -37,6 +59,7 @@ class Connection(models.Model):
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
         NEEDS_REAUTH = "needs_reauth", "Needs re-authorisation"
+        NEEDS_ATTENTION = "needs_attention", "Needs attention"
         REVOKED = "revoked", "Revoked"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -92,7 +115,8 @@ class Connection(models.Model):
                 name="connection_credential_type_known",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=["active", "needs_reauth", "revoked"]), name="connection_status_known"
+                condition=Q(status__in=["active", "needs_reauth", "needs_attention", "revoked"]),
+                name="connection_status_known",
             ),
         ]
 
@@ -123,6 +147,11 @@ class Connection(models.Model):
     def status_label(self) -> str:
         status = self.status_now
         return "Expired" if status == self.EXPIRED else self.Status(status).label
+
+    @property
+    def last_refresh_error_category(self) -> str:
+        """What kind of trouble the last failed refresh met, in words a tenant and an operator act on."""
+        return refresh_error_category(self.last_refresh_error)
 
     @property
     def creator(self) -> str:
@@ -231,6 +260,8 @@ class ConnectionEvent(models.Model):
         REFRESHED = "refreshed", "Token refreshed"
         REFRESH_FAILED = "refresh_failed", "Refresh failed"
         NEEDS_REAUTH = "needs_reauth", "Needs re-authorisation"
+        NEEDS_ATTENTION = "needs_attention", "Needs attention"
+        REFRESH_RESUMED = "refresh_resumed", "Refresh resumed"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="connection_events")
     connection_id = models.UUIDField(db_index=True)

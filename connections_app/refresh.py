@@ -11,8 +11,13 @@ Outcomes are recorded as ConnectionEvents (the audit trail) and counted for
 `/metrics` (`toolgate_oauth_refresh_total`) once their transaction commits:
 - `invalid_grant`: re-read first (a sibling holding a newer token means we lost
   a race we should not have had), otherwise `needs_reauth`;
-- timeouts, network errors and 5xx are transient: the row stays `active`
-  (its token may still be valid), failures are counted for the caller's retry;
+- any other failure (timeouts, network errors, 5xx, another refusal, a secret
+  that will not open) is counted in `refresh_failures` and pushes
+  `next_refresh_at` out exponentially, with jitter and a cap
+  (`refresh_backoff`); the row stays `active` (its token may still be valid)
+  until TOOLGATE_REFRESH_MAX_FAILURES failures in a row, then it becomes
+  `needs_attention` and the sweep stops queuing it. A call that meets its
+  expired token still tries a refresh, and a success resets everything;
 - a revoked row is never refreshed, and no write here can un-revoke it: every
   UPDATE is filtered on `revoked_at IS NULL`.
 """
@@ -21,13 +26,14 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
 from django.db import connection as db_connection
-from django.db.models import F
 from django.utils import timezone
 
 from connections_app.crypto import CredentialError
@@ -39,6 +45,7 @@ from policies_app.tracing import tracer
 
 logger = logging.getLogger(__name__)
 MIN_HTTP_TIMEOUT_S = 0.05  # below this, a token request cannot succeed: do not start one
+TRANSIENT_ERRORS = frozenset({"timeout", "network", "server_error"})
 
 
 class RefreshOutcome(enum.StrEnum):
@@ -125,7 +132,7 @@ def _refresh_locked(
         credentials = connection_credentials_open(row)
     except CredentialError as exc:
         logger.error("connection %s: credentials cannot be decrypted: %s", row.pk, exc)
-        return RefreshResult(RefreshOutcome.FAILED, row, "undecryptable")
+        return _fail(row, "undecryptable", now=now, terminal=False)
     refresh_token = credentials.get("refresh_token")
     if provider is None or not refresh_token:
         return _fail(row, "no_refresh_token" if provider else "no_provider", now=now, terminal=True)
@@ -134,7 +141,7 @@ def _refresh_locked(
             token = token_request(lambda: client.refresh_token(provider.token_url, refresh_token=refresh_token))
     except CredentialError as exc:
         logger.error("OAuth provider %s: client secret cannot be decrypted: %s", provider.name, exc)
-        return RefreshResult(RefreshOutcome.FAILED, row, "client_secret_undecryptable")
+        return _fail(row, "client_secret_undecryptable", now=now, terminal=False)
     except TokenRequestFailed as exc:
         if exc.transient:
             return _fail(row, exc.error, now=now, terminal=False)
@@ -167,20 +174,43 @@ def _store(
     return RefreshResult(RefreshOutcome.REFRESHED, _reload(row))
 
 
+def refresh_backoff(failures: int) -> timedelta:
+    """How long to wait after the `failures`-th failure in a row: BASE * 2**(failures - 1), capped at MAX.
+
+    "Equal jitter": a random half of it is spread, so connections that failed
+    together (a provider outage) do not come back together, and below the cap
+    each wait is still at least as long as the whole previous one: the retry
+    times grow until they reach the cap.
+    """
+    base = settings.TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS
+    ceiling = settings.TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS
+    delay = min(ceiling, base * 2 ** min(max(failures, 1) - 1, 32))
+    return timedelta(seconds=delay / 2 + random.uniform(0, delay / 2))  # noqa: S311 - spreading load
+
+
 def _fail(row: Connection, error: str, *, now: datetime, terminal: bool) -> RefreshResult:
-    changes: dict[str, object] = {
-        "refresh_failures": F("refresh_failures") + 1,
-        "last_refresh_error": error[:200],
-        "updated_at": now,
-    }
+    """Record a failed refresh on the locked row: reauthorisation, attention, or the next try after a backoff."""
+    failures = row.refresh_failures + 1  # the row is locked: this is the current count
+    changes: dict[str, object] = {"refresh_failures": failures, "last_refresh_error": error[:200], "updated_at": now}
+    gives_up = not terminal and failures >= settings.TOOLGATE_REFRESH_MAX_FAILURES
     if terminal:
         changes |= {"status": Connection.Status.NEEDS_REAUTH, "next_refresh_at": None}
+        kind, counted = ConnectionEvent.Kind.NEEDS_REAUTH, "needs_reauth"
+    elif gives_up:
+        changes |= {"status": Connection.Status.NEEDS_ATTENTION, "next_refresh_at": None}
+        kind, counted = ConnectionEvent.Kind.REFRESH_FAILED, error
+    else:
+        changes["next_refresh_at"] = now + refresh_backoff(failures)
+        kind, counted = ConnectionEvent.Kind.REFRESH_FAILED, error
     Connection.objects.filter(pk=row.pk, revoked_at__isnull=True).update(**changes)
-    kind = ConnectionEvent.Kind.NEEDS_REAUTH if terminal else ConnectionEvent.Kind.REFRESH_FAILED
     connection_event_record(row, kind, detail=error)
-    _count_on_commit(row.provider, "needs_reauth" if terminal else error)
+    _count_on_commit(row.provider, counted)
+    if gives_up and row.status != Connection.Status.NEEDS_ATTENTION:
+        detail = f"{failures} refresh failures in a row, the last: {error}"
+        connection_event_record(row, ConnectionEvent.Kind.NEEDS_ATTENTION, detail=detail[:200])
+        _count_on_commit(row.provider, "needs_attention")
     outcome = RefreshOutcome.NEEDS_REAUTH if terminal else RefreshOutcome.TRANSIENT_FAILURE
-    if not terminal and error not in ("timeout", "network", "server_error"):
+    if not terminal and error not in TRANSIENT_ERRORS:
         outcome = RefreshOutcome.FAILED
     return RefreshResult(outcome, _reload(row), error)
 

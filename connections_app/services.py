@@ -140,6 +140,25 @@ def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | 
     return bool(updated)
 
 
+@transaction.atomic
+def connection_refresh_resume(*, connection: Connection, actor: AbstractBaseUser | None = None) -> bool:
+    """Put a connection that needs attention back in the refresh sweep, due now. False if it does not.
+
+    Its failure count stays: the next refresh is one more try, and a failure
+    sends it straight back to `needs_attention`; a success resets the count.
+    """
+    now = timezone.now()
+    before = change_snapshot(connection)
+    updated = Connection.objects.filter(
+        pk=connection.pk, status=Connection.Status.NEEDS_ATTENTION, revoked_at__isnull=True
+    ).update(status=Connection.Status.ACTIVE, next_refresh_at=now, updated_at=now)
+    connection.refresh_from_db()
+    if updated:
+        event = connection_event_record(connection, ConnectionEvent.Kind.REFRESH_RESUMED, actor=actor)
+        connection_change_record(connection, "connection.resume_refresh", before=before, event=event)
+    return bool(updated)
+
+
 def connection_change_record(
     connection: Connection, action: str, *, before: dict[str, Any] | None, event: ConnectionEvent
 ) -> None:

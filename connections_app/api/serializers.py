@@ -123,7 +123,10 @@ class ConnectionOutputSerializer(serializers.Serializer):
     status = serializers.ChoiceField(
         source="status_now",
         choices=[*Connection.Status.choices, (Connection.EXPIRED, "Expired")],
-        help_text="`expired`: an API key or app password past its expires_at; store a new one.",
+        help_text=(
+            "`expired`: an API key or app password past its expires_at; store a new one. `needs_attention`: its "
+            "OAuth refreshes kept failing (the sweep stopped trying); reconnect it in the tenant UI."
+        ),
     )
     expires_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()

@@ -10,7 +10,9 @@ from django.contrib.admin.models import LogEntry
 from django.db import connection as db_connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
+from changes_app.models import Change
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.services import connection_revoke, connection_use_denied
 from tests.factories import ConnectionFactory, TenantFactory, UserFactory, service_account_with_key
@@ -87,7 +89,7 @@ def test_changelist_shows_metadata_and_never_the_secret(admin_client, acme):
         "provider",
         "label",
         "kind",
-        "status",
+        "state",
         "scopes_display",
         "created",
         "creator",
@@ -102,7 +104,7 @@ def test_changelist_shows_metadata_and_never_the_secret(admin_client, acme):
         "provider": "github",
         "label": "Deploy bot",
         "kind": "API key",
-        "status": "Active",
+        "state": "Active",
         "scopes_display": "read:org, repo",
         "creator": "alice",
         "last_used": "-",
@@ -185,6 +187,7 @@ def test_change_page_is_read_only_metadata_without_the_envelope(admin_client, ac
         "refreshed_at",
         "refresh_failures",
         "last_refresh_error",
+        "last_refresh_error_category",
         "events",
     ]
     assert f'<div class="readonly">{connection.encryption_key_id}</div>' in content
@@ -219,7 +222,7 @@ def test_connections_cannot_be_added_or_deleted(admin_client, acme):
     assert messages_of(bulk_delete) == ["No action selected."]  # delete_selected is not an action here
     assert Connection.objects.filter(pk=connection.pk).exists()
     actions = [name for name, _label in changelist.context["action_form"].fields["action"].choices]
-    assert actions == ["", "revoke_selected"]
+    assert actions == ["", "revoke_selected", "resume_refresh_selected"]
     assert "Add connection" not in changelist.content.decode()
 
 
@@ -247,6 +250,57 @@ def test_revoke_action_revokes_through_the_service_and_records_the_operator(admi
     assert [(e.object_id, e.change_message, e.user) for e in LogEntry.objects.all()] == [
         (str(target.pk), "Revoked.", admin_user)
     ]
+
+
+def test_the_changelist_says_why_a_connection_needs_attention(admin_client, acme):
+    connection = ConnectionFactory(tenant=acme, label="Deploy bot")
+    Connection.objects.filter(pk=connection.pk).update(
+        status=Connection.Status.NEEDS_ATTENTION, refresh_failures=8, last_refresh_error="network"
+    )
+
+    response = admin_client.get(CHANGELIST, {"status__exact": "needs_attention"})
+
+    assert listed(response) == [str(connection.pk)]
+    cells = dict(CELL.findall(response.content.decode()))
+    assert TAG.sub("", cells["state"]) == "Needs attention: provider unreachable"
+
+
+def test_resume_action_puts_a_connection_needing_attention_back_in_the_sweep(admin_client, admin_user, acme):
+    # given one connection needing attention and one active
+    stuck = ConnectionFactory(tenant=acme, label="Stuck")
+    fine = ConnectionFactory(tenant=acme, label="Fine")
+    Connection.objects.filter(pk=stuck.pk).update(
+        status=Connection.Status.NEEDS_ATTENTION, refresh_failures=8, last_refresh_error="timeout", next_refresh_at=None
+    )
+
+    # when the operator resumes both
+    response = admin_client.post(
+        CHANGELIST,
+        {"action": "resume_refresh_selected", "_selected_action": [str(stuck.pk), str(fine.pk)]},
+        follow=True,
+    )
+
+    # then the stuck one is active and due now, its failures kept (one more try), the operator recorded
+    assert messages_of(response) == ["Resumed background refresh of 1 connection. 1 did not need attention."]
+    stuck.refresh_from_db()
+    assert (stuck.status, stuck.refresh_failures) == (Connection.Status.ACTIVE, 8)
+    assert stuck.next_refresh_at <= timezone.now()
+    assert next((e.kind, e.actor) for e in ConnectionEvent.objects.filter(connection_id=stuck.pk)) == (
+        "refresh_resumed",
+        admin_user,
+    )
+    entry = Change.objects.get(action="connection.resume_refresh")
+    assert (entry.object_id, entry.before, entry.after) == (
+        str(stuck.pk),
+        {"status": "needs_attention"},
+        {"status": "active"},
+    )
+    # and the active one is untouched
+    fine.refresh_from_db()
+    assert (fine.status, ConnectionEvent.objects.filter(connection_id=fine.pk, kind="refresh_resumed").count()) == (
+        Connection.Status.ACTIVE,
+        0,
+    )
 
 
 def test_revoking_an_already_revoked_connection_changes_nothing(admin_client, acme):

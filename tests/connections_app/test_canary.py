@@ -171,7 +171,7 @@ def test_canary_secrets_never_leak(  # noqa: PLR0917 - pytest fixtures
     )
     sent: list[tuple[str, float]] = []
     with django_capture_on_commit_callbacks(execute=True):
-        refresh_sweep_once(enqueue=lambda connection_id, countdown: sent.append((connection_id, countdown)))
+        refresh_sweep_once(enqueue=sent.extend)
     assert [connection_id for connection_id, _ in sent] == [str(oauth.pk)]
     seen.append(repr(sent))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from datetime import timedelta
@@ -12,11 +13,13 @@ from django.db import connection as db_connection
 from django.utils import timezone
 
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
-from connections_app.oauth import oauth_connection_store
-from connections_app.refresh import RefreshOutcome, connection_refresh
+from connections_app.oauth import oauth_connection_store, oauth_provider_set_secret
+from connections_app.refresh import RefreshOutcome, RefreshResult, connection_refresh, refresh_backoff
+from connections_app.scheduling import refresh_sweep_once
 from connections_app.services import connection_credentials_open, connection_revoke
 from tests.factories import TenantFactory
 from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
+from tests.support.metrics import sample
 
 WINDOW = timedelta(minutes=10)
 
@@ -235,3 +238,142 @@ def test_a_revoke_during_a_refresh_wins_and_stays(provider, oauth_row, postgres_
     assert connection.status == Connection.Status.REVOKED
     assert connection.revoked_at is not None
     assert connection.next_refresh_at is None
+
+
+# --- backoff of a connection whose refreshes keep failing --------------------------------------
+
+
+def _fail_once(connection: Connection) -> tuple[RefreshResult, timedelta | None]:
+    """One failed refresh, and how far out it put the next one."""
+    before = timezone.now()
+    Connection.objects.filter(pk=connection.pk).update(next_refresh_at=before)  # the sweep found it due
+    result = _refresh(connection)
+    connection.refresh_from_db()
+    return result, (connection.next_refresh_at - before) if connection.next_refresh_at else None
+
+
+@pytest.mark.django_db
+def test_failed_refreshes_back_off_exponentially_with_jitter_up_to_the_cap(provider, oauth_row, settings):
+    # given a provider answering 500, a 60 s base, a 600 s cap and up to 8 failures
+    settings.TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS = 60
+    settings.TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS = 600
+    settings.TOOLGATE_REFRESH_MAX_FAILURES = 8
+    provider.fail_status = 500
+    connection = _connection(provider)
+
+    # when it fails seven times in a row
+    waits = [_fail_once(connection)[1] for _ in range(7)]
+
+    # then each wait lies within [delay/2, delay] for delay = 60 * 2**(n-1), capped at 600 s
+    delays = [60, 120, 240, 480, 600, 600, 600]
+    for wait, delay in zip(waits, delays, strict=True):
+        assert timedelta(seconds=delay / 2 - 1) <= wait <= timedelta(seconds=delay + 1), (wait, delay)
+    # and the retry times grow until the cap: each wait is at least the whole previous one
+    # (at the cap a wait may fall short of the one before: 600 s jittered is 300-600 s)
+    growing = waits[:4]  # 60, 120, 240, 480: below the cap each delay doubles
+    assert all(later >= earlier - timedelta(seconds=1) for earlier, later in itertools.pairwise(growing))
+    assert (connection.status, connection.refresh_failures) == (Connection.Status.ACTIVE, 7)
+    assert _events(connection)[1:] == [("refresh_failed", "server_error")] * 7
+
+
+@pytest.mark.django_db
+def test_the_backoff_jitter_spreads_connections_that_failed_together(settings):
+    settings.TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS = 60
+    settings.TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS = 3600
+
+    waits = {refresh_backoff(3).total_seconds() for _ in range(50)}
+
+    assert len(waits) > 40
+    assert min(waits) >= 120
+    assert max(waits) <= 240
+
+
+@pytest.mark.django_db
+def test_after_the_configured_failures_the_connection_needs_attention_and_is_swept_no_more(
+    provider, oauth_row, settings, django_capture_on_commit_callbacks
+):
+    # given a limit of three failures
+    settings.TOOLGATE_REFRESH_MAX_FAILURES = 3
+    provider.fail_status = 503
+    connection = _connection(provider)
+    before = sample("toolgate_oauth_refresh_total", provider="github", outcome="needs_attention")
+
+    # when it fails three times
+    with django_capture_on_commit_callbacks(execute=True):
+        outcomes = [_fail_once(connection)[0].outcome for _ in range(3)]
+
+    # then the third failure gives up: needs_attention, nothing scheduled, the events and the metric say so
+    assert outcomes == [RefreshOutcome.TRANSIENT_FAILURE] * 3
+    assert connection.status == Connection.Status.NEEDS_ATTENTION
+    assert (connection.refresh_failures, connection.last_refresh_error) == (3, "server_error")
+    assert connection.next_refresh_at is None
+    assert connection.last_refresh_error_category == "provider error"
+    assert _events(connection)[1:] == [
+        ("refresh_failed", "server_error"),
+        ("refresh_failed", "server_error"),
+        ("refresh_failed", "server_error"),
+        ("needs_attention", "3 refresh failures in a row, the last: server_error"),
+    ]
+    assert sample("toolgate_oauth_refresh_total", provider="github", outcome="needs_attention") == before + 1
+    # and a sweep does not queue it, even when its row says it is due
+    Connection.objects.filter(pk=connection.pk).update(next_refresh_at=timezone.now() - timedelta(minutes=1))
+    sent: list[tuple[str, float]] = []
+    with django_capture_on_commit_callbacks(execute=True):
+        assert refresh_sweep_once(enqueue=sent.extend) == 0
+    assert sent == []
+    # and the broker still uses it: needs_attention is not needs_reauth
+    assert connection.status_now == "needs_attention"
+
+
+@pytest.mark.django_db
+def test_a_success_after_failures_resets_the_count_and_makes_it_active_again(provider, oauth_row, settings):
+    settings.TOOLGATE_REFRESH_MAX_FAILURES = 2
+    provider.fail_status = 500
+    connection = _connection(provider)
+    _fail_once(connection)
+    _fail_once(connection)
+    assert connection.status == Connection.Status.NEEDS_ATTENTION
+
+    # when the provider is back and a refresh runs (a call meeting the expired token, or a resumed sweep)
+    provider.fail_status = None
+    result = _refresh(connection)
+
+    # then
+    assert result.outcome is RefreshOutcome.REFRESHED
+    connection.refresh_from_db()
+    assert (connection.status, connection.refresh_failures, connection.last_refresh_error) == ("active", 0, "")
+    assert connection.next_refresh_at == connection.expires_at - WINDOW
+    assert _events(connection)[-1] == ("refreshed", "")
+
+
+@pytest.mark.django_db
+def test_a_refusal_other_than_invalid_grant_backs_off_too(provider, oauth_row, settings):
+    """`invalid_client` (here: the provider no longer knows our client secret) is not transient: it used to
+    be queued again every few minutes forever; now it backs off like any failure and ends in needs_attention."""
+    settings.TOOLGATE_REFRESH_MAX_FAILURES = 2
+    connection = _connection(provider)
+    registered = OAuthProvider.objects.get(name="github")
+    oauth_provider_set_secret(provider=registered, client_secret="not-the-secret")
+    registered.save()
+
+    first, wait = _fail_once(connection)
+    second, _ = _fail_once(connection)
+
+    assert (first.outcome, first.error) == (RefreshOutcome.FAILED, "invalid_client")
+    assert wait is not None
+    assert wait >= timedelta(seconds=settings.TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS / 2 - 1)
+    assert second.outcome is RefreshOutcome.FAILED
+    assert connection.status == Connection.Status.NEEDS_ATTENTION
+    assert connection.last_refresh_error_category == "refused by the provider"
+
+
+@pytest.mark.django_db
+def test_an_invalid_grant_still_goes_straight_to_needs_reauth_whatever_the_count(provider, oauth_row, settings):
+    settings.TOOLGATE_REFRESH_MAX_FAILURES = 5
+    provider.refuse_refresh = True
+    connection = _connection(provider)
+
+    result, wait = _fail_once(connection)
+
+    assert result.outcome is RefreshOutcome.NEEDS_REAUTH
+    assert (connection.status, connection.refresh_failures, wait) == (Connection.Status.NEEDS_REAUTH, 1, None)

@@ -281,3 +281,48 @@ def test_revoking_twice_changes_nothing_the_second_time(acme, member):
     connection.refresh_from_db()
     assert connection.revoked_at == first_revoked_at
     assert ConnectionEvent.objects.filter(kind="revoked").count() == 1
+
+
+def test_a_connection_needing_attention_shows_why_and_offers_a_reconnect(acme, member):
+    # given an OAuth connection whose refreshes failed eight times, the last on a timeout
+    client, _user = member
+    connection = ConnectionFactory(tenant=acme, label="release bot", credentials={"api_key": SECRET})
+    Connection.objects.filter(pk=connection.pk).update(
+        credential_type=Connection.CredentialType.OAUTH2,
+        status=Connection.Status.NEEDS_ATTENTION,
+        refresh_failures=8,
+        last_refresh_error="timeout",
+        next_refresh_at=None,
+    )
+    reconnect = f"{reverse('web:oauth-start', args=['github'])}?reconnect={connection.pk}"
+
+    listing = client.get(LIST).content.decode()
+    detail = client.get(reverse("web:connection-detail", args=[connection.pk])).content.decode()
+
+    # then both pages name the status, the error's category and its code, and link to a reconnect
+    for html in (listing, detail):
+        assert "badge-needs_attention" in html
+        assert "Needs attention" in html
+        assert "provider unreachable" in html
+        assert "timeout" in html
+        assert reconnect in html
+    assert "failed 8 times in a row" in detail
+    assert "background refresh has stopped" in detail
+    assert SECRET not in listing + detail
+
+
+def test_an_active_oauth_connection_with_one_failure_shows_the_next_try(acme, member):
+    client, _user = member
+    connection = ConnectionFactory(tenant=acme, label="release bot")
+    Connection.objects.filter(pk=connection.pk).update(
+        credential_type=Connection.CredentialType.OAUTH2,
+        refresh_failures=1,
+        last_refresh_error="server_error",
+        next_refresh_at=timezone.now() + timedelta(minutes=1),
+    )
+
+    detail = client.get(reverse("web:connection-detail", args=[connection.pk])).content.decode()
+
+    assert "failed 1 time in a row: provider error" in detail
+    assert "next try" in detail
+    assert "?reconnect=" not in detail

@@ -241,6 +241,50 @@ def test_a_worker_killed_mid_refresh_leaves_the_connection_refreshed_or_needing_
     assert secrets_in(celery.logs(), issued | tokens([connection]) | {CLIENT_SECRET}) == set()
 
 
+def test_a_failing_connection_is_retried_by_the_sweep_with_growing_waits_then_left_alone(provider, celery):
+    """Worker and beat: no Celery retries, the row's backoff is the schedule, and it ends in needs_attention."""
+    # given: a provider answering 503 to every refresh; a backoff of 2 s doubling, three failures allowed
+    provider.fail_status = 503
+    celery.env |= {
+        "TOOLGATE_REFRESH_SWEEP_SECONDS": "1",
+        "TOOLGATE_REFRESH_JITTER_SECONDS": "1",
+        "TOOLGATE_REFRESH_BACKOFF_BASE_SECONDS": "2",
+        "TOOLGATE_REFRESH_BACKOFF_MAX_SECONDS": "60",
+        "TOOLGATE_REFRESH_MAX_FAILURES": "3",
+    }
+    connection = store_connection(provider, TenantFactory(slug="outage"), window=timedelta(minutes=10))
+    worker, beat = celery.worker("patient"), celery.beat()
+    celery.wait_ready(worker, beat)
+
+    # when it becomes due: its token expires within the refresh window
+    now = timezone.now()
+    Connection.objects.filter(pk=connection.pk).update(expires_at=now + timedelta(minutes=2), next_refresh_at=now)
+    row = Connection.objects.filter(pk=connection.pk)
+    wait_until(lambda: row.get().status == "needs_attention", timeout=60, interval=0.2, what=f"attention\n{celery}")
+    given_up = time.monotonic()
+
+    # then: three attempts, each a refresh_failed event, the third followed by needs_attention
+    events = list(ConnectionEvent.objects.filter(connection_id=connection.pk).order_by("created_at", "id"))
+    assert [(event.kind, event.detail) for event in events][1:] == [
+        ("refresh_failed", "server_error"),
+        ("refresh_failed", "server_error"),
+        ("refresh_failed", "server_error"),
+        ("needs_attention", "3 refresh failures in a row, the last: server_error"),
+    ]
+    # and the attempts came further apart: at least half of 2 s, then half of 4 s, after each failure
+    failed_at = [event.created_at for event in events if event.kind == "refresh_failed"]
+    gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(failed_at)]
+    assert gaps[0] >= 1.0, gaps
+    assert gaps[1] >= 2.0, gaps
+    connection.refresh_from_db()
+    assert (connection.refresh_failures, connection.next_refresh_at) == (3, None)
+    # and the sweep leaves it alone: no further attempt over several sweeps
+    time.sleep(max(0.0, given_up + 4 - time.monotonic()))
+    assert ConnectionEvent.objects.filter(connection_id=connection.pk, kind="refresh_failed").count() == 3
+    assert worker.log().count("succeeded") >= 3  # the tasks ended (transient_failure), Celery retried none
+    assert "Retry in" not in worker.log()
+
+
 CONNECTIONS = 1000
 JITTER_S = 5
 WINDOW_S = 60
