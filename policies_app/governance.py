@@ -37,7 +37,9 @@ from policies_app.models import GovernanceState
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-CHANNEL = "toolgate:governance"
+# Pub/sub channels are server-wide, not per database: the channel names the database, so two
+# deployments (or test runs) sharing one Redis server on different databases do not hear each other.
+CHANNEL_PREFIX = "toolgate:governance"
 # A change reaches every process within this, even when a push is lost.
 MAX_STALENESS_S = 1.0
 # How long a process waits before subscribing again after its subscription broke.
@@ -83,12 +85,13 @@ class _Subscription:
 
     def __init__(self, url: str) -> None:
         self._client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
+        self._channel = f"{CHANNEL_PREFIX}:{self._client.connection_pool.connection_kwargs.get('db', 0)}"
         self._pubsub: redis.client.PubSub | None = None
         self._confirmed = False
         self._retry_at = 0.0
 
     def publish(self) -> None:
-        self._client.publish(CHANNEL, b"bump")
+        self._client.publish(self._channel, b"bump")
 
     def pending(self) -> bool | None:
         """True if a push arrived (or may have been missed), False if none; None while unsubscribed."""
@@ -116,7 +119,7 @@ class _Subscription:
             return None
         try:
             self._pubsub = self._client.pubsub()
-            self._pubsub.subscribe(CHANNEL)
+            self._pubsub.subscribe(self._channel)
         except (redis.RedisError, OSError):
             self._drop()
             return None

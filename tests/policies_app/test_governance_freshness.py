@@ -111,6 +111,25 @@ def test_the_subscription_is_quiet_until_a_push_arrives_and_hears_every_push(red
     subscription._drop()
 
 
+def test_a_push_reaches_the_subscriptions_of_its_own_database_only(redis_url):
+    """Channels are server-wide: a deployment (or a test run) on another database must not cost reads here."""
+    db = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs.get("db", 0)
+    other_url = redis_url.rsplit("/", 1)[0] + f"/{(db + 1) % 16}"
+    ours, theirs = governance._Subscription(redis_url), governance._Subscription(other_url)
+    for subscription in (ours, theirs):
+        assert _wait_until(lambda subscription=subscription: subscription.pending() is not None)
+
+    theirs.publish()  # another database's bump: unheard here
+    assert _wait_until(lambda: theirs.pending() is True)
+    assert ours.pending() is False
+
+    governance._Subscription(redis_url).publish()  # this database's bump, from another process
+    assert _wait_until(lambda: not governance._quiet(ours._pubsub))
+    assert ours.pending() is True
+    for subscription in (ours, theirs):
+        subscription._drop()
+
+
 def test_a_subscription_whose_server_connection_died_is_not_quiet_and_is_dropped(redis_url):
     # given: a confirmed subscription
     subscription = governance._Subscription(redis_url)
