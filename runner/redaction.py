@@ -69,6 +69,41 @@ def _redact(value: Any, node: Trie, path: str) -> Any:
     raise RedactionError(f"output at {path or '<root>'} does not have the shape the allowlist expects")
 
 
+# Every field MCP defines for a content block (text, image, audio, resource_link, embedded resource),
+# as allowlist paths under one block: blocks pass as the tool sent them, whatever their type. A
+# block's `_meta` is free-form structure nobody reviewed and is the one thing left out.
+CONTENT_BLOCK_FIELDS = (
+    "type",
+    "text",
+    "data",
+    "mimeType",
+    "uri",
+    "name",
+    "title",
+    "description",
+    "size",
+    "icons[].src",
+    "icons[].mimeType",
+    "icons[].sizes",
+    "icons[].theme",
+    "annotations.audience",
+    "annotations.priority",
+    "annotations.lastModified",
+    "resource.uri",
+    "resource.mimeType",
+    "resource.text",
+    "resource.blob",
+)
+CONTENT_ALLOWLIST = tuple(f"content[].{path}" for path in CONTENT_BLOCK_FIELDS)
+_CONTENT_TRIE = compile_allowlist(CONTENT_ALLOWLIST)
+
+
+def redact_content(blocks: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Content blocks cut to the fields MCP defines for them (each block keeps its own type's fields)."""
+    kept = _redact({"content": list(blocks)}, _CONTENT_TRIE, "")
+    return tuple(kept.get("content") or ())
+
+
 # Shorter fragments would match ordinary text and withhold honest outputs; real tokens are far longer.
 MIN_CREDENTIAL_FRAGMENT = 8
 

@@ -26,10 +26,10 @@ from policies_app.governance import governance_cache
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, BearerAuth, ClockCapability, ToolCapabilities
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
-from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolFailure
+from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolError, ToolFailure
 from runner.ports import ToolSource
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
-from runner.types import ConsequenceLevel, FieldError, ToolEffect, ToolInvocationContext, ToolSpec
+from runner.types import ConsequenceLevel, FieldError, ToolContent, ToolEffect, ToolInvocationContext, ToolSpec
 from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, pool_for_running_loop
@@ -141,28 +141,37 @@ def _executor(upstream: _Upstream) -> Any:
             raise
         finally:
             mcp_upstream_call_observed(server=upstream.slug, outcome=outcome, seconds=time.monotonic() - started)
-        if result.is_error:
-            raise ToolFailure("upstream MCP server: the tool reported an error")
-        value = _value_of(result, has_output_schema=upstream.pinned.output_schema is not None)
+        answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
         # The runner checks outputs against a broker's credential; the operator token is ours to check.
         if (
             auth is not None
             and auth is upstream.operator_auth
-            and carries_credential(value, credential_fragments(auth.headers(), auth.access_token()))
+            and carries_credential(
+                [answer.content, answer.structured], credential_fragments(auth.headers(), auth.access_token())
+            )
         ):
             raise CapabilityError("the upstream's answer carries the server's credential; it was withheld")
-        return value
+        if result.is_error:  # the tool's own error, written for the model: it gets the blocks
+            raise ToolError(content=answer.content)
+        return answer
 
     return execute
 
 
-def _value_of(result: types.CallToolResult, *, has_output_schema: bool) -> Any:
-    """structuredContent when the pinned definition declares its schema (output validation checks it),
-    else the text blocks: structure nobody declared and reviewed has no allowlist to pass."""
-    if has_output_schema:
-        return result.structured_content if result.structured_content is not None else {}
-    blocks = [{"type": "text", "text": block.text} for block in result.content if isinstance(block, types.TextContent)]
-    return {"content": blocks}
+def _content_of(result: types.CallToolResult, *, has_output_schema: bool) -> ToolContent:
+    """The upstream's blocks as it sent them (JSON, camelCase), and its structuredContent.
+
+    Structured content passes only when the pinned definition declares its
+    schema (output validation checks it, the allowlist keeps its declared
+    fields): structure nobody declared and reviewed has no allowlist to pass.
+    A declared schema with no structured content answers `{}` (output
+    validation then says what is missing).
+    """
+    blocks = tuple(block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content)
+    if not has_output_schema or result.is_error:
+        return ToolContent(content=blocks)
+    structured = result.structured_content if result.structured_content is not None else {}
+    return ToolContent(content=blocks, structured=structured)
 
 
 def bind_mcp_tool(
@@ -199,6 +208,9 @@ def bind_mcp_tool(
         requires_confirmation=tool.tool.requires_confirmation,
         tags=tuple(tool.tool.tags),
         version=tool.tool.version or None,
+        title=definition.get("title") if isinstance(definition.get("title"), str) else None,
+        annotations=definition.get("annotations") if isinstance(definition.get("annotations"), dict) else None,
+        icons=tuple(definition["icons"]) if isinstance(definition.get("icons"), list) else None,
         schema_hash=pinned_schema_hash(
             tool_id=tool.tool_id,
             definition=definition,
