@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.redaction import compile_allowlist, redact
+from runner.redaction import CONTENT_ALLOWLIST, compile_allowlist, redact
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import (
     DefinitionRefused,
@@ -120,7 +120,8 @@ def test_the_default_allowlist_keeps_declared_leaves_and_drops_the_rest():
         "number": 1,
         "owner": {"login": "o"},
     }
-    assert default_allowlist(None) == ("content[].type", "content[].text")
+    assert default_allowlist(None) == CONTENT_ALLOWLIST  # every field of every block type
+    assert {"content[].type", "content[].text", "content[].data", "content[].resource.blob"} <= set(CONTENT_ALLOWLIST)
 
 
 def test_nul_characters_are_refused_before_any_database_sees_them():
