@@ -23,6 +23,7 @@ from jsonschema.protocols import Validator
 from pydantic import BaseModel
 
 from policies_app.governance import governance_cache
+from runner import wording
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, BearerAuth, ClockCapability, ToolCapabilities
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
@@ -41,6 +42,7 @@ from tools_app.upstream.vault import token_vault
 logger = logging.getLogger(__name__)
 
 MAX_ERRORS = 20
+NUL_IN_ANSWER = "upstream MCP server: the answer contains NUL characters, which Toolgate cannot record"
 UNREADABLE_TOKEN = "the MCP server's operator token cannot be read; an operator has been alerted"  # noqa: S105
 
 
@@ -57,12 +59,25 @@ def _validator(definition_hash: str, which: str, schema_json: str) -> Validator:
 
 
 def schema_errors(validator: Validator, instance: Any) -> tuple[FieldError, ...]:
-    """Where and why `instance` breaks the schema, never echoing its values."""
+    """Where and why `instance` breaks the schema, never echoing its values.
+
+    Names come from the pinned schema only: a missing property is named at its
+    own path, an undeclared one never is (it is the caller's text) but the
+    declared ones are listed.
+    """
     errors = []
     for error in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))[:MAX_ERRORS]:
         path = ".".join(str(part) for part in error.absolute_path)
+        if str(error.validator) == "required" and isinstance(error.instance, dict):
+            missing = [name for name in error.validator_value if isinstance(name, str) and name not in error.instance]
+            errors += [FieldError(path=_join(path, name), message=wording.REQUIRED) for name in missing]
+            continue
         errors.append(FieldError(path=path, message=_message(error)))
     return tuple(errors)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
 
 
 def _message(error: Any) -> str:
@@ -71,10 +86,12 @@ def _message(error: Any) -> str:
         expected = error.validator_value
         expected = "/".join(map(str, expected)) if isinstance(expected, list) else str(expected)
         return f"must be of type {expected[:40]}"
-    if keyword == "required":
-        return "a required property is missing"
     if keyword == "additionalProperties":
-        return "has properties the schema does not allow"
+        declared = error.schema.get("properties") if isinstance(error.schema, dict) else None
+        names = sorted(name for name in declared or {} if isinstance(name, str))
+        return wording.unknown_field_message([], names[:20], allowed_phrase="the arguments are")
+    if keyword == "enum" and isinstance(error.validator_value, list) and len(error.validator_value) <= 10:
+        return "must be one of: " + ", ".join(json.dumps(value)[:40] for value in error.validator_value)
     if keyword in ("enum", "const"):
         return "is not one of the allowed values"
     return f"does not satisfy the schema's {keyword[:40]!r} rule"
@@ -142,6 +159,8 @@ def _executor(upstream: _Upstream) -> Any:
         finally:
             mcp_upstream_call_observed(server=upstream.slug, outcome=outcome, seconds=time.monotonic() - started)
         answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
+        if _holds_nul([answer.content, answer.structured]):  # the audit row (PostgreSQL jsonb) cannot keep it
+            raise ToolFailure(NUL_IN_ANSWER)
         # The runner checks outputs against a broker's credential; the operator token is ours to check.
         if (
             auth is not None
@@ -156,6 +175,16 @@ def _executor(upstream: _Upstream) -> Any:
         return answer
 
     return execute
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def _content_of(result: types.CallToolResult, *, has_output_schema: bool) -> ToolContent:
