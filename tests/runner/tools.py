@@ -147,6 +147,8 @@ REFUSE_WITH_TOKEN = ToolDefinition(
     ),
     _refuse_with_token,
 )
+
+
 class ContentOut(ToolOutput):
     content: list[dict]
 

@@ -548,3 +548,16 @@ def test_approval_required_carries_the_approval_id(key):
     assert result["_meta"]["toolgate/error_code"] == "approval_required"
     assert result["_meta"]["toolgate/approval_id"]
     assert ToolInvocation.objects.get().executed is False
+
+
+def test_a_validation_refusal_names_each_wrong_argument_in_the_text_the_model_reads(client):
+    response = legacy(client, "tools/call", {"name": TIME, "arguments": {"timezone": "Mars/Base", "zone": "x"}})
+
+    result = response.json()["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == (
+        "validation: arguments do not match the tool's schema: "
+        "timezone: unknown IANA time zone; send a tz database name such as Europe/Paris or UTC; "
+        "(arguments): unknown field; the tool's input_schema lists the fields it accepts"
+    )
+    assert "Mars/Base" not in response.content.decode()
