@@ -471,3 +471,17 @@ def test_a_missing_argument_is_named_in_the_text_a_model_reads(key, upstream):
     assert block["is_error"] is True
     assert json.loads(block["content"])["message"] == "arguments do not match the tool's schema: city: required"
     assert upstream.calls("refuse") == 0
+
+
+def test_drf_and_the_direct_path_answer_a_tool_error_alike(key, upstream):
+    direct = exec_rest(key, "refuse", {"city": "Atlantis"}, tool_call_id="refuse-direct")
+    # an Accept with parameters is left to DRF's own negotiation (tools_app/api/direct.py)
+    via_drf = api_client(key).post(
+        "/api/v1/tools/exec",
+        {"tool_id": "mcp__acme__refuse", "args": {"city": "Atlantis"}, "tool_call_id": "refuse-drf"},
+        format="json",
+        HTTP_ACCEPT="application/json; indent=4",
+    )
+
+    assert (direct.status_code, via_drf.status_code) == (200, 200)
+    assert via_drf.json() | {"tool_call_id": "refuse-direct"} == direct.json()
