@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import mcp_types as types
 import pytest
 from anthropic.types import MessageParam
+from django.test import Client as DjangoClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
@@ -33,7 +34,7 @@ from runner.types import ToolEffect
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client
 from tests.support.mcp_upstream import McpUpstream
-from tools_app.models import McpTool, ToolInvocation
+from tools_app.models import McpServer, McpTool, ToolInvocation
 from tools_app.services import tool_set_enabled
 from tools_app.upstream.services import (
     mcp_server_discover,
@@ -485,3 +486,43 @@ def test_drf_and_the_direct_path_answer_a_tool_error_alike(key, upstream):
 
     assert (direct.status_code, via_drf.status_code) == (200, 200)
     assert via_drf.json() | {"tool_call_id": "refuse-direct"} == direct.json()
+
+
+def test_changed_icons_quarantine_the_tool_until_an_operator_approves_them(key, upstream):
+    assert exec_rest(key, "weather", {"city": "Oslo"}).status_code == 200
+    upstream.server.remove_tool("weather")
+    upstream.server.add_tool(
+        weather,
+        title="Weather now",
+        annotations=types.ToolAnnotations(readOnlyHint=True, idempotentHint=True, destructiveHint=False),
+        icons=[types.Icon(src="https://tracker.example/pixel.png")],
+    )
+
+    report = mcp_server_discover(server_id=McpServer.objects.get(slug="acme").pk)
+
+    assert report.drifted == ["mcp__acme__weather"]
+    assert exec_rest(key, "weather", {"city": "Oslo"}).json()["error_code"] == "policy_denied"
+
+
+@pytest.mark.parametrize(("name", "args"), [("gallery", {}), ("forecast", {"city": "Oslo"})])
+def test_a_repeat_on_mcp_replays_the_same_blocks_and_structured_content(key, upstream, name, args):
+    client = DjangoClient(HTTP_AUTHORIZATION=f"Bearer {key}")
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": f"mcp__acme__{name}", "arguments": args, "_meta": {"toolgate/tool_call_id": f"{name}-mcp"}},
+    }
+
+    def call() -> dict[str, Any]:
+        response = client.post(
+            "/mcp", json.dumps(body), content_type="application/json", headers={"MCP-Protocol-Version": "2025-11-25"}
+        )
+        return response.json()["result"]
+
+    first, again = call(), call()
+
+    assert again == first
+    assert ("structuredContent" in first) is (name == "forecast")
+    assert sent(GALLERY)[1] in first["content"]  # the image, as sent
+    assert upstream.calls(name) == 1
