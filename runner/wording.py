@@ -137,10 +137,11 @@ def refusal_for_model(message: str, errors: Iterable[_PathAndMessage]) -> str:
     Where the model reads only text (MCP's `isError` content, a model format's
     tool result), the field errors must be in it: nobody reads `_meta`.
     """
+    errors = list(errors)
+    if len(errors) == 1 and errors[0].message == message:  # the message is the one error's: say where only
+        return f"{errors[0].path}: {message}" if errors[0].path else message
     details = [f"{error.path or WHOLE_ARGUMENTS}: {error.message}" for error in errors]
-    if not details or details == [f"{WHOLE_ARGUMENTS}: {message}"]:
-        return message
-    return f"{message}: {'; '.join(details)}"
+    return f"{message}: {'; '.join(details)}" if details else message
 
 
 def is_json_object_text(value: Any) -> bool:
