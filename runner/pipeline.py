@@ -157,25 +157,18 @@ class Call:
 
     def succeed(self, output: Any) -> ToolExecResult:
         """The tool's answer: a value, or content blocks (whose value is their structured content, else the blocks)."""
+        value, content, structured = output, None, True
         if isinstance(output, ToolContent):
             content = tuple(dict(block) for block in output.content)
             structured = output.structured is not None
             value = dict(output.structured) if output.structured is not None else {"content": list(content)}
-            return ToolExecResult(
-                tool_call_id=self.ctx.tool_call_id,
-                tool_id=self.tool_id,
-                ok=True,
-                value=value,
-                content=content,
-                structured=structured,
-                started_at=self.started_at,
-                executed=True,
-            )
         return ToolExecResult(
             tool_call_id=self.ctx.tool_call_id,
             tool_id=self.tool_id,
             ok=True,
-            value=output,
+            value=value,
+            content=content,
+            structured=structured,
             started_at=self.started_at,
             executed=True,
         )
