@@ -328,21 +328,21 @@ _ANNOTATIONS = st.none() | st.builds(
     types.Annotations,
     audience=st.none() | st.lists(st.sampled_from(["user", "assistant"]), max_size=2, unique=True),
     priority=st.none() | st.floats(min_value=0, max_value=1),
-    last_modified=st.none() | st.just("2026-11-26T20:00:00Z"),
+    lastModified=st.none() | st.just("2026-11-26T20:00:00Z"),
 )
 _ICONS = st.none() | st.lists(
     st.builds(
         types.Icon,
         src=st.sampled_from(["https://example.com/i.png", "data:image/png;base64," + PIXEL]),
-        mime_type=st.none() | st.just("image/png"),
+        mimeType=st.none() | st.just("image/png"),
         sizes=st.none() | st.lists(st.sampled_from(["16x16", "any"]), max_size=2),
     ),
     max_size=2,
 )
 BLOCKS = st.one_of(
     st.builds(types.TextContent, type=st.just("text"), text=_TEXT, annotations=_ANNOTATIONS),
-    st.builds(types.ImageContent, type=st.just("image"), data=_B64, mime_type=_MIME, annotations=_ANNOTATIONS),
-    st.builds(types.AudioContent, type=st.just("audio"), data=_B64, mime_type=_MIME, annotations=_ANNOTATIONS),
+    st.builds(types.ImageContent, type=st.just("image"), data=_B64, mimeType=_MIME, annotations=_ANNOTATIONS),
+    st.builds(types.AudioContent, type=st.just("audio"), data=_B64, mimeType=_MIME, annotations=_ANNOTATIONS),
     st.builds(
         types.ResourceLink,
         type=st.just("resource_link"),
@@ -350,7 +350,7 @@ BLOCKS = st.one_of(
         name=_TEXT,
         title=st.none() | _TEXT,
         description=st.none() | _TEXT,
-        mime_type=st.none() | _MIME,
+        mimeType=st.none() | _MIME,
         size=st.none() | st.integers(min_value=0, max_value=2**40),
         icons=_ICONS,
         annotations=_ANNOTATIONS,
@@ -359,8 +359,8 @@ BLOCKS = st.one_of(
         types.EmbeddedResource,
         type=st.just("resource"),
         resource=st.one_of(
-            st.builds(types.TextResourceContents, uri=_URI, mime_type=st.none() | _MIME, text=_TEXT),
-            st.builds(types.BlobResourceContents, uri=_URI, mime_type=st.none() | _MIME, blob=_B64),
+            st.builds(types.TextResourceContents, uri=_URI, mimeType=st.none() | _MIME, text=_TEXT),
+            st.builds(types.BlobResourceContents, uri=_URI, mimeType=st.none() | _MIME, blob=_B64),
         ),
         annotations=_ANNOTATIONS,
     ),
