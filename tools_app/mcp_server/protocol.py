@@ -56,7 +56,8 @@ CAPABILITIES: Final = {"tools": {"listChanged": False}}
 INSTRUCTIONS: Final = (
     "Tools governed by Toolgate. Out-of-band ids travel in params._meta: toolgate/tool_call_id, "
     "toolgate/run_id, toolgate/connection_id, toolgate/grant_id, toolgate/connection_ids; a person's "
-    "subject token in toolgate/subject makes the call one on their behalf."
+    "subject token in toolgate/subject (or the X-Toolgate-Subject header) makes the call, and the list, "
+    "one on their behalf."
 )
 PAGE_SIZE = 100  # tools per tools/list page
 MAX_ID_LENGTH: Final = 256  # a JSON-RPC id is echoed back: bound what we echo
