@@ -63,6 +63,7 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     ErrorCode.RESULT_TOO_LARGE: 502,
     ErrorCode.AUTHZ_DENIED: 403,
     ErrorCode.UNAVAILABLE_DEPENDENCY: 503,
+    ErrorCode.TOOL_ERROR: 200,
     UNAUTHENTICATED: 401,
     FORBIDDEN: 403,
     NOT_FOUND: 404,

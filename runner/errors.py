@@ -7,7 +7,9 @@ to the contract's error envelope in one place.
 
 from __future__ import annotations
 
-from runner.types import ErrorCode, FieldError
+from collections.abc import Iterable
+
+from runner.types import ContentBlock, ErrorCode, FieldError, text_blocks
 
 
 class ToolgateError(Exception):
@@ -32,6 +34,25 @@ class CapabilityError(ToolgateError):
 
 class ToolFailure(ToolgateError):
     """Raised by a tool to fail with a message it vouches is safe (e.g. "repository not found")."""
+
+
+class ToolError(ToolgateError):
+    """Raised by a tool to answer an error meant for the model, which reads it to correct itself.
+
+    The call answers `tool_error` (HTTP 200, `ok: false`) with these blocks as
+    its `content`: `ToolError("no issue #7 in this repository")` is one text
+    block; `ToolError(content=[...])` passes blocks (an upstream's `isError`
+    result). Unlike `ToolFailure` (Toolgate's `execution`), the text is the
+    tool's own answer, so it goes through the same guards as a value: the
+    credential-echo guard and the result budget.
+    """
+
+    def __init__(self, message: str | None = None, *, content: Iterable[ContentBlock] | None = None) -> None:
+        blocks = tuple(content) if content is not None else ()
+        if message is not None:
+            blocks = text_blocks(message) + blocks
+        super().__init__("the tool reported an error")
+        self.content = blocks
 
 
 class InputInvalid(ToolgateError):

@@ -64,6 +64,7 @@ from runner.errors import (
     InputInvalid,
     OutputInvalid,
     RedactionError,
+    ToolError,
     ToolFailure,
 )
 from runner.grants import check_connection
@@ -85,15 +86,17 @@ from runner.ports import (
     Replay,
     ToolSource,
 )
-from runner.redaction import carries_credential, credential_fragments
+from runner.redaction import carries_credential, credential_fragments, redact_content
 from runner.schema import canonical_json
 from runner.types import (
     Budgets,
+    ContentBlock,
     Decision,
     ErrorCode,
     EventKind,
     FieldError,
     MalformedArgs,
+    ToolContent,
     ToolEvent,
     ToolExecResult,
     ToolInvocationContext,
@@ -117,6 +120,7 @@ DEPENDENCY_RETRY_AFTER_S = 5
 DEPENDENCY_MESSAGE = "a database or cache Toolgate needs is unreachable; nothing ran; retry later"
 CREDENTIAL_IN_OUTPUT = "tool output contains the connection's credential; it was withheld"
 DISABLED_MESSAGE = "tool is disabled"
+TOOL_ERROR_MESSAGE = "the tool reported an error meant for the model; its content says what"
 
 
 @dataclass(slots=True)
@@ -152,15 +156,27 @@ class Call:
             **extra,
         )
 
-    def succeed(self, value: Any) -> ToolExecResult:
+    def succeed(self, output: Any) -> ToolExecResult:
+        """The tool's answer: a value, or content blocks (whose value is their structured content, else the blocks)."""
+        value, content, structured = output, None, True
+        if isinstance(output, ToolContent):
+            content = tuple(dict(block) for block in output.content)
+            structured = output.structured is not None
+            value = dict(output.structured) if output.structured is not None else {"content": list(content)}
         return ToolExecResult(
             tool_call_id=self.ctx.tool_call_id,
             tool_id=self.tool_id,
             ok=True,
             value=value,
+            content=content,
+            structured=structured,
             started_at=self.started_at,
             executed=True,
         )
+
+    def tool_error(self, content: tuple[ContentBlock, ...]) -> ToolExecResult:
+        """The tool ran and answered an error for the model: its blocks are the answer."""
+        return self.fail(ErrorCode.TOOL_ERROR, TOOL_ERROR_MESSAGE, content=tuple(dict(block) for block in content))
 
     @property
     def bound(self) -> BoundTool:
@@ -216,6 +232,7 @@ class AuditStage:
                 tool_id=call.tool_id,
                 ok=result.ok,
                 value=result.value if result.ok else None,
+                content=result.content,
                 error_code=result.error_code,
                 safe_message=result.safe_message,
                 started_at=result.started_at,
@@ -486,9 +503,9 @@ class ResultSizeStage:
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         result = proceed(call)
-        if not result.ok:
+        if not answered(result):
             return result
-        call.result_bytes = len(json.dumps(result.value, separators=(",", ":"), ensure_ascii=False).encode())
+        call.result_bytes = answer_bytes(result)
         limit = call.budgets.max_result_bytes or self.default_max_bytes
         if call.result_bytes > limit:
             return call.fail(ErrorCode.RESULT_TOO_LARGE, f"result is {call.result_bytes} bytes; the budget is {limit}")
@@ -506,18 +523,19 @@ class RedactStage:
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         result = proceed(call)
-        if not result.ok:
+        if not answered(result):
             return result
         try:
-            value = call.bound.redact(result.value)
+            value = call.bound.redact(result.value) if result.ok else None
+            content = redact_content(result.content) if result.content is not None else None
         except RedactionError as exc:
             return call.fail(ErrorCode.REDACTION_FAILED, str(exc))
         if call.auth is not None and carries_credential(
-            value, credential_fragments(call.auth.headers(), call.auth.access_token())
+            [value, content], credential_fragments(call.auth.headers(), call.auth.access_token())
         ):
             logger.warning("tool call %s: output carries the connection's credential; withheld", call.ctx.tool_call_id)
             return call.fail(ErrorCode.REDACTION_FAILED, CREDENTIAL_IN_OUTPUT)
-        return replace(result, value=value)
+        return replace(result, value=value, content=content)
 
 
 class ValidateOutputStage:
@@ -552,6 +570,8 @@ class ExecuteStage:
                 output = _compute(tool, call, caps, budget_ms)
         except ToolTimedOut:
             return call.fail(ErrorCode.TIMEOUT, f"the tool ran past its {budget_ms} ms budget")
+        except ToolError as exc:  # the tool's own answer for the model, not a failure of the call
+            return call.tool_error(exc.content)
         except (ToolFailure, CapabilityError) as exc:
             return call.fail(ErrorCode.EXECUTION, str(exc))
         except Exception as exc:  # the tool's own bug: its message may hold anything, so it stays here
@@ -567,6 +587,21 @@ def _compute(tool: BoundTool, call: Call, caps: ToolCapabilities, budget_ms: int
     if (time.perf_counter() - started) * 1000 > budget_ms:
         raise ToolTimedOut
     return output
+
+
+def answered(result: ToolExecResult) -> bool:
+    """The tool ran and answered: a value, or an error meant for the model (both pass the output guards)."""
+    return result.ok or result.error_code is ErrorCode.TOOL_ERROR
+
+
+def answer_bytes(result: ToolExecResult) -> int:
+    """The serialised size of what the call answers: its value and, beside a structured value, its blocks."""
+    size = 0
+    if result.ok:
+        size += len(json.dumps(result.value, separators=(",", ":"), ensure_ascii=False).encode())
+    if result.content is not None and (result.structured or not result.ok):
+        size += len(json.dumps(list(result.content), separators=(",", ":"), ensure_ascii=False).encode())
+    return size
 
 
 def runtime_budget_ms(call: Call) -> int:

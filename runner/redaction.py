@@ -69,6 +69,50 @@ def _redact(value: Any, node: Trie, path: str) -> Any:
     raise RedactionError(f"output at {path or '<root>'} does not have the shape the allowlist expects")
 
 
+# Every field MCP defines for a content block (text, image, audio, resource_link, embedded resource),
+# as allowlist paths under one block: blocks pass as the tool sent them, whatever their type. A
+# block's `_meta` is free-form structure nobody reviewed and is the one thing left out.
+CONTENT_BLOCK_FIELDS = (
+    "type",
+    "text",
+    "data",
+    "mimeType",
+    "uri",
+    "name",
+    "title",
+    "description",
+    "size",
+    "icons[].src",
+    "icons[].mimeType",
+    "icons[].sizes",
+    "icons[].theme",
+    "annotations.audience",
+    "annotations.priority",
+    "annotations.lastModified",
+    "resource.uri",
+    "resource.mimeType",
+    "resource.text",
+    "resource.blob",
+)
+CONTENT_ALLOWLIST = tuple(f"content[].{path}" for path in CONTENT_BLOCK_FIELDS)
+_CONTENT_TRIE = compile_allowlist(CONTENT_ALLOWLIST)
+
+
+def redact_content(blocks: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Content blocks cut to the fields MCP defines for them (each block keeps its own type's fields)."""
+    kept = _redact({"content": list(blocks)}, _CONTENT_TRIE, "")
+    return tuple(_in_order(block, original) for block, original in zip(kept.get("content") or (), blocks, strict=True))
+
+
+def _in_order(kept: Any, original: Any) -> Any:
+    """`kept` with its keys in `original`'s order: a block reads as it was sent, not in the allowlist's order."""
+    if isinstance(kept, Mapping) and isinstance(original, Mapping):
+        return {key: _in_order(kept[key], original[key]) for key in original if key in kept}
+    if isinstance(kept, list) and isinstance(original, list):
+        return [_in_order(item, source) for item, source in zip(kept, original, strict=True)]
+    return kept
+
+
 # Shorter fragments would match ordinary text and withhold honest outputs; real tokens are far longer.
 MIN_CREDENTIAL_FRAGMENT = 8
 

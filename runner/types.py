@@ -59,6 +59,9 @@ class ErrorCode(enum.StrEnum):
     RESULT_TOO_LARGE = "result_too_large"
     AUTHZ_DENIED = "authz_denied"
     UNAVAILABLE_DEPENDENCY = "unavailable_dependency"
+    # The tool ran and answered an error meant for the model (an upstream's `isError` result,
+    # a built-in tool's `ToolError`): not a failure of Toolgate's, so it is answered with HTTP 200.
+    TOOL_ERROR = "tool_error"
 
 
 class Decision(enum.StrEnum):
@@ -90,6 +93,12 @@ class ToolSpec:
     requires_confirmation: bool = False
     tags: tuple[str, ...] = ()
     version: str | None = None
+    # What an upstream MCP tool's pinned definition adds for MCP clients (tools/list passes them
+    # on): its display title, its own annotation hints (Toolgate only ever makes them stricter)
+    # and its icons. None for code tools.
+    title: str | None = None
+    annotations: Mapping[str, Any] | None = None
+    icons: tuple[Mapping[str, Any], ...] | None = None
 
     def public_dict(self) -> dict[str, Any]:
         """The ToolSpec of the REST contract (no hash: it is an internal change marker)."""
@@ -168,6 +177,28 @@ class MalformedArgs:
     safe_message: str
 
 
+ContentBlock = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContent:
+    """What a tool answers when its answer is content blocks (MCP's shape), not just a value.
+
+    `content`: the blocks as the tool sent them (text, image, audio,
+    resource_link, resource), in MCP's JSON shape. `structured`: its
+    structured content, if it has some. The call's value (REST `value`) is
+    `structured`, else `{"content": [...]}`; MCP clients and model formats
+    receive the blocks themselves.
+    """
+
+    content: tuple[ContentBlock, ...]
+    structured: Mapping[str, Any] | None = None
+
+
+def text_blocks(*texts: str) -> tuple[ContentBlock, ...]:
+    return tuple({"type": "text", "text": text} for text in texts)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolExecResult:
     """What `ToolRunner.exec` answers, for every outcome."""
@@ -184,6 +215,12 @@ class ToolExecResult:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     executed: bool = False  # the tool's code ran (idempotency keys off this)
+    # The content blocks the tool answered (ok, or a `tool_error`'s own error blocks); None when
+    # the tool answered a value only (interfaces then render the value as JSON text).
+    content: tuple[ContentBlock, ...] | None = None
+    # Whether `value` is the tool's structured content; False when it only wraps `content`
+    # (`{"content": [...]}`), so MCP's structuredContent is left out.
+    structured: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +246,7 @@ class ToolInvocationRecord:
     executed: bool = False
     args_sha256: str | None = None
     result_bytes: int | None = None
+    content: tuple[ContentBlock, ...] | None = None  # the answered blocks, kept to replay them
     audit_ref: str | None = None  # the idempotency claim this record finishes, if any
     authz_reason: str | None = None  # why the authorization stage refused (a category, never a token)
     raw: Any = field(default=None, repr=False)

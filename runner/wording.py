@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 REQUIRED = "required"
 NOT_NULL = "must not be null"
@@ -116,6 +116,32 @@ def unknown_field_message(
     guess = f" (did you mean {' or '.join(repr(name) for name in suggestions)}?)" if suggestions else ""
     listed = f"; {allowed_phrase}: {', '.join(names)}" if names else "; none are accepted here"
     return f"unknown field{guess}{listed}"
+
+
+class _PathAndMessage(Protocol):
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+WHOLE_ARGUMENTS = "(arguments)"
+
+
+def refusal_for_model(message: str, errors: Iterable[_PathAndMessage]) -> str:
+    """A refusal as a model reads it: the message, then each wrong argument and what is wrong with it.
+
+    `arguments do not match the tool's schema: timezone: unknown IANA time zone; ms: required`.
+    Paths and messages come from the validators, which never echo a value.
+    Where the model reads only text (MCP's `isError` content, a model format's
+    tool result), the field errors must be in it: nobody reads `_meta`.
+    """
+    errors = list(errors)
+    if len(errors) == 1 and errors[0].message == message:  # the message is the one error's: say where only
+        return f"{errors[0].path}: {message}" if errors[0].path else message
+    details = [f"{error.path or WHOLE_ARGUMENTS}: {error.message}" for error in errors]
+    return f"{message}: {'; '.join(details)}" if details else message
 
 
 def is_json_object_text(value: Any) -> bool:

@@ -115,11 +115,15 @@ def _seconds_left(row: ToolInvocation) -> int:
 
 
 def _recorded_result(row: ToolInvocation) -> ToolExecResult:
+    content = tuple(row.content) if row.content is not None else None
     return ToolExecResult(
         tool_call_id=row.tool_call_id,
         tool_id=row.tool_id,
         ok=row.ok,
         value=row.result,
+        content=content,
+        # A value that only wraps the blocks is no structured content of the tool's own.
+        structured=content is None or row.result != {"content": list(content)},
         error_code=ErrorCode(row.error_code) if row.error_code else None,
         safe_message=row.safe_message or None,
         started_at=row.started_at,

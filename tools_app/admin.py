@@ -215,6 +215,7 @@ class ToolInvocationAdmin(admin.ModelAdmin):
         "authz_reason",
         "args_sha256",
         "result",
+        "content",
         "result_bytes",
         "started_at",
         "ended_at",

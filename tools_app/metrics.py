@@ -43,7 +43,7 @@ STAGE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0
 
 TOOL_CALLS = Counter(
     "toolgate_tool_calls",
-    "Tool calls by tool, tenant, outcome (ok, denied, error, replayed) and error code ('' when ok).",
+    "Tool calls by tool, tenant, outcome (ok, denied, error, tool_error, replayed) and error code ('' when ok).",
     ["tool", "tenant", "outcome", "error_code"],
 )
 TOOL_CALL_SECONDS = Histogram(
@@ -98,11 +98,14 @@ class LabelCap:
 
 
 def call_outcome(result: ToolExecResult, decision: Decision) -> str:
-    """ok, replayed, denied (the pipeline refused) or error (it ran, or tried to, and failed)."""
+    """ok, replayed, denied (the pipeline refused), tool_error (the tool answered an error for the model)
+    or error (it ran, or tried to, and failed)."""
     if decision is Decision.REPLAYED:
         return "replayed"
     if result.ok:
         return "ok"
+    if result.error_code is ErrorCode.TOOL_ERROR:
+        return "tool_error"
     return "denied" if result.error_code in REFUSALS else "error"
 
 

@@ -96,6 +96,9 @@ class ToolInvocation(models.Model):
     safe_message = models.CharField(max_length=500, blank=True)
     args_sha256 = models.CharField(max_length=64, blank=True)
     result = models.JSONField(null=True, blank=True)
+    # The content blocks the tool answered (an upstream MCP tool's blocks as sent, after the guards;
+    # a `tool_error`'s own error blocks), kept so a repeat replays them; null for value-only tools.
+    content = models.JSONField(null=True, blank=True)
     result_bytes = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)

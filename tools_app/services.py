@@ -134,6 +134,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "safe_message": (record.safe_message or "")[:500],
         "args_sha256": record.args_sha256 or "",
         "result": record.value if record.ok else None,
+        "content": list(record.content) if record.content is not None else None,
         "result_bytes": record.result_bytes,
         "started_at": record.started_at,
         "ended_at": record.ended_at,

@@ -31,6 +31,7 @@ from typing import Any
 
 from runner.pipeline import new_tool_call_id
 from runner.types import ErrorCode, ToolExecResult, ToolInvocationRecord, ToolSpec
+from runner.wire.blocks import ANTHROPIC_IMAGE_TYPES, answers_with_blocks, block_text, error_text, is_image
 from runner.wire.openai import (
     INVALID_ARGS_MESSAGE,
     MISSING_NAME_MESSAGE,
@@ -215,18 +216,31 @@ def _to_record(*, index: int, tool_call_id: str | None, name: str, args: dict[st
 
 
 def encode_tool_result_block(result: ToolExecResult, *, tool_use_id: str | None = None) -> dict[str, Any]:
-    """One `tool_result` block; `tool_use_id` is the model's id when Toolgate ran the call under another."""
-    if result.ok:
+    """One `tool_result` block; `tool_use_id` is the model's id when Toolgate ran the call under another.
+
+    A tool that answered content blocks is answered with them as `tool_result`
+    content blocks (images as image blocks); its own error for the model is
+    the same with `is_error: true`.
+    """
+    content: str | list[dict[str, Any]]
+    if answers_with_blocks(result):
+        content = [_result_block(block) for block in result.content or ()]
+    elif result.ok:
         content = json.dumps(result.value)
     else:
-        error_code = result.error_code.value if result.error_code is not None else None
-        content = json.dumps({"ok": False, "error_code": error_code, "message": result.safe_message})
+        content = error_text(result)
     return {
         "type": "tool_result",
         "tool_use_id": tool_use_id or result.tool_call_id,
         "content": content,
         "is_error": not result.ok,
     }
+
+
+def _result_block(block: Mapping[str, Any]) -> dict[str, Any]:
+    if is_image(block) and block["mimeType"] in ANTHROPIC_IMAGE_TYPES:
+        return {"type": "image", "source": {"type": "base64", "media_type": block["mimeType"], "data": block["data"]}}
+    return {"type": "text", "text": block_text(block)}
 
 
 def encode_tool_results(blocks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

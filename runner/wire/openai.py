@@ -31,6 +31,7 @@ from runner import strict_json
 from runner.errors import ToolgateError
 from runner.pipeline import new_tool_call_id
 from runner.types import ErrorCode, ToolExecResult, ToolInvocationRecord, ToolSpec
+from runner.wire.blocks import answers_with_blocks, block_text, error_text
 
 INVALID_ARGS_MESSAGE = "Invalid tool arguments JSON"
 MISSING_NAME_MESSAGE = "tool call has no function name"
@@ -286,10 +287,17 @@ def _parse_arguments(arguments: str) -> dict[str, Any] | None:
 
 
 def encode_tool_result(result: ToolExecResult) -> dict[str, Any]:
-    """The `role: tool` message answering one call; errors are answered too so the model can self-correct."""
-    if result.ok:
+    """The `role: tool` message answering one call; errors are answered too so the model can self-correct.
+
+    A tool that answered content blocks (an upstream MCP tool, a tool's own
+    error for the model) is answered with one text part per block: a tool
+    message carries text parts only, so other blocks say what they were.
+    """
+    content: str | list[dict[str, Any]]
+    if answers_with_blocks(result):
+        content = [{"type": "text", "text": block_text(block)} for block in result.content or ()]
+    elif result.ok:
         content = json.dumps(result.value)
     else:
-        error_code = result.error_code.value if result.error_code is not None else None
-        content = json.dumps({"ok": False, "error_code": error_code, "message": result.safe_message})
+        content = error_text(result)
     return {"role": "tool", "tool_call_id": result.tool_call_id, "content": content}

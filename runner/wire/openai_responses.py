@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from runner.types import ToolExecResult, ToolInvocationRecord, ToolSpec
+from runner.wire.blocks import answers_with_blocks, block_text, error_text, is_image
 from runner.wire.openai import WireFormatError, _optional_str, _plain_copy, _to_record
 
 __all__ = [
@@ -144,10 +145,22 @@ def decode_output_function_calls(output: Sequence[Any]) -> list[ToolInvocationRe
 
 
 def encode_tool_result(result: ToolExecResult, *, call_id: str | None = None) -> dict[str, Any]:
-    """The `function_call_output` input item answering one call; errors are answered too."""
-    if result.ok:
+    """The `function_call_output` input item answering one call; errors are answered too.
+
+    A tool that answered content blocks is answered with the output's list
+    form: `input_image` parts (data URLs) for images, `input_text` for the rest.
+    """
+    output: str | list[dict[str, Any]]
+    if answers_with_blocks(result):
+        output = [_output_part(block) for block in result.content or ()]
+    elif result.ok:
         output = json.dumps(result.value)
     else:
-        error_code = result.error_code.value if result.error_code is not None else None
-        output = json.dumps({"ok": False, "error_code": error_code, "message": result.safe_message})
+        output = error_text(result)
     return {"type": "function_call_output", "call_id": call_id or result.tool_call_id, "output": output}
+
+
+def _output_part(block: Mapping[str, Any]) -> dict[str, Any]:
+    if is_image(block):
+        return {"type": "input_image", "image_url": f"data:{block['mimeType']};base64,{block['data']}"}
+    return {"type": "input_text", "text": block_text(block)}

@@ -397,6 +397,7 @@ MCP_ALLOWED_NAMES = frozenset(
         "policies_app.authentication.SCHEME",
         "policies_app.authentication.ToolsExecScope",
         "policies_app.authentication.request_caller",
+        "policies_app.authentication.request_subject_token",
         "policies_app.authentication.ServiceAccountRateThrottle",
         "policies_app.selectors.Caller",
         # the outage mapping and its answer, and the application error, shared with the REST exception handler

@@ -459,3 +459,52 @@ def test_the_catalog_for_a_person_lists_what_may_run_for_them(agent, alice):
     assert (forged.status_code, forged.json()) == (403, {"error_code": "authz_denied", "safe_message": SUBJECT_REFUSED})
     assert client.get("/api/v1/tools/github__get_user", HTTP_X_TOOLGATE_SUBJECT=token).status_code == 404
     assert client.get(f"/api/v1/tools/{TIME}", HTTP_X_TOOLGATE_SUBJECT=token).status_code == 200
+
+
+def mcp_list(client: Client, *, meta: dict | None = None, **headers: str):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta} if meta else {}}
+    return client.post(
+        "/mcp",
+        json.dumps(body),
+        content_type="application/json",
+        headers={"MCP-Protocol-Version": "2025-11-25", **headers},
+    )
+
+
+def test_mcp_tools_list_for_a_person_is_narrowed_as_the_rest_catalog_is(agent, alice):
+    account, key = agent
+    _d, token = delegation_create(tenant=account.tenant, user=alice, service_account=account, tools=[TIME])
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    rest_for_alice = api_client(key).get("/api/v1/tools", HTTP_X_TOOLGATE_SUBJECT=token).json()["tools"]
+
+    own = mcp_list(client).json()["result"]["tools"]
+    by_header = mcp_list(client, **{"X-Toolgate-Subject": token}).json()["result"]["tools"]
+    by_meta = mcp_list(client, meta={"toolgate/subject": token}).json()["result"]["tools"]
+    forged = mcp_list(client, **{"X-Toolgate-Subject": subject_token_generate().key})
+
+    assert [tool["name"] for tool in own] == ["core__get_current_time", "github__create_issue", "github__get_user"]
+    assert [tool["name"] for tool in by_header] == [tool["name"] for tool in rest_for_alice] == [TIME]
+    assert [tool["name"] for tool in by_meta] == [TIME]
+    assert forged.status_code == 403
+    assert forged.json()["error"]["message"] == SUBJECT_REFUSED
+
+
+def test_an_mcp_call_with_the_subject_header_runs_for_that_person(agent, alice):
+    account, key = agent
+    _delegation, token = delegation_create(tenant=account.tenant, user=alice, service_account=account)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": TIME, "arguments": {}, "_meta": {"toolgate/tool_call_id": "mcp-header-alice"}},
+    }
+
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {key}").post(
+        "/mcp",
+        json.dumps(body),
+        content_type="application/json",
+        headers={"MCP-Protocol-Version": "2025-11-25", "X-Toolgate-Subject": token},
+    )
+
+    assert response.json()["result"]["isError"] is False
+    assert ToolInvocation.objects.get(tool_call_id="mcp-header-alice").subject_id == f"user:{alice.pk}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import threading
 import time
 from dataclasses import replace
@@ -15,9 +16,10 @@ from hypothesis import strategies as st
 from runner.contracts import ToolDefinition
 from runner.errors import BrokerError, DependencyUnavailable
 from runner.grants import effective_connection_ids
-from runner.pipeline import CLAIM_LEASE_GRACE_S, ToolRunner, args_digest
+from runner.pipeline import CLAIM_LEASE_GRACE_S, CREDENTIAL_IN_OUTPUT, TOOL_ERROR_MESSAGE, ToolRunner, args_digest
 from runner.ports import Claimed, Conflict, Replay
 from runner.types import Budgets, Decision, ErrorCode, EventKind, MalformedArgs, ToolExecResult
+from runner.wording import refusal_for_model
 from tests.runner import tools
 from tests.runner.fakes import ACTOR, CONNECTION, GRANT, OTHER_CONNECTION, T0, TENANT, grant, make_harness
 
@@ -519,6 +521,9 @@ class MemoryIdempotency:
                         tool_id=record.tool_id,
                         ok=bool(record.ok),
                         value=record.value,
+                        error_code=record.error_code,
+                        safe_message=record.safe_message,
+                        content=record.content,
                         started_at=record.started_at,
                         ended_at=record.ended_at,
                         executed=True,
@@ -596,3 +601,73 @@ def test_refused_call_is_decided_afresh_when_repeated():
     allowed = h.exec("test__echo", {"text": "hi"})
 
     assert (refused.error_code, allowed.ok) == (ErrorCode.POLICY_DENIED, True)
+
+
+# --- content blocks and errors meant for the model ------------------------------------------------
+
+
+def test_a_tools_own_error_for_the_model_is_tool_error_with_its_text_and_audited_as_executed():
+    h = make_harness([*tools.ALL, *tools.CONTENT_TOOLS])
+
+    result = h.exec("test__refuse", {"text": "Atlantis"})
+
+    assert (result.ok, result.error_code, result.executed, result.value) == (False, ErrorCode.TOOL_ERROR, True, None)
+    assert result.content == ({"type": "text", "text": "no city of that name; send one of: Paris, Oslo"},)
+    assert result.safe_message == TOOL_ERROR_MESSAGE  # Toolgate's words; the tool's are the content
+    [record] = h.audit.records
+    assert (record.error_code, record.executed, record.content) == (ErrorCode.TOOL_ERROR, True, result.content)
+    assert record.result_bytes == len(json.dumps(list(result.content), separators=(",", ":")).encode())
+
+
+def test_a_tool_error_is_replayed_to_a_repeat_without_running_again():
+    h = _with_idempotency(make_harness([*tools.ALL, *tools.CONTENT_TOOLS]))
+
+    first = h.exec("test__refuse", {"text": "Atlantis"})
+    again = h.exec("test__refuse", {"text": "Atlantis"})
+
+    assert (again.error_code, again.content, again.executed) == (ErrorCode.TOOL_ERROR, first.content, False)
+    assert len([e for e in h.events.events if e.kind is EventKind.TOOL_CALL_START]) == 1
+    assert [r.decision for r in h.audit.records] == [Decision.ALLOW, Decision.REPLAYED]
+
+
+def test_a_tool_error_that_carries_the_connections_credential_is_withheld():
+    h = make_harness([*tools.ALL, *tools.CONTENT_TOOLS], grants=[grant()])
+
+    result = h.exec("test__refuse_connected", **CONNECTED)
+
+    assert (result.error_code, result.safe_message, result.content) == (
+        ErrorCode.REDACTION_FAILED,
+        CREDENTIAL_IN_OUTPUT,
+        None,
+    )
+    assert h.broker.token not in repr(h.audit.records) + repr(result)
+
+
+def test_a_tool_error_is_held_to_the_result_budget():
+    h = make_harness([*tools.ALL, *tools.CONTENT_TOOLS], budgets=Budgets(max_result_bytes=40))
+
+    result = h.exec("test__refuse", {"text": "Atlantis"})
+
+    assert (result.error_code, result.content) == (ErrorCode.RESULT_TOO_LARGE, None)
+
+
+def test_content_blocks_pass_as_sent_with_the_value_wrapping_them_and_unreviewed_meta_dropped():
+    h = make_harness([*tools.ALL, *tools.CONTENT_TOOLS])
+
+    result = h.exec("test__blocks", {"text": "hi", "repeat": 2})
+
+    blocks = ({"type": "text", "text": "hihi"}, {"type": "image", "data": tools.PIXEL, "mimeType": "image/png"})
+    assert (result.ok, result.content, result.structured) == (True, blocks, False)
+    assert result.value == {"content": list(blocks)}
+    # the blocks are counted once: the value is nothing but them
+    assert h.audit.records[0].result_bytes == len(json.dumps({"content": list(blocks)}, separators=(",", ":")))
+
+
+def test_a_validation_refusal_reads_for_a_model_with_each_wrong_argument():
+    h = make_harness(tools.ALL)
+
+    result = h.exec("test__echo", {"repeat": 0})
+
+    assert refusal_for_model(result.safe_message, result.errors) == (
+        "arguments do not match the tool's schema: text: required; repeat: must be at least 1"
+    )

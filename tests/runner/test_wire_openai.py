@@ -569,5 +569,5 @@ def test_encode_tool_result_error() -> None:
     assert json.loads(message["content"]) == {
         "ok": False,
         "error_code": "invalid_json",
-        "message": "Invalid tool arguments JSON",
+        "message": "Invalid tool arguments JSON: city: required",  # the model reads which argument is wrong
     }

@@ -9,7 +9,9 @@ import time
 from pydantic import Field
 
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
-from runner.types import ToolEffect
+from runner.errors import ToolError
+from runner.redaction import CONTENT_ALLOWLIST
+from runner.types import ToolContent, ToolEffect
 
 SECRET_IN_EXCEPTION = "sk-live-CANARY-7f3a"
 
@@ -109,3 +111,47 @@ NEEDS_CONNECTION = ToolDefinition(
 )
 
 ALL = (ECHO, SIDE_EFFECT, SLEEP, BLOCK, BOOM, BAD_OUTPUT, NO_ALLOWLIST, NEEDS_CONNECTION)
+
+
+# --- tools that answer content blocks, or an error meant for the model -----------------------
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+async def _refuse(args: EchoArgs, ctx, caps) -> EchoOut:
+    raise ToolError("no city of that name; send one of: Paris, Oslo")
+
+
+async def _refuse_with_token(args: Nothing, ctx, caps) -> EchoOut:
+    raise ToolError(f"the server said: {caps.require_auth().headers()['Authorization']}")
+
+
+async def _blocks(args: EchoArgs, ctx, caps) -> ToolContent:
+    return ToolContent(
+        content=(
+            {"type": "text", "text": args.text * args.repeat},
+            {"type": "image", "data": PIXEL, "mimeType": "image/png", "_meta": {"unreviewed": True}},
+        )
+    )
+
+
+REFUSE = ToolDefinition(_contract("test__refuse", EchoArgs, EchoOut), _refuse)
+REFUSE_WITH_TOKEN = ToolDefinition(
+    _contract(
+        "test__refuse_connected",
+        Nothing,
+        EchoOut,
+        requires_connection=True,
+        provider="github",
+        capabilities=frozenset({"auth"}),
+    ),
+    _refuse_with_token,
+)
+
+
+class ContentOut(ToolOutput):
+    content: list[dict]
+
+
+BLOCKS = ToolDefinition(_contract("test__blocks", EchoArgs, ContentOut, redaction_allowlist=CONTENT_ALLOWLIST), _blocks)
+CONTENT_TOOLS = (REFUSE, REFUSE_WITH_TOKEN, BLOCKS)

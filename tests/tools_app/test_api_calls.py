@@ -254,3 +254,41 @@ def test_calls_need_a_key():
 
     assert response.status_code == 401
     assert response.json()["error_code"] == "unauthenticated"
+
+
+ZONE_REFUSAL = (
+    "arguments do not match the tool's schema: timezone: unknown IANA time zone; "
+    "send a tz database name such as Europe/Paris or UTC"
+)
+
+
+@pytest.mark.parametrize("wire_format", ["openai", "openai_responses", "anthropic"])
+def test_a_validation_refusal_names_the_wrong_argument_in_the_text_the_model_reads(key, wire_format):
+    arguments = {"timezone": "Mars/Base"}
+    if wire_format == "openai":
+        message = {
+            "role": "assistant",
+            "tool_calls": [chat_call("c1", "core__get_current_time", json.dumps(arguments))],
+        }
+    elif wire_format == "openai_responses":
+        message = [
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "core__get_current_time",
+                "arguments": json.dumps(arguments),
+            }
+        ]
+    else:
+        message = [{"type": "tool_use", "id": "c1", "name": "core__get_current_time", "input": arguments}]
+
+    response = run_turn(key, format=wire_format, message=message)
+
+    [result] = response.json()["results"]
+    text = {
+        "openai": lambda: result["content"],
+        "openai_responses": lambda: result["output"],
+        "anthropic": lambda: result["content"][0]["content"],
+    }[wire_format]()
+    assert json.loads(text) == {"ok": False, "error_code": "validation", "message": ZONE_REFUSAL}
+    assert "Mars/Base" not in response.content.decode()  # named, never echoed

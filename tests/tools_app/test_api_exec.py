@@ -604,6 +604,7 @@ def test_contract_statuses_of_the_table():
         "result_too_large": 502,
         "authz_denied": 403,
         "unavailable_dependency": 503,
+        "tool_error": 200,
     }
 
 

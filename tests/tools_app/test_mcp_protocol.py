@@ -479,9 +479,12 @@ def test_bad_out_of_band_fields_are_a_validation_result_like_rest(client, meta, 
 
     result = response.json()["result"]
     assert result["isError"] is True
-    assert result["content"][0]["text"] == "validation: the request is invalid"
+    errors = result["_meta"]["toolgate/errors"]
+    # the model reads only the text: it names each wrong field and what is wrong with it
+    named = "; ".join(f"{error['path']}: {error['message']}" for error in errors)
+    assert result["content"][0]["text"] == f"validation: the request is invalid: {named}"
     assert result["_meta"]["toolgate/error_code"] == "validation"
-    assert {error["path"] for error in result["_meta"]["toolgate/errors"]} == {path}
+    assert {error["path"] for error in errors} == {path}
     assert ToolInvocation.objects.count() == 0
 
 
@@ -555,3 +558,16 @@ def test_approval_required_carries_the_approval_id(key):
     assert result["_meta"]["toolgate/error_code"] == "approval_required"
     assert result["_meta"]["toolgate/approval_id"]
     assert ToolInvocation.objects.get().executed is False
+
+
+def test_a_validation_refusal_names_each_wrong_argument_in_the_text_the_model_reads(client):
+    response = legacy(client, "tools/call", {"name": TIME, "arguments": {"timezone": "Mars/Base", "zone": "x"}})
+
+    result = response.json()["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == (
+        "validation: arguments do not match the tool's schema: "
+        "timezone: unknown IANA time zone; send a tz database name such as Europe/Paris or UTC; "
+        "(arguments): unknown field; the tool's input_schema lists the fields it accepts"
+    )
+    assert "Mars/Base" not in response.content.decode()

@@ -13,7 +13,7 @@ from django.test import Client
 
 from runner.observe import stage_name
 from runner.pipeline import AuditStage, Call, ExecuteStage
-from runner.types import ErrorCode, ToolExecResult, ToolInvocationContext
+from runner.types import Decision, ErrorCode, ToolExecResult, ToolInvocationContext
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
 from tests.support.metrics import sample
@@ -21,6 +21,7 @@ from tools_app.metrics import (
     OTHER,
     LabelCap,
     PrometheusCallObserver,
+    call_outcome,
     mcp_discovery_observed,
     mcp_upstream_call_observed,
 )
@@ -164,3 +165,12 @@ def test_the_mcp_hooks_count_upstream_calls_and_discovery():
     assert sample("toolgate_mcp_upstream_calls_total", server="docs", outcome="unreachable") - before_calls == 1
     assert sample("toolgate_mcp_upstream_call_duration_seconds_count", server="docs") - before_seconds == 1
     assert sample("toolgate_mcp_discovery_total", server="docs", outcome="changed") - before_discovery == 1
+
+
+def test_a_tools_own_error_for_the_model_is_counted_as_tool_error_not_as_a_failure():
+    answered = ToolExecResult(tool_call_id="c", tool_id="t", ok=False, error_code=ErrorCode.TOOL_ERROR)
+    failed = ToolExecResult(tool_call_id="c", tool_id="t", ok=False, error_code=ErrorCode.EXECUTION)
+
+    assert call_outcome(answered, Decision.ALLOW) == "tool_error"
+    assert call_outcome(failed, Decision.ALLOW) == "error"
+    assert call_outcome(answered, Decision.REPLAYED) == "replayed"

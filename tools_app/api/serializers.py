@@ -228,6 +228,11 @@ class ExecFailureOutputSerializer(PrototypeFieldsSerializer):
     safe_message = serializers.CharField()
     approval_id = serializers.CharField(required=False, help_text="With approval_required: the pending approval.")
     errors = FieldErrorSerializer(many=True, required=False, help_text="With validation: what is wrong, and where.")
+    content = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="With tool_error: the tool's own error blocks (MCP content blocks), for the model to read.",
+    )
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         data = super().to_representation(instance)
@@ -235,7 +240,24 @@ class ExecFailureOutputSerializer(PrototypeFieldsSerializer):
             data.pop("errors", None)
         if instance.approval_id is None:
             data.pop("approval_id", None)
+        if instance.error_code != ErrorCode.TOOL_ERROR or instance.content is None:
+            data.pop("content", None)
         return data
+
+
+@extend_schema_serializer(component_name="ExecToolError")
+class ExecToolErrorOutputSerializer(serializers.Serializer):
+    """The tool ran and answered an error meant for the model (HTTP 200): `content` is what it said."""
+
+    tool_call_id = serializers.CharField()
+    tool_id = serializers.CharField()
+    ok = serializers.BooleanField(help_text="Always false.")
+    error_code = serializers.RegexField(r"^tool_error$", help_text="Always `tool_error`.")
+    safe_message = serializers.CharField(help_text="Toolgate's own words; the tool's are in `content`.")
+    content = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="The tool's own error blocks (MCP content blocks: text, image, audio, resource_link, resource).",
+    )
 
 
 @extend_schema_serializer(component_name="ToolSpec")

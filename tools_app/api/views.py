@@ -18,7 +18,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -41,6 +47,7 @@ from tools_app.api.serializers import (
     ExecFailureOutputSerializer,
     ExecInputSerializer,
     ExecSuccessOutputSerializer,
+    ExecToolErrorOutputSerializer,
     InvocationListQuerySerializer,
     InvocationOutputSerializer,
     ToolCatalogOutputSerializer,
@@ -82,7 +89,14 @@ def _refused(description: str) -> OpenApiResponse:
 COMMON_ERRORS = common_errors("tools:exec")
 QUERY_ERRORS = {422: error_response("`validation`: a query parameter is invalid or unknown; `errors` says which.")}
 EXEC_RESPONSES = {
-    200: ExecSuccessOutputSerializer,
+    200: OpenApiResponse(
+        PolymorphicProxySerializer(
+            component_name="ExecAnswer",
+            serializers=[ExecSuccessOutputSerializer, ExecToolErrorOutputSerializer],
+            resource_type_field_name=None,
+        ),
+        description="The tool ran: its value (`ok: true`), or its own error for the model (`tool_error`, `content`).",
+    ),
     **COMMON_ERRORS,
     202: _refused("`approval_required`: an operator must approve; repeat with the same tool_call_id."),
     400: error_response(

@@ -56,7 +56,8 @@ CAPABILITIES: Final = {"tools": {"listChanged": False}}
 INSTRUCTIONS: Final = (
     "Tools governed by Toolgate. Out-of-band ids travel in params._meta: toolgate/tool_call_id, "
     "toolgate/run_id, toolgate/connection_id, toolgate/grant_id, toolgate/connection_ids; a person's "
-    "subject token in toolgate/subject makes the call one on their behalf."
+    "subject token in toolgate/subject (or the X-Toolgate-Subject header) makes the call, and the list, "
+    "one on their behalf."
 )
 PAGE_SIZE = 100  # tools per tools/list page
 MAX_ID_LENGTH: Final = 256  # a JSON-RPC id is echoed back: bound what we echo
@@ -78,8 +79,8 @@ class Reply:
 class Backend(Protocol):
     """The caller's view of Toolgate: its catalog and the runner."""
 
-    def list_tools(self) -> Sequence[ToolSpec]:
-        """The caller's catalog, exactly as `GET /api/v1/tools` derives it."""
+    def list_tools(self, meta: Mapping[str, Any] | None = None) -> Sequence[ToolSpec]:
+        """The caller's catalog, exactly as `GET /api/v1/tools` derives it (`meta`: the list's toolgate/ keys)."""
         ...
 
     def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
@@ -240,7 +241,11 @@ def _list_tools(params: Mapping[str, Any], backend: Backend, *, modern: bool) ->
         after = decode_cursor(cursor) if isinstance(cursor, str) else None
         if after is None:
             raise _Refused(INVALID_PARAMS, "invalid cursor")
-    page, next_cursor = page_after(backend.list_tools(), after, PAGE_SIZE)
+    meta = params.get("_meta")
+    toolgate_meta = (
+        {key: value for key, value in meta.items() if key.startswith(META_PREFIX)} if isinstance(meta, Mapping) else {}
+    )
+    page, next_cursor = page_after(backend.list_tools(toolgate_meta), after, PAGE_SIZE)
     result: dict[str, Any] = {"tools": [tool_entry(spec) for spec in page]}
     if next_cursor is not None:
         result["nextCursor"] = next_cursor

@@ -32,7 +32,13 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView, set_rollback
 
-from policies_app.authentication import SCHEME, ServiceAccountRateThrottle, ToolsExecScope, request_caller
+from policies_app.authentication import (
+    SCHEME,
+    ServiceAccountRateThrottle,
+    ToolsExecScope,
+    request_caller,
+    request_subject_token,
+)
 from policies_app.errors import AppError
 from policies_app.outages import OUTAGE_ERRORS
 from policies_app.selectors import Caller
@@ -173,7 +179,9 @@ class McpView(APIView):
             raise exceptions.UnsupportedMediaType("")
         message = request.data
         headers = {name: request.headers[name] for name in ROUTING_HEADERS if name in request.headers}
-        backend = CallerBackend(runtime=self.runtime(), caller=request_caller(request))
+        backend = CallerBackend(
+            runtime=self.runtime(), caller=request_caller(request), subject_token=request_subject_token(request)
+        )
         return _response(handle(message, headers, backend))
 
     def handle_exception(self, exc: Exception) -> Response:
@@ -183,14 +191,31 @@ class McpView(APIView):
 
 
 class CallerBackend:
-    """The protocol's `Backend` for one authenticated caller: its catalog and the runner, nothing else."""
+    """The protocol's `Backend` for one authenticated caller: its catalog and the runner, nothing else.
 
-    def __init__(self, *, runtime: ToolRuntime, caller: Caller) -> None:
+    A person's subject token (the `X-Toolgate-Subject` header, or `toolgate/subject`
+    in a message's `_meta`, which wins) makes the list the tools the caller may
+    run on their behalf, and a call one made for them, exactly as over REST.
+    """
+
+    def __init__(self, *, runtime: ToolRuntime, caller: Caller, subject_token: str | None = None) -> None:
         self._runtime = runtime
         self._caller = caller
+        self._subject_token = subject_token
 
-    def list_tools(self) -> list[ToolSpec]:
-        return tool_catalog(source=self._runtime.source, policy=self._runtime.policy, caller=self._caller)
+    def list_tools(self, meta: Mapping[str, Any] | None = None) -> list[ToolSpec]:
+        return tool_catalog(
+            source=self._runtime.source,
+            policy=self._runtime.policy,
+            caller=self._caller,
+            subject_token=self._subject(meta or {}),
+        )
+
+    def _subject(self, meta: Mapping[str, Any]) -> str | None:
+        if SUBJECT_META_KEY not in meta:
+            return self._subject_token
+        subject = meta[SUBJECT_META_KEY]
+        return None if subject is None else subject if isinstance(subject, str) else ""
 
     def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
         """Run the call like `POST /api/v1/tools/exec`; None hides a refused tool outside the catalog.
@@ -203,13 +228,10 @@ class CallerBackend:
         request = _exec_request(name, arguments, meta)
         if isinstance(request, ToolExecResult):
             return request
-        visible = any(spec.name == name for spec in self.list_tools())
-        subject = meta.get(SUBJECT_META_KEY)
+        own_catalog = tool_catalog(source=self._runtime.source, policy=self._runtime.policy, caller=self._caller)
+        visible = any(spec.name == name for spec in own_catalog)
         result = tool_exec(
-            runner=self._runtime.runner,
-            caller=self._caller,
-            request=request,
-            subject_token=None if subject is None else subject if isinstance(subject, str) else "",
+            runner=self._runtime.runner, caller=self._caller, request=request, subject_token=self._subject(meta)
         )
         if not visible and not result.ok and result.error_code in HIDDEN_REFUSALS:
             return None

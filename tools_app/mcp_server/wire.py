@@ -13,7 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.types import ToolEffect, ToolExecResult, ToolSpec
+from runner.types import ErrorCode, ToolEffect, ToolExecResult, ToolSpec
+from runner.wording import refusal_for_model
 
 META_PREFIX = "toolgate/"
 TOOL_CALL_ID_META = "toolgate/tool_call_id"
@@ -32,15 +33,23 @@ _CURSOR_VERSION = "v1"
 
 
 def tool_entry(spec: ToolSpec) -> dict[str, Any]:
-    """One entry of `tools/list`: the spec as the REST catalog has it, in MCP's names."""
-    entry: dict[str, Any] = {
-        "name": spec.name,
-        "description": spec.description,
-        "inputSchema": dict(spec.input_schema),
-        "annotations": dict(_ANNOTATIONS[spec.effect]),
-    }
+    """One entry of `tools/list`: the spec as the REST catalog has it, in MCP's names.
+
+    An upstream tool's pinned title, icons and annotation hints pass on; the
+    hints only ever get stricter (see `annotations`).
+    """
+    entry: dict[str, Any] = {"name": spec.name}
+    if spec.title is not None:
+        entry["title"] = spec.title
+    entry.update(
+        description=spec.description,
+        inputSchema=dict(spec.input_schema),
+        annotations=annotations(spec),
+    )
     if spec.output_schema is not None:
         entry["outputSchema"] = dict(spec.output_schema)
+    if spec.icons is not None:
+        entry["icons"] = [dict(icon) for icon in spec.icons]
     # Seed 002's metadata has no MCP field of its own: it travels in `_meta` under Toolgate's prefix.
     entry["_meta"] = {
         "toolgate/consequence_level": spec.consequence_level.value,
@@ -51,37 +60,65 @@ def tool_entry(spec: ToolSpec) -> dict[str, Any]:
     return entry
 
 
-def call_result(result: ToolExecResult) -> dict[str, Any]:
-    """A `tools/call` result: the value, or the refusal as `isError` with its code in `_meta`.
+def annotations(spec: ToolSpec) -> dict[str, Any]:
+    """The upstream's hints (if any) with the effect's on top, never looser than either.
 
+    `readOnlyHint` is true only when the effect is read_only and the upstream
+    did not say false; `openWorldHint` is true whenever the effect reaches
+    outside. The other hints (destructive, idempotent, title) are the
+    upstream's, which Toolgate cannot vouch for and does not loosen.
+    """
+    merged = dict(spec.annotations or {})
+    ours = _ANNOTATIONS[spec.effect]
+    merged["readOnlyHint"] = bool(ours["readOnlyHint"]) and merged.get("readOnlyHint") is not False
+    if ours.get("openWorldHint"):
+        merged["openWorldHint"] = True
+    return merged
+
+
+def call_result(result: ToolExecResult) -> dict[str, Any]:
+    """A `tools/call` result: the tool's blocks and structured content, or the refusal as `isError`.
+
+    A tool that answered content blocks (an upstream MCP tool) is answered with
+    those blocks as sent, and its structuredContent when it has one; a tool
+    that answered a value, with the value as structuredContent and as JSON
+    text. A tool's own error (`tool_error`) is `isError` with its own blocks.
     A refused or failed call is a result, not a JSON-RPC error: the call was
-    understood, and the model reading `content` should learn why it failed.
+    understood, and the model reading `content` should learn why it failed
+    (a validation refusal names each wrong argument in that text).
     """
     meta: dict[str, Any] = {TOOL_CALL_ID_META: result.tool_call_id} if result.tool_call_id else {}
     if result.ok:
-        return {
-            "content": [{"type": "text", "text": _json_text(result.value)}],
-            "structuredContent": result.value,
-            "isError": False,
-            "_meta": meta,
+        answer: dict[str, Any] = {
+            "content": _blocks(result) if result.content is not None else [_json_block(result.value)],
         }
+        if result.structured:
+            answer["structuredContent"] = result.value
+        return {**answer, "isError": False, "_meta": meta}
     code = str(result.error_code)
     meta[ERROR_CODE_META] = code
+    if result.error_code is ErrorCode.TOOL_ERROR:
+        return {
+            "content": _blocks(result) or [{"type": "text", "text": result.safe_message or code}],
+            "isError": True,
+            "_meta": meta,
+        }
     if result.approval_id is not None:
         meta[APPROVAL_ID_META] = result.approval_id
     if result.retry_after_s is not None:
         meta[RETRY_AFTER_META] = result.retry_after_s
     if result.errors:
         meta[ERRORS_META] = [{"path": error.path, "message": error.message} for error in result.errors]
-    return {
-        "content": [{"type": "text", "text": f"{code}: {result.safe_message or code}"}],
-        "isError": True,
-        "_meta": meta,
-    }
+    text = refusal_for_model(result.safe_message or code, result.errors)
+    return {"content": [{"type": "text", "text": f"{code}: {text}"}], "isError": True, "_meta": meta}
 
 
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def _blocks(result: ToolExecResult) -> list[dict[str, Any]]:
+    return [dict(block) for block in result.content or ()]
+
+
+def _json_block(value: Any) -> dict[str, Any]:
+    return {"type": "text", "text": json.dumps(value, ensure_ascii=False, separators=(",", ":"))}
 
 
 def encode_cursor(after: str) -> str:

@@ -21,7 +21,7 @@ class GetCurrentTimeArgs(ToolArgs):
     def _known_zone(cls, value: str) -> str:
         # Checked against the tz database's list: ZoneInfo() alone would also accept file paths.
         if value != "UTC" and value not in _ZONES:
-            raise ValueError("unknown IANA timezone")
+            raise ValueError("unknown IANA time zone; send a tz database name such as Europe/Paris or UTC")
         return value
 
 

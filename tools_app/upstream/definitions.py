@@ -19,6 +19,7 @@ from jsonschema.protocols import Validator
 from referencing import Registry
 
 from runner.contracts import TOOL_ID_MAX_LENGTH
+from runner.redaction import CONTENT_ALLOWLIST
 from runner.schema import canonical_json
 from runner.types import ToolEffect
 
@@ -28,7 +29,10 @@ SERVER_SLUG_MAX_LENGTH = 32
 DIRECT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 MAPPED_HASH_CHARS = 8
 # The fields of an upstream tool that make up its definition: what an operator reviews and pins.
-DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+# `icons` joined later: absent fields are left out of the hash, so pins of tools without icons
+# kept their hash; a tool whose upstream lists icons is seen as changed once (quarantined for review).
+DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations", "icons")
+MAX_ICONS = 16
 REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 EFFECT_STRICTNESS = {ToolEffect.READ_ONLY: 0, ToolEffect.STATE_CHANGE: 1, ToolEffect.EXTERNAL_SIDE_EFFECT: 2}
 
@@ -136,6 +140,19 @@ def check_definition(raw: Mapping[str, Any], bounds: DiscoveryBounds) -> None:
         raise DefinitionRefused(f"tool {label}: inputSchema must be a JSON Schema object of type object")
     for key in ("inputSchema", "outputSchema", "annotations"):
         _check_part(raw.get(key), key, label, bounds)
+    _check_icons(raw.get("icons"), label, bounds)
+
+
+def _check_icons(icons: Any, label: str, bounds: DiscoveryBounds) -> None:
+    """Icons are a short list of objects with a string `src`, within the schema bound."""
+    if icons is None:
+        return
+    if not isinstance(icons, list) or len(icons) > MAX_ICONS:
+        raise DefinitionRefused(f"tool {label}: icons must be a list of at most {MAX_ICONS} icons")
+    if not all(isinstance(icon, Mapping) and isinstance(icon.get("src"), str) for icon in icons):
+        raise DefinitionRefused(f"tool {label}: every icon must be an object with a string src")
+    if len(canonical_json(icons)) > bounds.max_schema_bytes:
+        raise DefinitionRefused(f"tool {label}: icons over {bounds.max_schema_bytes} bytes")
 
 
 def _check_part(value: Any, key: str, label: str, bounds: DiscoveryBounds) -> None:
@@ -242,14 +259,14 @@ def stricter(first: ToolEffect, second: ToolEffect) -> ToolEffect:
 
 
 def default_allowlist(output_schema: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The redaction allowlist a pinned definition gets: every declared field, else the text blocks.
+    """The redaction allowlist a pinned definition gets: every declared field, else the content blocks.
 
     The output schema's top-level properties, expanded to their declared leaves
     (the runner refuses a path that selects a whole object); an object without
     declared properties has no field anyone reviewed and is dropped.
     """
     if not output_schema or not isinstance(output_schema.get("properties"), Mapping):
-        return ("content[].type", "content[].text")
+        return CONTENT_ALLOWLIST
     paths: list[str] = []
     _leaf_paths(output_schema, "", paths, depth=0)
     return tuple(paths)

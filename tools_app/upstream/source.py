@@ -23,13 +23,14 @@ from jsonschema.protocols import Validator
 from pydantic import BaseModel
 
 from policies_app.governance import governance_cache
+from runner import wording
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, BearerAuth, ClockCapability, ToolCapabilities
 from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
-from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolFailure
+from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolError, ToolFailure
 from runner.ports import ToolSource
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
-from runner.types import ConsequenceLevel, FieldError, ToolEffect, ToolInvocationContext, ToolSpec
+from runner.types import ConsequenceLevel, FieldError, ToolContent, ToolEffect, ToolInvocationContext, ToolSpec
 from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, pool_for_running_loop
@@ -42,6 +43,7 @@ from tools_app.upstream.vault import token_vault
 logger = logging.getLogger(__name__)
 
 MAX_ERRORS = 20
+NUL_IN_ANSWER = "upstream MCP server: the answer contains NUL characters, which Toolgate cannot record"
 UNREADABLE_TOKEN = "the MCP server's operator token cannot be read; an operator has been alerted"  # noqa: S105
 
 
@@ -58,12 +60,25 @@ def _validator(definition_hash: str, which: str, schema_json: str) -> Validator:
 
 
 def schema_errors(validator: Validator, instance: Any) -> tuple[FieldError, ...]:
-    """Where and why `instance` breaks the schema, never echoing its values."""
+    """Where and why `instance` breaks the schema, never echoing its values.
+
+    Names come from the pinned schema only: a missing property is named at its
+    own path, an undeclared one never is (it is the caller's text) but the
+    declared ones are listed.
+    """
     errors = []
     for error in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))[:MAX_ERRORS]:
         path = ".".join(str(part) for part in error.absolute_path)
+        if str(error.validator) == "required" and isinstance(error.instance, dict):
+            missing = [name for name in error.validator_value if isinstance(name, str) and name not in error.instance]
+            errors += [FieldError(path=_join(path, name), message=wording.REQUIRED) for name in missing]
+            continue
         errors.append(FieldError(path=path, message=_message(error)))
     return tuple(errors)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
 
 
 def _message(error: Any) -> str:
@@ -72,10 +87,12 @@ def _message(error: Any) -> str:
         expected = error.validator_value
         expected = "/".join(map(str, expected)) if isinstance(expected, list) else str(expected)
         return f"must be of type {expected[:40]}"
-    if keyword == "required":
-        return "a required property is missing"
     if keyword == "additionalProperties":
-        return "has properties the schema does not allow"
+        declared = error.schema.get("properties") if isinstance(error.schema, dict) else None
+        names = sorted(name for name in declared or {} if isinstance(name, str))
+        return wording.unknown_field_message([], names[:20], allowed_phrase="the arguments are")
+    if keyword == "enum" and isinstance(error.validator_value, list) and len(error.validator_value) <= 10:
+        return "must be one of: " + ", ".join(json.dumps(value)[:40] for value in error.validator_value)
     if keyword in ("enum", "const"):
         return "is not one of the allowed values"
     return f"does not satisfy the schema's {keyword[:40]!r} rule"
@@ -146,28 +163,49 @@ def _executor(upstream: _Upstream) -> Any:
             raise
         finally:
             mcp_upstream_call_observed(server=upstream.slug, outcome=outcome, seconds=time.monotonic() - started)
-        if result.is_error:
-            raise ToolFailure("upstream MCP server: the tool reported an error")
-        value = _value_of(result, has_output_schema=upstream.pinned.output_schema is not None)
+        answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
+        if _holds_nul([answer.content, answer.structured]):  # the audit row (PostgreSQL jsonb) cannot keep it
+            raise ToolFailure(NUL_IN_ANSWER)
         # The runner checks outputs against a broker's credential; the operator token is ours to check.
         if (
             auth is not None
             and auth is upstream.operator_auth
-            and carries_credential(value, credential_fragments(auth.headers(), auth.access_token()))
+            and carries_credential(
+                [answer.content, answer.structured], credential_fragments(auth.headers(), auth.access_token())
+            )
         ):
             raise CapabilityError("the upstream's answer carries the server's credential; it was withheld")
-        return value
+        if result.is_error:  # the tool's own error, written for the model: it gets the blocks
+            raise ToolError(content=answer.content)
+        return answer
 
     return execute
 
 
-def _value_of(result: types.CallToolResult, *, has_output_schema: bool) -> Any:
-    """structuredContent when the pinned definition declares its schema (output validation checks it),
-    else the text blocks: structure nobody declared and reviewed has no allowlist to pass."""
-    if has_output_schema:
-        return result.structured_content if result.structured_content is not None else {}
-    blocks = [{"type": "text", "text": block.text} for block in result.content if isinstance(block, types.TextContent)]
-    return {"content": blocks}
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item) for item in value)
+    return False
+
+
+def _content_of(result: types.CallToolResult, *, has_output_schema: bool) -> ToolContent:
+    """The upstream's blocks as it sent them (JSON, camelCase), and its structuredContent.
+
+    Structured content passes only when the pinned definition declares its
+    schema (output validation checks it, the allowlist keeps its declared
+    fields): structure nobody declared and reviewed has no allowlist to pass.
+    A declared schema with no structured content answers `{}` (output
+    validation then says what is missing).
+    """
+    blocks = tuple(block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content)
+    if not has_output_schema or result.is_error:
+        return ToolContent(content=blocks)
+    structured = result.structured_content if result.structured_content is not None else {}
+    return ToolContent(content=blocks, structured=structured)
 
 
 def bind_mcp_tool(
@@ -204,6 +242,9 @@ def bind_mcp_tool(
         requires_confirmation=tool.tool.requires_confirmation,
         tags=tuple(tool.tool.tags),
         version=tool.tool.version or None,
+        title=definition.get("title") if isinstance(definition.get("title"), str) else None,
+        annotations=definition.get("annotations") if isinstance(definition.get("annotations"), dict) else None,
+        icons=tuple(definition["icons"]) if isinstance(definition.get("icons"), list) else None,
         schema_hash=pinned_schema_hash(
             tool_id=tool.tool_id,
             definition=definition,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.redaction import compile_allowlist, redact
+from runner.redaction import CONTENT_ALLOWLIST, compile_allowlist, redact
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import (
     DefinitionRefused,
@@ -13,6 +13,7 @@ from tools_app.upstream.definitions import (
     check_definition,
     default_allowlist,
     definition_hash,
+    pinned_schema_hash,
     suggested_effect,
     tool_id_for,
     tool_ids_for,
@@ -122,7 +123,8 @@ def test_the_default_allowlist_keeps_declared_leaves_and_drops_the_rest():
         "number": 1,
         "owner": {"login": "o"},
     }
-    assert default_allowlist(None) == ("content[].type", "content[].text")
+    assert default_allowlist(None) == CONTENT_ALLOWLIST  # every field of every block type
+    assert {"content[].type", "content[].text", "content[].data", "content[].resource.blob"} <= set(CONTENT_ALLOWLIST)
 
 
 def test_nul_characters_are_refused_before_any_database_sees_them():
@@ -163,3 +165,50 @@ def test_tabs_line_breaks_and_ordinary_text_are_kept_as_they_are():
     text = "Line one.\n\tIndented — naïve café, 東京, emoji 🙂."
 
     assert visible_text(text) == text
+
+
+PINNED_BEFORE_ICONS = {
+    "name": "add",
+    "title": "Add",
+    "description": "Add two integers.",
+    "inputSchema": {"type": "object", "properties": {"a": {"type": "integer"}}},
+    "annotations": {"readOnlyHint": True},
+}
+
+
+def test_pins_of_tools_without_icons_keep_the_hashes_they_had_before_icons_were_pinned():
+    # the hashes this definition had when the definition's fields did not include icons
+    assert definition_hash(PINNED_BEFORE_ICONS) == "1477deb9fc2508423308c6256f3d7002f1f079aadf354873f8d33fac24bb072a"
+    assert (
+        pinned_schema_hash(
+            tool_id="mcp__acme__add",
+            definition=PINNED_BEFORE_ICONS,
+            effect="read_only",
+            provider=None,
+            requires_connection=False,
+        )
+        == "91eee32c4910147941fb7b7fe31305f872e4278481332306ba7f45bc96186e5c"
+    )
+
+
+def test_icons_are_part_of_the_pinned_definition():
+    with_icons = {**PINNED_BEFORE_ICONS, "icons": [{"src": "https://example.com/a.png"}]}
+    other_icons = {**PINNED_BEFORE_ICONS, "icons": [{"src": "https://evil.example/a.png"}]}
+
+    assert canonical_definition(with_icons)["icons"] == [{"src": "https://example.com/a.png"}]
+    assert len({definition_hash(d) for d in (PINNED_BEFORE_ICONS, with_icons, other_icons)}) == 3
+
+
+@pytest.mark.parametrize(
+    "icons",
+    [
+        "https://example.com/a.png",
+        [{"mimeType": "image/png"}],
+        [{"src": 7}],
+        [{"src": "https://example.com/a.png"}] * 17,
+        [{"src": "x" * 70_000}],
+    ],
+)
+def test_unusable_icons_refuse_the_definition(icons):
+    with pytest.raises(DefinitionRefused, match="icon"):
+        check_definition({**PINNED_BEFORE_ICONS, "icons": icons}, DiscoveryBounds())
