@@ -15,6 +15,7 @@ import resource
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 app = MCPServer(name="stdio-test")
 
@@ -77,6 +78,12 @@ def shout(text: str) -> str:
 def leak(name: str) -> str:
     """Answer the raw value of an environment variable (the host must withhold a secret's)."""
     return os.environ.get(name, "")
+
+
+@app.tool()
+def refuse(reason: str) -> str:
+    """Fail the way a tool tells the model what went wrong (the SDK answers isError with the text)."""
+    raise ToolError(reason)
 
 
 @app.tool()

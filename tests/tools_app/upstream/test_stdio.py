@@ -41,7 +41,7 @@ EXEC = "/api/v1/tools/exec"
 OPERATOR_SECRET = "sk-operator-5f1e2d3c4b5a69788796a5b4"
 TENANT_SECRET_A = "lin_tenantA_0123456789abcdef0123"
 TENANT_SECRET_B = "lin_tenantB_fedcba9876543210fedc"
-TOOLS = ["add", "can_read", "can_write", "crash", "environment", "leak", "process", "shout"]
+TOOLS = ["add", "can_read", "can_write", "crash", "environment", "leak", "process", "refuse", "shout"]
 
 
 def sha(value: str) -> str:
@@ -205,6 +205,19 @@ def test_a_stdio_server_is_discovered_and_called_through_the_pipeline(host, call
     (child,) = host.children()
     assert child.spec.slug == "kit"
     assert child.spec.connection_id == ""
+
+
+def test_a_stdio_tools_error_reaches_the_model_as_tool_error(host, caller):
+    _account, key = caller
+    ready("kit", COMMAND)
+
+    response = call(key, "mcp__kit__refuse", {"reason": "the issue tracker is read-only today"})
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["ok"], body["error_code"]) == (False, "tool_error")
+    assert [block["type"] for block in body["content"]] == ["text"]
+    assert "the issue tracker is read-only today" in body["content"][0]["text"]
 
 
 def test_the_childs_environment_holds_only_what_the_contract_lists(host, caller, monkeypatch):
