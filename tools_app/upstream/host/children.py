@@ -353,8 +353,9 @@ class Supervisor:
         if not connected:
             return
         usable = await self._usable_connections(connected)
+        # Only what was asked about: a child started while the check ran is judged at the next sweep.
         for child in list(self._children.values()):
-            if child.spec.connection_id and child.spec.connection_id not in usable:
+            if child.spec.connection_id in connected - usable:
                 logger.info("mcp server %s: child of a revoked connection stopped", child.spec.slug)
                 await self._retire(child, exited=False)
                 shutil.rmtree(self.home_of(child.spec), ignore_errors=True)
