@@ -19,7 +19,7 @@ from connections_app import approvals_admin  # registers the approval requests' 
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from connections_app.services import connection_refresh_resume, connection_revoke, grant_revoke
-from policies_app.admin_display import RevokedFilter, count_of, short_datetime
+from policies_app.admin_display import RevokedFilter, act_on_each, short_datetime
 from policies_app.models import ServiceAccount
 
 __all__ = ["ConnectionAdmin", "approvals_admin"]
@@ -135,31 +135,29 @@ class ConnectionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected connections", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Connection]) -> None:
-        revoked = already = 0
-        for connection in queryset:
-            if connection_revoke(connection=connection, revoked_by=request.user):
-                self.log_change(request, connection, "Revoked.")
-                revoked += 1
-            else:
-                already += 1
-        message = f"Revoked {count_of(revoked, 'connection')}."
-        if already:
-            message += f" {already} already revoked."
-        self.message_user(request, message)
+        act_on_each(
+            self,
+            request,
+            queryset,
+            lambda connection: connection_revoke(connection=connection, revoked_by=request.user),
+            done="Revoked",
+            noun="connection",
+            logged="Revoked.",
+            unchanged="already revoked",
+        )
 
     @admin.action(description="Resume background refresh of selected connections", permissions=["change"])
     def resume_refresh_selected(self, request: HttpRequest, queryset: QuerySet[Connection]) -> None:
-        resumed = skipped = 0
-        for connection in queryset:
-            if connection_refresh_resume(connection=connection, actor=request.user):
-                self.log_change(request, connection, "Background refresh resumed.")
-                resumed += 1
-            else:
-                skipped += 1
-        message = f"Resumed background refresh of {count_of(resumed, 'connection')}."
-        if skipped:
-            message += f" {skipped} did not need attention."
-        self.message_user(request, message)
+        act_on_each(
+            self,
+            request,
+            queryset,
+            lambda connection: connection_refresh_resume(connection=connection, actor=request.user),
+            done="Resumed background refresh of",
+            noun="connection",
+            logged="Background refresh resumed.",
+            unchanged="did not need attention",
+        )
 
 
 @admin.register(ConnectionEvent)
@@ -273,9 +271,13 @@ class ExecutionGrantAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected grants", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ExecutionGrant]) -> None:
-        revoked = 0
-        for grant in queryset:
-            if grant_revoke(grant=grant, revoked_by=request.user):
-                self.log_change(request, grant, "Revoked.")
-                revoked += 1
-        self.message_user(request, f"Revoked {count_of(revoked, 'grant')}.")
+        act_on_each(
+            self,
+            request,
+            queryset,
+            lambda grant: grant_revoke(grant=grant, revoked_by=request.user),
+            done="Revoked",
+            noun="grant",
+            logged="Revoked.",
+            unchanged="already revoked",
+        )

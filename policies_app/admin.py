@@ -27,7 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from policies_app.admin_display import RevokedFilter, count_of
+from policies_app.admin_display import RevokedFilter, act_on_each, count_of
 from policies_app.catalog import enabled_tool_ids
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
@@ -172,17 +172,16 @@ class ServiceAccountAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected service accounts", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ServiceAccount]) -> None:
-        revoked = already = 0
-        for account in queryset:
-            if service_account_revoke(account=account, revoked_by=request.user):
-                self.log_change(request, account, "Revoked.")
-                revoked += 1
-            else:
-                already += 1
-        message = f"Revoked {count_of(revoked, 'service account')}."
-        if already:
-            message += f" {already} already revoked."
-        self.message_user(request, message)
+        act_on_each(
+            self,
+            request,
+            queryset,
+            lambda account: service_account_revoke(account=account, revoked_by=request.user),
+            done="Revoked",
+            noun="service account",
+            logged="Revoked.",
+            unchanged="already revoked",
+        )
 
     # --- effective policy -----------------------------------------------------------------
 
@@ -283,8 +282,16 @@ class DelegationAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected delegations", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Delegation]) -> None:
-        revoked = sum(1 for delegation in queryset if delegation_revoke(delegation=delegation, revoked_by=request.user))
-        self.message_user(request, f"Revoked {count_of(revoked, 'delegation')}.")
+        act_on_each(
+            self,
+            request,
+            queryset,
+            lambda delegation: delegation_revoke(delegation=delegation, revoked_by=request.user),
+            done="Revoked",
+            noun="delegation",
+            logged="Revoked.",
+            unchanged="already revoked",
+        )
 
 
 @admin.register(SigninClient)
@@ -341,8 +348,16 @@ class SigninClientAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected clients (ends their tokens)", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[SigninClient]) -> None:
-        revoked = sum(1 for client in queryset if signin_client_revoke(client=client, revoked_by=request.user))
-        self.message_user(request, f"Revoked {count_of(revoked, 'client')}.")
+        act_on_each(
+            self,
+            request,
+            queryset,
+            lambda client: signin_client_revoke(client=client, revoked_by=request.user),
+            done="Revoked",
+            noun="client",
+            logged="Revoked; its tokens end.",
+            unchanged="already revoked",
+        )
 
 
 @admin.register(ToolPolicy)

@@ -7,10 +7,11 @@ switch, error codes, decisions) out of view.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -25,6 +26,35 @@ def short_datetime(value: datetime | None) -> str | None:
 def count_of(n: int, noun: str) -> str:
     """`1 grant`, `3 grants`: the admin's messages after a bulk action."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def act_on_each(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    rows: Iterable[Model],
+    act: Callable[[Model], bool],
+    *,
+    done: str,
+    noun: str,
+    logged: str,
+    unchanged: str,
+) -> None:
+    """A bulk action: `act` (a service call) on each row, one admin log entry per row it changed, one message.
+
+    `act` answers whether it changed the row (a revoke of a revoked row does not); the message
+    says how many it changed (`Revoked 2 grants.`) and how many it left (`1 already revoked.`).
+    """
+    changed = left = 0
+    for row in rows:
+        if act(row):
+            model_admin.log_change(request, row, logged)
+            changed += 1
+        else:
+            left += 1
+    message = f"{done} {count_of(changed, noun)}."
+    if left:
+        message += f" {left} {unchanged}."
+    model_admin.message_user(request, message)
 
 
 class RevokedFilter(admin.SimpleListFilter):
