@@ -1,7 +1,10 @@
-"""What every bench does first: a fresh PostgreSQL database, and Django's commands run against it."""
+"""What every bench does first: production-like settings, a fresh PostgreSQL database, Django's commands."""
 
 from __future__ import annotations
 
+import base64
+import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,21 @@ from urllib.parse import urlparse
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def production_environment(settings_module: str = "config.settings") -> dict[str, str]:
+    """The server's and the bench's settings: production-like (DEBUG off), fresh secrets each run."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    return {
+        "DJANGO_SETTINGS_MODULE": settings_module,
+        "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/toolgate_bench"),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"),
+        "DEBUG": "False",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "TOOLGATE_ENCRYPTION_KEYS": f"bench:{key}",
+        "LOG_LEVEL": "WARNING",
+    }
 
 
 def fresh_database(url: str) -> None:

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import statistics
@@ -44,7 +42,7 @@ from pathlib import Path
 import django
 import httpx
 
-from bench.database import fresh_database, manage
+from bench.database import fresh_database, manage, production_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
@@ -52,22 +50,7 @@ WORKERS = 4
 USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
 
 
-def _environment() -> dict[str, str]:
-    """The server's and this process's settings: production-like (DEBUG off), fresh secrets each run."""
-    key = base64.b64encode(secrets.token_bytes(32)).decode()
-    return {
-        "DJANGO_SETTINGS_MODULE": "bench.settings",
-        "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/toolgate_bench"),
-        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"),
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "TOOLGATE_ENCRYPTION_KEYS": f"bench:{key}",
-        "LOG_LEVEL": "WARNING",
-    }
-
-
-os.environ.update(_environment())
+os.environ.update(production_environment("bench.settings"))
 django.setup()
 
 from connections_app.services import connection_create, grant_create  # noqa: E402

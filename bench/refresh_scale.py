@@ -25,9 +25,7 @@ flushed). Prints figures; nothing passes or fails.
 from __future__ import annotations
 
 import argparse
-import base64
 import os
-import secrets
 import sys
 import time
 from datetime import timedelta
@@ -35,24 +33,9 @@ from datetime import timedelta
 import django
 import redis
 
-from bench.database import fresh_database, manage
+from bench.database import fresh_database, manage, production_environment
 
-
-def _environment() -> dict[str, str]:
-    key = base64.b64encode(secrets.token_bytes(32)).decode()
-    return {
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/toolgate_bench"),
-        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/9"),
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "TOOLGATE_ENCRYPTION_KEYS": f"bench:{key}",
-        "LOG_LEVEL": "WARNING",
-    }
-
-
-os.environ.update(_environment())
+os.environ.update(production_environment("config.settings"))
 fresh_database(os.environ["DATABASE_URL"])
 manage(dict(os.environ), "migrate", "--noinput")
 django.setup()
