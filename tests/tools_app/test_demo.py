@@ -212,3 +212,12 @@ def test_base_url_option_changes_printed_urls(credentials_file):
 
     assert "http://0.0.0.0:9000/admin/" in out.getvalue()
     assert "http://0.0.0.0:9000/api/v1/tools/exec" in out.getvalue()
+
+
+def test_verbosity_0_seeds_and_prints_nothing(credentials_file):
+    out = io.StringIO()
+
+    call_command("seed_demo", "--credentials-file", str(credentials_file), "--verbosity", "0", stdout=out)
+
+    assert out.getvalue() == ""
+    assert ServiceAccount.objects.get().name == "demo-agent"
