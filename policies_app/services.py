@@ -78,6 +78,13 @@ def service_account_create(
     return account, new_key.key
 
 
+@transaction.atomic
+def service_account_delete(*, account: ServiceAccount) -> None:
+    """Delete an account (its grants and approvals go with it; its audit rows stay, unattributed); logged."""
+    change_record(action="service_account.delete", obj=account, before=change_snapshot(account))
+    account.delete()  # the delete signal bumps the governance generation
+
+
 def _refuse_invalid(account: ServiceAccount) -> None:
     """The model's validation as an AppError; a name the tenant already uses is said on the name."""
     try:
