@@ -26,7 +26,7 @@ from changes_app.services import change_record, change_snapshot
 from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
 from policies_app.governance import governance_bump
 from policies_app.keys import consent_code_generate, key_digest, key_generate, pkce_s256, subject_token_generate
-from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
+from policies_app.metrics import APPROVALS_REQUESTED
 from policies_app.models import (
     ApprovalRequest,
     ConsentCode,
@@ -390,7 +390,6 @@ def approval_decide(
         change_record(
             action=f"approval.{approval.status}", obj=approval, before=before, after=change_snapshot(approval)
         )
-        transaction.on_commit(APPROVALS_DECIDED.labels("approved" if approve else "denied").inc)
         _announce(approval)
     return bool(updated)
 
