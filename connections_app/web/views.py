@@ -51,7 +51,7 @@ from connections_app.web.tenancy import tenant_member_required, tenant_switch, v
 from connections_app.webhooks import webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
 from policies_app.errors import AppError, add_app_error_to_form
-from policies_app.models import ServiceAccount, TenantMembership
+from policies_app.models import Approver, ServiceAccount, TenantMembership
 from policies_app.selectors import (
     service_account_get,
     service_account_list,
@@ -282,13 +282,22 @@ def approvals(request: HttpRequest) -> HttpResponse:
     """Requests waiting for a decision first (soonest expiry first), then the history, paginated.
 
     Only the requests this user may see: another person's on-behalf calls are not listed.
+    A plain member's page is read-only: no "Review…" (owners decide) and no "Webhook…" (owners set it);
+    each request still opens its details.
     """
-    waiting, history = approvals_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request))
+    viewer = viewer_of(request)
+    waiting, history = approvals_seen_by(tenant_id=request.tenant.pk, viewer=viewer)
     page = Paginator(history, APPROVALS_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
         "tenant/approval_list.html",
-        {"section": "approvals", "waiting": waiting, "history": page},
+        {
+            "section": "approvals",
+            "waiting": waiting,
+            "history": page,
+            "is_owner": viewer.is_owner,
+            "owner_approver": Approver.TENANT_OWNER.value,
+        },
     )
 
 
