@@ -162,7 +162,7 @@ def test_invalid_args_answer_validation_with_paths_and_no_values():
     result = h.exec("test__echo", {"text": "x" * 101 + "VALUE-CANARY", "KEY-CANARY": "EXTRA-CANARY"})
 
     assert result.error_code is ErrorCode.VALIDATION
-    assert sorted(e.path for e in result.errors) == ["", "text"]
+    assert sorted(e.path for e in result.errors) == ["(unknown field)", "text"]
     assert "CANARY" not in repr(result)
 
 
