@@ -394,7 +394,7 @@ def test_fairness_throttle_answers_429_envelope_with_retry_after(key, settings):
         ("get", "/api/v1/nope"),
         ("post", "/api/v1/nope"),
         ("get", "/api/nope"),
-        ("get", "/api/v1/tools/"),
+        ("get", "/api/v1/nope/"),
         ("delete", "/api/v1/invocations/a/b"),
     ],
 )
@@ -404,6 +404,23 @@ def test_unknown_api_route_answers_404_envelope(key, method, path):
     assert assert_envelope(response, 404, "not_found") == {
         "error_code": "not_found",
         "safe_message": "no such API endpoint",
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "without"),
+    [
+        ("get", "/api/v1/tools/", "/api/v1/tools"),
+        ("post", "/api/v1/tools/exec/", "/api/v1/tools/exec"),
+        ("get", "/api/v1/invocations//", "/api/v1/invocations"),
+    ],
+)
+def test_a_trailing_slash_answers_404_naming_the_path_without_it(key, method, path, without):
+    response = getattr(APIClient(), method)(path, **authorised(key))
+
+    assert assert_envelope(response, 404, "not_found") == {
+        "error_code": "not_found",
+        "safe_message": f"no such API endpoint; API paths take no trailing slash: {without}",
     }
 
 
