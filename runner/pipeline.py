@@ -198,7 +198,10 @@ class AuditStage:
         except Exception as exc:  # a port failed: the caller gets a safe answer, operators the log
             logger.error("tool call %s failed inside the runner: %s", call.ctx.tool_call_id, type(exc).__name__)
             result = call.fail(ErrorCode.EXECUTION, "the tool call failed")
-        result = replace(result, ended_at=self.clock.now())
+        ended_at = self.clock.now()
+        replayed = call.decision is Decision.REPLAYED
+        if not replayed:  # a replay answers the recorded result as it was, its times included
+            result = replace(result, ended_at=ended_at)
         self.events.emit(
             ToolEvent(
                 kind=EventKind.TOOL_CALL_RESULT,
@@ -217,8 +220,9 @@ class AuditStage:
                 value=result.value if result.ok else None,
                 error_code=result.error_code,
                 safe_message=result.safe_message,
-                started_at=result.started_at,
-                ended_at=result.ended_at,
+                # the replay's own row: when it was asked and answered, not the original's times
+                started_at=call.started_at if replayed else result.started_at,
+                ended_at=ended_at,
                 context=call.ctx,
                 decision=call.decision,
                 executed=result.executed,
