@@ -550,6 +550,10 @@ class ExecuteStage:
         except ToolTimedOut:
             return call.fail(ErrorCode.TIMEOUT, f"the tool ran past its {budget_ms} ms budget")
         except (ToolFailure, CapabilityError) as exc:
+            if exc.host:  # it met an upstream: name it for operators (the caller's message stays as it is)
+                logger.warning(
+                    "tool %s: upstream %s at %s failed: %s", call.tool_id, exc.upstream or "?", exc.host, exc
+                )
             return call.fail(ErrorCode.EXECUTION, str(exc))
         except Exception as exc:  # the tool's own bug: its message may hold anything, so it stays here
             logger.warning("tool %s raised %s", call.tool_id, type(exc).__name__)

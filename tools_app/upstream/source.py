@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit
 
 import mcp_types as types
 from jsonschema.protocols import Validator
@@ -118,6 +119,12 @@ class _Upstream:
     operator_auth: AuthCapability | None
     token_unreadable: bool
 
+    @property
+    def host(self) -> str:
+        """Host and port for operators' logs; never the URL's userinfo, path or query."""
+        parts = urlsplit(self.url)
+        return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+
     def target(self, auth: AuthCapability | None) -> UpstreamTarget:
         headers = tuple(sorted(auth.headers().items())) if auth is not None else ()
         return UpstreamTarget(
@@ -135,7 +142,9 @@ def _executor(upstream: _Upstream) -> Any:
             result = await pool_for_running_loop().call(upstream.target(auth), upstream.pinned, args.arguments)
             outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
-            raise ToolFailure(f"upstream MCP server: {error.safe_message}") from None
+            raise ToolFailure(
+                f"upstream MCP server: {error.safe_message}", upstream=f"mcp:{upstream.slug}", host=upstream.host
+            ) from None
         except asyncio.CancelledError:  # cut at the runtime budget
             outcome = "timeout"
             raise
