@@ -24,6 +24,7 @@ from connections_app.models import Connection, ExecutionGrant
 from connections_app.selectors import (
     approval_seen_by,
     approvals_seen_by,
+    change_entries_named,
     changes_seen_by,
     connection_events,
     connection_get,
@@ -454,7 +455,8 @@ def activity(request: HttpRequest) -> HttpResponse:
     calls (or calls naming their personal connection) are neither listed nor counted.
     """
     people = tenant_subjects(tenant_id=request.tenant.pk)
-    form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known(), people=people)
+    known_tool_ids = tool_ids_known()
+    form = ActivityFilterForm(request.GET or None, tool_ids=known_tool_ids, people=people)
     filters = form.filters() if request.GET else NO_FILTERS
     viewer = viewer_of(request)
     page = Paginator(
@@ -472,7 +474,7 @@ def activity(request: HttpRequest) -> HttpResponse:
             "section": "activity",
             "form": form,
             "page": page,
-            "chart": activity_chart(counts=counts, days=days),
+            "chart": activity_chart(counts=counts, days=days, known_tool_ids=frozenset(known_tool_ids)),
             "chart_days": CHART_DAYS,
             "filtered": filters != NO_FILTERS,
         },
@@ -489,4 +491,5 @@ def changes(request: HttpRequest) -> HttpResponse:
     page = Paginator(
         changes_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request)), CHANGES_PAGE_SIZE
     ).get_page(request.GET.get("page"))
-    return render(request, "tenant/change_list.html", {"section": "changes", "page": page})
+    entries = change_entries_named(page.object_list)  # names for the ids they hold, the ids on hover
+    return render(request, "tenant/change_list.html", {"section": "changes", "page": page, "entries": entries})
