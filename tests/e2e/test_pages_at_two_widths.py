@@ -19,7 +19,10 @@ from policies_app.models import ServiceAccount, TenantMembership
 from tests.e2e.conftest import Browsing
 from tests.e2e.test_demo_walkthrough import hidden_columns, log_in
 from tests.factories import ConnectionFactory
+from tests.support.mcp_upstream import McpUpstream
+from tests.tools_app.upstream.conftest import install_tools
 from tools_app.demo import demo_seed
+from tools_app.upstream.services import mcp_server_discover, mcp_server_register
 
 WIDTHS = (1280, 390)
 PORTAL_PAGES = (
@@ -46,8 +49,20 @@ def _scrolls_sideways(page: Page) -> bool:
 
 
 @pytest.fixture
-def seeded(tmp_path, transactional_db):
-    """The demo, with a connection granted to its agent (names in the change log) and an owner's login."""
+def upstream_tools(settings):
+    """A discovered upstream MCP server on loopback, so the MCP tools list has rows (its widest list)."""
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True
+    with McpUpstream(legacy=False) as server:
+        install_tools(server)
+        yield server
+
+
+@pytest.fixture
+def seeded(tmp_path, transactional_db, upstream_tools):
+    """The demo, with a connection granted to its agent (names in the change log), an owner's login
+    and a discovered upstream MCP server."""
+    registered, _ = mcp_server_register(slug="acme", url=upstream_tools.url)
+    mcp_server_discover(server_id=registered.pk)
     call_command("sync_tools", stdout=io.StringIO())
     demo = demo_seed(credentials_file=tmp_path / "demo.json")
     account = ServiceAccount.objects.get(name=demo.service_account)
