@@ -29,13 +29,17 @@ $(MCP1_VENV)/.installed: requirements-mcp1.txt
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev $(MCP1_VENV)/.installed
 
-# The web server, a Celery worker and beat on the embedded default (Procfile.dev, run by honcho);
-# Ctrl-C stops all three once: honcho forwards it to each process and waits for them.
+# The web server, a Celery worker and beat on the embedded default (Procfile.dev, run by honcho), with
+# console logs (honcho stamps the time); the logins and a curl come last, once everything answers.
+# Ctrl-C stops all of them once: honcho forwards it to each process and waits for them.
+run: export LOG_FORMAT ?= console
+run: export LOG_TIMESTAMPS ?= false
 run: install
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py sync_tools
-	$(BIN)/python manage.py seed_demo --base-url http://$(HOST):$(PORT)
-	@PATH="$(CURDIR)/$(BIN):$$PATH" HOST=$(HOST) PORT=$(PORT) exec $(BIN)/honcho -f Procfile.dev start
+	@$(BIN)/python manage.py migrate --noinput --verbosity 0
+	@$(BIN)/python manage.py sync_tools --verbosity 0
+	@$(BIN)/python manage.py seed_demo --verbosity 0
+	@echo "Starting Toolgate on http://$(HOST):$(PORT)/ (web, worker, beat); the demo's logins follow once it is ready."
+	@PATH="$(CURDIR)/$(BIN):$$PATH" WEB_ADDRESS=$(HOST):$(PORT) PORT=$(PORT) exec $(BIN)/honcho -f Procfile.dev start
 
 test: install-dev
 	$(BIN)/pytest

@@ -22,6 +22,7 @@ from typing import Any, Final
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import connections
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
@@ -195,8 +196,22 @@ def _json_error(code: str, message: str) -> JsonResponse:
 
 @csrf_exempt
 def api_not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-    """The /api/ catch-all route: a JSON 404 whatever the method, and even with DEBUG=True."""
+    """The /api/ catch-all route: a JSON 404 whatever the method, and even with DEBUG=True.
+
+    API paths take no trailing slash; a path that would exist without one says so (no redirect:
+    a client that follows it may drop a POST's body).
+    """
+    without_slash = request.path.rstrip("/")
+    if without_slash != request.path and _api_route_exists(without_slash):
+        return _json_error(NOT_FOUND, f"no such API endpoint; API paths take no trailing slash: {without_slash}")
     return _json_error(NOT_FOUND, "no such API endpoint")
+
+
+def _api_route_exists(path: str) -> bool:
+    try:
+        return resolve(path).func is not api_not_found
+    except Resolver404:
+        return False
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -50,8 +50,12 @@ SHARED_PROCESSORS: list[Processor] = [
 ]
 
 
-def formatter(log_format: str) -> dict[str, Any]:
-    """settings.LOGGING's formatter: JSON lines, or key=value text for a terminal (`LOG_FORMAT=console`)."""
+def formatter(log_format: str, *, timestamps: bool = True) -> dict[str, Any]:
+    """settings.LOGGING's formatter: JSON lines, or key=value text for a terminal (`LOG_FORMAT=console`).
+
+    Without `timestamps` a line carries none: for a process runner that stamps
+    each line itself (`make run`'s honcho), so a line shows one time, not two.
+    """
     renderer: Processor = (
         structlog.dev.ConsoleRenderer(colors=False)
         if log_format == "console"
@@ -62,10 +66,16 @@ def formatter(log_format: str) -> dict[str, Any]:
         "foreign_pre_chain": SHARED_PROCESSORS,
         "processors": [
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *([] if timestamps else [_timestamp_dropped]),
             structlog.processors.format_exc_info,
             renderer,
         ],
     }
+
+
+def _timestamp_dropped(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    event_dict.pop("timestamp", None)
+    return event_dict
 
 
 def configure_structlog() -> None:

@@ -9,7 +9,7 @@ when the proxy itself connects from loopback.
 
 Under gunicorn (`PROMETHEUS_MULTIPROC_DIR` set, config/gunicorn.conf.py) each
 worker counts into its own mmap'd files and a scrape of any worker sums them
-all; series read from the database at scrape time (the approval queue) are
+all; series read from the database at scrape time (the approval queue and decisions) are
 added once, whatever the number of processes.
 """
 
@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
-from policies_app.metrics import PendingApprovals
+from policies_app.metrics import ApprovalsFromTheTable
 
 LOOPBACK = frozenset({"127.0.0.1", "::1"})
 FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP", "HTTP_FORWARDED")
@@ -54,7 +54,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 def registries() -> tuple[CollectorRegistry, ...]:
     """What a scrape reads: this process's (or every gunicorn worker's) counters, then the database's."""
     scrape_time = CollectorRegistry(auto_describe=False)
-    scrape_time.register(PendingApprovals())
+    scrape_time.register(ApprovalsFromTheTable())
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return REGISTRY, scrape_time
     workers = CollectorRegistry(auto_describe=False)

@@ -166,6 +166,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
+# One date format everywhere (admin lists and detail pages, the tenant UI): config/formats/en/formats.py.
+FORMAT_MODULE_PATH = ["config.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -234,24 +236,37 @@ CONTENT_SECURITY_POLICY = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
-# JSON lines (default, for log shippers) or `console` (key=value text for a terminal).
+# JSON lines (default, for log shippers) or `console` (key=value text for a terminal; `make run` uses it).
 LOG_FORMAT = env.str("LOG_FORMAT", default="json")
+# Off when a process runner stamps every line itself (`make run`'s honcho): one time per line, not two.
+LOG_TIMESTAMPS = env.bool("LOG_TIMESTAMPS", default=True)
 logs.configure_structlog()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"structured": logs.formatter(LOG_FORMAT)},
-    "filters": {"bounded_upstream": {"()": "config.logfilters.BoundedUpstreamRecords"}},
+    "formatters": {"structured": logs.formatter(LOG_FORMAT, timestamps=LOG_TIMESTAMPS)},
+    "filters": {
+        "bounded_upstream": {"()": "config.logfilters.BoundedUpstreamRecords"},
+        "one_line_per_request": {"()": "config.logfilters.OneLinePerRequest"},
+        "idle_periodic_tasks": {"()": "config.logfilters.IdlePeriodicTasks"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "structured", "filters": ["bounded_upstream"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "structured",
+            "filters": ["bounded_upstream", "one_line_per_request", "idle_periodic_tasks"],
+        }
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # Django's default config gives "django" a console handler of its own: every line twice.
         "django": {"handlers": [], "propagate": True},
-        # 4xx warnings repeat the request's own line (config/logs.py); 5xx keep their traceback.
+        # 4xx warnings repeat the request's own line (config/logs.py); 5xx keep their traceback
+        # (config/logfilters.py drops their traceless repeats and runserver's access lines). Django's default
+        # config stops "django.server" from propagating: without a handler, Python's last-resort handler
+        # printed its lines as plain text.
         "django.request": {"level": "ERROR"},
-        "django.server": {"level": "ERROR"},
+        "django.server": {"level": "ERROR", "propagate": True},
         "axes": {"level": "WARNING"},  # its version banner on every command
         # httpx logs full request lines at INFO; request URLs may carry ids we keep out of logs.
         # Authlib logs token request bodies (PKCE verifier, codes, tokens) at DEBUG.

@@ -113,7 +113,7 @@ class ConnectionAdmin(admin.ModelAdmin):
     def expires(self, connection: Connection) -> str | None:
         return short_datetime(connection.expires_at)
 
-    @admin.display(description="revoked at", ordering="revoked_at")
+    @admin.display(description="revoked", ordering="revoked_at")
     def revoked(self, connection: Connection) -> str | None:
         return short_datetime(connection.revoked_at)
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
 from django.db.models import BooleanField, CharField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Cast, Replace
 
@@ -22,7 +23,7 @@ from connections_app.models import (
 )
 from policies_app.governance import governance_cache
 from policies_app.ids import uuid_or_none
-from policies_app.models import ApprovalRequest, Approver, Tenant
+from policies_app.models import ApprovalRequest, Approver, ServiceAccount, Tenant
 from policies_app.selectors import approval_for_tenant, approvals_for_tenant, subject_id_of
 from tools_app.models import ToolInvocation
 from tools_app.selectors import invocation_list
@@ -371,3 +372,95 @@ def invocations_seen_by(
     return invocation_list(tenant_id=tenant_id, run_id=run_id, tool_id=tool_id, ok=ok, subject_id=subject_id).filter(
         invocations_visible(tenant_id=tenant_id, viewer=viewer)
     )
+
+
+# --- the change log, readable: names for the ids its entries hold ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NamedId:
+    """An id recorded in the change log, shown by its name (the id stays on hover)."""
+
+    text: str
+    id: str
+
+
+# Recorded fields that hold ids of rows people know by name.
+_NAMED_FIELDS = {"tenant": "tenant", "service_account": "service_account", "connections": "connection", "user": "user"}
+
+
+def change_entries_named(changes: Iterable[Change]) -> list[Change]:
+    """The entries with `named_fields` (field, before, after; ids as NamedId) and `object_name` set.
+
+    One query per kind of id on the page (tenants, service accounts, connections, users, grants),
+    whatever the number of entries. An id whose row is gone keeps showing the id.
+    """
+    entries = list(changes)
+    wanted: dict[str, set[str]] = {kind: set() for kind in (*_NAMED_FIELDS.values(), "grant")}
+    for entry in entries:
+        for field_name, before, after in entry.field_changes():
+            kind = _NAMED_FIELDS.get(field_name)
+            if kind is not None:
+                for value in (before, after):
+                    wanted[kind].update(str(one) for one in (value if isinstance(value, list) else [value]) if one)
+        if entry.object_type == "connections_app.executiongrant":
+            wanted["grant"].add(entry.object_id)
+    names = _names_of(wanted)
+    for entry in entries:
+        entry.named_fields = [
+            (
+                field_name,
+                _named(names, _NAMED_FIELDS.get(field_name), before),
+                _named(names, _NAMED_FIELDS.get(field_name), after),
+            )
+            for field_name, before, after in entry.field_changes()
+        ]
+        entry.object_name = names["grant"].get(entry.object_id) or entry.object_label or entry.object_id
+    return entries
+
+
+def _names_of(wanted: Mapping[str, set[str]]) -> dict[str, dict[str, str]]:
+    def uuids(kind: str) -> list[uuid.UUID]:
+        return [one for one in (uuid_or_none(value) for value in wanted[kind]) if one is not None]
+
+    def ints(kind: str) -> list[int]:
+        return [int(value) for value in wanted[kind] if value.isdigit()]
+
+    names: dict[str, dict[str, str]] = {kind: {} for kind in wanted}
+    if wanted["tenant"]:
+        names["tenant"] = {
+            str(pk): slug for pk, slug in Tenant.objects.filter(pk__in=ints("tenant")).values_list("pk", "slug")
+        }
+    if wanted["service_account"]:
+        names["service_account"] = {
+            str(pk): name
+            for pk, name in ServiceAccount.objects.filter(pk__in=uuids("service_account")).values_list("pk", "name")
+        }
+    if wanted["connection"]:
+        names["connection"] = {
+            str(connection.pk): connection.label or f"{connection.provider} {connection.credential_type}"
+            for connection in Connection.objects.filter(pk__in=uuids("connection")).only(
+                "pk", "label", "provider", "credential_type"
+            )
+        }
+    if wanted["user"]:
+        names["user"] = {
+            str(pk): username
+            for pk, username in get_user_model().objects.filter(pk__in=ints("user")).values_list("pk", "username")
+        }
+    if wanted["grant"]:
+        names["grant"] = {
+            str(pk): f"grant to {account}"
+            for pk, account in ExecutionGrant.objects.filter(pk__in=uuids("grant")).values_list(
+                "pk", "service_account__name"
+            )
+        }
+    return names
+
+
+def _named(names: Mapping[str, Mapping[str, str]], kind: str | None, value: object) -> object:
+    if kind is None or value is None:
+        return value
+    if isinstance(value, list):
+        return [NamedId(text=names[kind].get(str(one), str(one)), id=str(one)) for one in value]
+    return NamedId(text=names[kind].get(str(value), str(value)), id=str(value))

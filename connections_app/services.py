@@ -24,7 +24,7 @@ from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, 
 from policies_app.errors import AppError
 from policies_app.models import ServiceAccount, Tenant, TenantMembership
 from policies_app.services import revoke_once
-from runner.bound import UNKNOWN_FIELD
+from runner import wording
 from tools_app.selectors import tool_providers
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -40,7 +40,12 @@ def _safe_path(path: str) -> str:
     head, _, rest = path.partition(".")
     if head != "credentials" or not rest:
         return path
-    return ".".join([head, *(part if part in _CREDENTIAL_FIELDS else UNKNOWN_FIELD for part in rest.split("."))])
+    return ".".join([head, *(_credential_part(part) for part in rest.split("."))])
+
+
+def _credential_part(part: str) -> str:
+    """A declared field, or a typo of one (runner.wording.unknown_field_name): anything else is masked."""
+    return part if part in _CREDENTIAL_FIELDS else wording.unknown_field_name(part, sorted(_CREDENTIAL_FIELDS))
 
 
 @transaction.atomic

@@ -26,7 +26,7 @@ from changes_app.services import change_record, change_snapshot
 from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
 from policies_app.governance import governance_bump
 from policies_app.keys import consent_code_generate, key_digest, key_generate, pkce_s256, subject_token_generate
-from policies_app.metrics import APPROVALS_DECIDED, APPROVALS_REQUESTED
+from policies_app.metrics import APPROVALS_REQUESTED
 from policies_app.models import (
     ApprovalRequest,
     ConsentCode,
@@ -76,6 +76,13 @@ def service_account_create(
     account.save()  # the save signal bumps the governance generation
     change_record(action="service_account.create", obj=account, after=change_snapshot(account))
     return account, new_key.key
+
+
+@transaction.atomic
+def service_account_delete(*, account: ServiceAccount) -> None:
+    """Delete an account (its grants and approvals go with it; its audit rows stay, unattributed); logged."""
+    change_record(action="service_account.delete", obj=account, before=change_snapshot(account))
+    account.delete()  # the delete signal bumps the governance generation
 
 
 def _refuse_invalid(account: ServiceAccount) -> None:
@@ -383,7 +390,6 @@ def approval_decide(
         change_record(
             action=f"approval.{approval.status}", obj=approval, before=before, after=change_snapshot(approval)
         )
-        transaction.on_commit(APPROVALS_DECIDED.labels("approved" if approve else "denied").inc)
         _announce(approval)
     return bool(updated)
 

@@ -87,7 +87,7 @@ def bind_tool(definition: ToolDefinition, *, http: HttpCapability | None = None)
     )
 
 
-UNKNOWN_FIELD = "(unknown field)"
+UNKNOWN_FIELD = wording.UNKNOWN_FIELD
 UNKNOWN_FIELD_MESSAGE = "unknown field; the tool's input_schema lists the fields it accepts"
 
 
@@ -117,21 +117,24 @@ def field_errors(
     anything, a secret pasted in the wrong place included: it is never echoed.
     An undeclared key is reported at the path of the object holding it, with
     the closest declared name as a suggestion; elsewhere in a path such a key
-    reads `(unknown field)`. Declared names and list indexes are kept.
+    reads `(unknown field)`. Declared names and list indexes are kept. The
+    undeclared key ends the path: by name when it is a typo of a declared name,
+    else as `(unknown field)` (`wording.unknown_field_name`).
     """
     errors = []
     for error in exc.errors(include_url=False, include_input=True, include_context=True):
         location = list(error["loc"])
+        named = ""
         if error["type"] == "extra_forbidden":
             unknown = [str(location.pop())]
             message = unknown_message
             guess = wording.unknown_field_message(unknown, sorted(known_names)).partition(";")[0]
             if guess != "unknown field":
                 message = unknown_message.replace("unknown field", guess, 1)
+            named = wording.unknown_field_name(unknown[0], sorted(known_names))
         else:
             message = wording.pydantic_message(error)
-        path = ".".join(
-            str(part) if isinstance(part, int) or part in known_names else UNKNOWN_FIELD for part in location
-        )
+        parts = [str(part) if isinstance(part, int) or part in known_names else UNKNOWN_FIELD for part in location]
+        path = ".".join([*parts, named] if named else parts)
         errors.append(FieldError(path=path, message=message))
     return tuple(errors)

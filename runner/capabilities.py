@@ -110,10 +110,14 @@ class HttpCapability:
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         user_agent: str = "toolgate",
+        upstream: str = "",
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"base URL must be absolute http(s): {base_url!r}")
+        # For operators' logs: the provider's name and the host (never the URL's userinfo, path or query).
+        self._upstream = upstream
+        self._host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
         self._base_url = base_url.rstrip("/") + "/"
         self._origin = _origin(self._base_url)
         self._timeout = timeout
@@ -165,12 +169,15 @@ class HttpCapability:
                     return HttpResponse(response.status_code, dict(response.headers), content)
                 finally:
                     await response.aclose()
-            raise CapabilityError("too many redirects")
+            raise self._failed("too many redirects")
         except httpx.TimeoutException as exc:
-            raise CapabilityError("upstream timed out") from exc
+            raise self._failed("upstream timed out") from exc
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             # InvalidURL is not an HTTPError: httpx raises it on a Location such as "data:x,y".
-            raise CapabilityError(f"upstream request failed ({type(exc).__name__})") from exc
+            raise self._failed(f"upstream request failed ({type(exc).__name__})") from exc
+
+    def _failed(self, message: str) -> CapabilityError:
+        return CapabilityError(message, upstream=self._upstream, host=self._host)
 
     def _client_for_running_loop(self) -> httpx.AsyncClient:
         """One pooled client per event loop: building one costs an SSL context (~10 ms)."""
@@ -186,7 +193,7 @@ class HttpCapability:
         async for chunk in response.aiter_bytes():
             size += len(chunk)
             if size > self._max_response_bytes:
-                raise CapabilityError("upstream response too large")
+                raise self._failed("upstream response too large")
             chunks.append(chunk)
         return b"".join(chunks)
 

@@ -28,11 +28,24 @@ class RedactionError(ToolgateError):
     """An output that cannot be redacted safely."""
 
 
-class CapabilityError(ToolgateError):
+class _UpstreamNamed(ToolgateError):
+    """A failure that may name the upstream it met, for operators' logs (never in the caller's message).
+
+    `upstream` is the provider or upstream server's slug (`github`, `mcp:acme`) and `host` its
+    host and port, never a URL's userinfo, path or query (where credentials may sit).
+    """
+
+    def __init__(self, message: str = "", *, upstream: str = "", host: str = "") -> None:
+        super().__init__(message)
+        self.upstream = upstream
+        self.host = host
+
+
+class CapabilityError(_UpstreamNamed):
     """A capability refused or failed a request."""
 
 
-class ToolFailure(ToolgateError):
+class ToolFailure(_UpstreamNamed):
     """Raised by a tool to fail with a message it vouches is safe (e.g. "repository not found")."""
 
 

@@ -215,7 +215,10 @@ class AuditStage:
         except Exception as exc:  # a port failed: the caller gets a safe answer, operators the log
             logger.error("tool call %s failed inside the runner: %s", call.ctx.tool_call_id, type(exc).__name__)
             result = call.fail(ErrorCode.EXECUTION, "the tool call failed")
-        result = replace(result, ended_at=self.clock.now())
+        ended_at = self.clock.now()
+        replayed = call.decision is Decision.REPLAYED
+        if not replayed:  # a replay answers the recorded result as it was, its times included
+            result = replace(result, ended_at=ended_at)
         self.events.emit(
             ToolEvent(
                 kind=EventKind.TOOL_CALL_RESULT,
@@ -235,8 +238,9 @@ class AuditStage:
                 content=result.content,
                 error_code=result.error_code,
                 safe_message=result.safe_message,
-                started_at=result.started_at,
-                ended_at=result.ended_at,
+                # the replay's own row: when it was asked and answered, not the original's times
+                started_at=call.started_at if replayed else result.started_at,
+                ended_at=ended_at,
                 context=call.ctx,
                 decision=call.decision,
                 executed=result.executed,
@@ -573,6 +577,10 @@ class ExecuteStage:
         except ToolError as exc:  # the tool's own answer for the model, not a failure of the call
             return call.tool_error(exc.content)
         except (ToolFailure, CapabilityError) as exc:
+            if exc.host:  # it met an upstream: name it for operators (the caller's message stays as it is)
+                logger.warning(
+                    "tool %s: upstream %s at %s failed: %s", call.tool_id, exc.upstream or "?", exc.host, exc
+                )
             return call.fail(ErrorCode.EXECUTION, str(exc))
         except Exception as exc:  # the tool's own bug: its message may hold anything, so it stays here
             logger.warning("tool %s raised %s", call.tool_id, type(exc).__name__)

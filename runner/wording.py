@@ -107,6 +107,20 @@ def pydantic_message(error: Mapping[str, Any]) -> str:
     return str(error.get("msg", "invalid"))
 
 
+UNKNOWN_FIELD = "(unknown field)"
+
+
+def unknown_field_name(key: str, allowed: Iterable[str]) -> str:
+    """How an error's path names a key nobody declared: the key itself when it is a typo of a declared name.
+
+    A caller may put anything in a key, a secret pasted in the wrong place
+    included, so an unknown key is echoed only when it is close to a declared
+    name (the "did you mean" match: it is that name, misspelt); any other
+    reads `(unknown field)`, so the path still shows where it is.
+    """
+    return key if difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.7) else UNKNOWN_FIELD
+
+
 def unknown_field_message(
     unknown: Iterable[str], allowed: Iterable[str], *, allowed_phrase: str = "the fields are"
 ) -> str:

@@ -80,7 +80,20 @@ class ToolAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Tool | None = None) -> tuple[str, ...]:
         if obj is not None and obj.source == Tool.Source.MCP:
             return tuple(name for name in self.readonly_fields if name not in self.mcp_editable_fields)
-        return self.readonly_fields
+        return (*self.readonly_fields, "confirmation")
+
+    def get_fields(self, request: HttpRequest, obj: Tool | None = None) -> list[str]:
+        """A code tool's confirmation is read-only: said in words ("✗" above the field's help text read as on)."""
+        fields = list(super().get_fields(request, obj))
+        if obj is None or obj.source != Tool.Source.MCP:
+            fields = ["confirmation" if name == "requires_confirmation" else name for name in fields]
+        return fields
+
+    @admin.display(description="Requires confirmation")
+    def confirmation(self, obj: Tool) -> str:
+        if obj.requires_confirmation:
+            return "Yes: every call waits for a person's approval, whatever the policy says."
+        return "No: the policy decides which calls wait for a person's approval."
 
     @admin.display(description="schema hash")
     def schema_hash_shown(self, tool: Tool) -> SafeString:

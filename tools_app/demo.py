@@ -24,12 +24,11 @@ from django.db import transaction
 from policies_app.errors import AppError
 from policies_app.keys import key_matches, key_prefix
 from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
-from policies_app.services import service_account_create, tenant_create
+from policies_app.services import policy_save, service_account_create, service_account_delete, tenant_create
 from policies_app.users import tenant_user_upsert
 from runner.types import ToolEffect
-from tools_app.models import Tool
 from tools_app.registry import code_specs
-from tools_app.services import tool_sync
+from tools_app.services import tool_set_enabled, tool_sync
 
 DEMO_TENANT = "demo"
 DEMO_OPERATOR = "operator"
@@ -134,7 +133,7 @@ def _account_ensure(*, tenant: Tenant, stored_key: str, operator: AbstractBaseUs
     if account is not None and _key_opens(stored_key, account):
         return stored_key
     if account is not None:
-        account.delete()
+        service_account_delete(account=account)
         changes.append(f"deleted service account {tenant.slug}/{DEMO_ACCOUNT}: its stored key was lost or revoked")
     _account, api_key = service_account_create(
         tenant=tenant, name=DEMO_ACCOUNT, scopes=DEMO_SCOPES, created_by=operator
@@ -159,12 +158,11 @@ def _policy_ensure(*, tenant: Tenant, changes: list[str]) -> None:
         max_result_bytes=DEMO_MAX_RESULT_BYTES,
     )
     policy.full_clean()
-    policy.save()
+    # Through the services, as an operator's edits go: the change log records the demo (origin: the command).
+    policy_save(policy=policy)
     changes.append(f"created policy {DEMO_POLICY}")
-    for tool in Tool.objects.filter(id__in=DEMO_TOOLS, is_enabled=False):
-        tool.is_enabled = True
-        tool.save(update_fields=["is_enabled", "updated_at"])  # the save signal bumps the generation
-        changes.append(f"enabled tool {tool.id}")
+    for tool_id in tool_set_enabled(tool_ids=DEMO_TOOLS, enabled=True):
+        changes.append(f"enabled tool {tool_id}")
 
 
 def _new_password() -> str:

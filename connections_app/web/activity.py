@@ -8,6 +8,7 @@ exact numbers, not pixels.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
@@ -65,6 +66,9 @@ class ActivityChart:
     plot_right: int = WIDTH - RIGHT
 
 
+UNKNOWN_TOOL = "unknown tool"
+
+
 def chart_days(*, today: date, days: int = CHART_DAYS) -> list[date]:
     """The `days` calendar days ending with `today`, oldest first."""
     return [today - timedelta(days=offset) for offset in range(days - 1, -1, -1)]
@@ -101,9 +105,21 @@ def activity_per_day(
     return {(row["day"], row["tool_id"]): row["calls"] for row in rows}
 
 
-def activity_chart(*, counts: dict[tuple[date, str], int], days: list[date]) -> ActivityChart:
-    """Stacked bars, one per day, one segment per tool, scaled to a round maximum."""
-    tool_ids = sorted({tool_id for (day, tool_id) in counts if day in days})
+def activity_chart(
+    *, counts: dict[tuple[date, str], int], days: list[date], known_tool_ids: Collection[str] | None = None
+) -> ActivityChart:
+    """Stacked bars, one per day, one segment per tool, scaled to a round maximum.
+
+    Refused calls may name any id a caller typed: ids outside `known_tool_ids` share one
+    "unknown tool" series (last), so the legend lists tools, not typos.
+    """
+    if known_tool_ids is not None:
+        grouped: dict[tuple[date, str], int] = {}
+        for (day, tool_id), calls in counts.items():
+            key = (day, tool_id if tool_id in known_tool_ids else UNKNOWN_TOOL)
+            grouped[key] = grouped.get(key, 0) + calls
+        counts = grouped
+    tool_ids = sorted({tool_id for (day, tool_id) in counts if day in days}, key=lambda one: (one == UNKNOWN_TOOL, one))
     series = tuple(
         ChartSeries(
             tool_id=tool_id,

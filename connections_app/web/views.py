@@ -26,6 +26,7 @@ from connections_app.selectors import (
     Viewer,
     approval_seen_by,
     approvals_seen_by,
+    change_entries_named,
     changes_seen_by,
     connection_events,
     connection_get,
@@ -54,7 +55,7 @@ from connections_app.web.tenancy import tenant_member_required, tenant_switch, v
 from connections_app.webhooks import webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
 from policies_app.errors import AppError, add_app_error_to_form
-from policies_app.models import ServiceAccount, TenantMembership
+from policies_app.models import Approver, ServiceAccount, TenantMembership
 from policies_app.selectors import (
     service_account_get,
     service_account_list,
@@ -305,13 +306,22 @@ def approvals(request: HttpRequest) -> HttpResponse:
     """Requests waiting for a decision first (soonest expiry first), then the history, paginated.
 
     Only the requests this user may see: another person's on-behalf calls are not listed.
+    A plain member's page is read-only: no "Review…" (owners decide) and no "Webhook…" (owners set it);
+    each request still opens its details.
     """
-    waiting, history = approvals_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request))
+    viewer = viewer_of(request)
+    waiting, history = approvals_seen_by(tenant_id=request.tenant.pk, viewer=viewer)
     page = Paginator(history, APPROVALS_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
         "tenant/approval_list.html",
-        {"section": "approvals", "waiting": waiting, "history": page},
+        {
+            "section": "approvals",
+            "waiting": waiting,
+            "history": page,
+            "is_owner": viewer.is_owner,
+            "owner_approver": Approver.TENANT_OWNER.value,
+        },
     )
 
 
@@ -468,7 +478,8 @@ def activity(request: HttpRequest) -> HttpResponse:
     calls (or calls naming their personal connection) are neither listed nor counted.
     """
     people = tenant_subjects(tenant_id=request.tenant.pk)
-    form = ActivityFilterForm(request.GET or None, tool_ids=tool_ids_known(), people=people)
+    known_tool_ids = tool_ids_known()
+    form = ActivityFilterForm(request.GET or None, tool_ids=known_tool_ids, people=people)
     filters = form.filters() if request.GET else NO_FILTERS
     viewer = viewer_of(request)
     page = Paginator(
@@ -486,7 +497,7 @@ def activity(request: HttpRequest) -> HttpResponse:
             "section": "activity",
             "form": form,
             "page": page,
-            "chart": activity_chart(counts=counts, days=days),
+            "chart": activity_chart(counts=counts, days=days, known_tool_ids=frozenset(known_tool_ids)),
             "chart_days": CHART_DAYS,
             "filtered": filters != NO_FILTERS,
         },
@@ -503,4 +514,5 @@ def changes(request: HttpRequest) -> HttpResponse:
     page = Paginator(
         changes_seen_by(tenant_id=request.tenant.pk, viewer=viewer_of(request)), CHANGES_PAGE_SIZE
     ).get_page(request.GET.get("page"))
-    return render(request, "tenant/change_list.html", {"section": "changes", "page": page})
+    entries = change_entries_named(page.object_list)  # names for the ids they hold, the ids on hover
+    return render(request, "tenant/change_list.html", {"section": "changes", "page": page, "entries": entries})

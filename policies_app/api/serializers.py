@@ -230,14 +230,20 @@ class StrictInputSerializer(PrototypeFieldsSerializer):
             errors.update(exc.detail if isinstance(exc.detail, Mapping) else {"non_field_errors": exc.detail})
         unknown = [str(key) for key in data if key not in self.fields] if isinstance(data, Mapping) else []
         if unknown:
-            # Reported once, at the body, never by name: a caller may put anything in a key, a secret included.
-            errors.setdefault("non_field_errors", []).append(self.unknown_message(unknown))
+            # Reported where they are: by name when a key is a typo of a declared one, else as `(unknown field)`
+            # (a caller may put anything in a key, a secret included: runner.wording.unknown_field_name).
+            for name in sorted({wording.unknown_field_name(key, self.unknown_allowed()) for key in unknown}):
+                keys = [key for key in unknown if wording.unknown_field_name(key, self.unknown_allowed()) == name]
+                errors.setdefault(name, []).append(self.unknown_message(keys))
         if errors:
             raise serializers.ValidationError(errors)
         return value
 
+    def unknown_allowed(self) -> list[str]:
+        return list(self.fields)
+
     def unknown_message(self, unknown: list[str]) -> str:
-        return wording.unknown_field_message(unknown, self.fields)
+        return wording.unknown_field_message(unknown, self.unknown_allowed())
 
 
 class StrictQuerySerializer(StrictInputSerializer):
@@ -257,9 +263,11 @@ class StrictQuerySerializer(StrictInputSerializer):
             data = {key: data[key] for key in data if key not in skipped}
         return super().to_internal_value(data)
 
+    def unknown_allowed(self) -> list[str]:
+        return [*self.fields, *(PAGE_PARAMETERS if self.PAGINATED else ())]
+
     def unknown_message(self, unknown: list[str]) -> str:
-        names = [*self.fields, *(PAGE_PARAMETERS if self.PAGINATED else ())]
-        message = wording.unknown_field_message(unknown, names, allowed_phrase="this operation takes")
+        message = wording.unknown_field_message(unknown, self.unknown_allowed(), allowed_phrase="this operation takes")
         return message.replace("unknown field", "unknown query parameter", 1)
 
 

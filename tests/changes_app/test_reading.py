@@ -18,6 +18,7 @@ from changes_app.kinds import ActorKind, Origin
 from changes_app.models import Change
 from changes_app.services import ObjectRef, change_record
 from connections_app.models import Connection
+from connections_app.services import grant_create
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
 from tests.support.api import api_client
 from tests.support.web import member_client
@@ -200,3 +201,25 @@ def test_no_secret_reaches_an_entry_the_admin_the_page_or_the_export(admin_clien
             assert secret not in text, f"a secret reached the change log's {where}"
     assert "encrypted_credentials" not in rows
     assert "key_digest" not in rows
+
+
+def test_the_page_names_accounts_connections_tenants_and_grants_with_their_ids_on_hover(django_assert_max_num_queries):
+    # given a grant created through the service: its entry holds the tenant's, account's and connection's ids
+    acme = TenantFactory(slug="acme")
+    account, _key = service_account_with_key(acme, name="release-bot")
+    connection = ConnectionFactory(tenant=acme, label="Work GitHub")
+    grant = grant_create(tenant=acme, service_account=account, connections=[connection])
+    client, _user = member_client(acme)
+
+    # when
+    with django_assert_max_num_queries(14):
+        html = client.get(reverse("web:change-list")).content.decode()
+
+    # then names are shown, ids only in the title attributes
+    entry = html.split(f'title="connections_app.executiongrant {grant.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert entry.startswith(">grant to release-bot</span>")
+    assert f'<span class="named-id" title="{account.pk}">release-bot</span>' in entry
+    assert f'<span class="named-id" title="{connection.pk}">Work GitHub</span>' in entry
+    assert f'<span class="named-id" title="{acme.pk}">acme</span>' in entry
+    assert f">{account.pk}<" not in html
+    assert f">{connection.pk}<" not in html

@@ -394,7 +394,7 @@ def test_fairness_throttle_answers_429_envelope_with_retry_after(key, settings):
         ("get", "/api/v1/nope"),
         ("post", "/api/v1/nope"),
         ("get", "/api/nope"),
-        ("get", "/api/v1/tools/"),
+        ("get", "/api/v1/nope/"),
         ("delete", "/api/v1/invocations/a/b"),
     ],
 )
@@ -404,6 +404,23 @@ def test_unknown_api_route_answers_404_envelope(key, method, path):
     assert assert_envelope(response, 404, "not_found") == {
         "error_code": "not_found",
         "safe_message": "no such API endpoint",
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "without"),
+    [
+        ("get", "/api/v1/tools/", "/api/v1/tools"),
+        ("post", "/api/v1/tools/exec/", "/api/v1/tools/exec"),
+        ("get", "/api/v1/invocations//", "/api/v1/invocations"),
+    ],
+)
+def test_a_trailing_slash_answers_404_naming_the_path_without_it(key, method, path, without):
+    response = getattr(APIClient(), method)(path, **authorised(key))
+
+    assert assert_envelope(response, 404, "not_found") == {
+        "error_code": "not_found",
+        "safe_message": f"no such API endpoint; API paths take no trailing slash: {without}",
     }
 
 
@@ -517,27 +534,33 @@ def test_pagination_parameters_are_refused_rather_than_defaulted(url, query, pat
 
 
 @pytest.mark.parametrize(
-    ("url", "message"),
+    ("url", "path", "message"),
     [
         (
             "/api/v1/tools?fromat=openai",
+            "fromat",  # a typo of a declared name is named; anything else is not echoed
             "unknown query parameter (did you mean 'format'?); this operation takes: format, tags",
         ),
         (
             "/api/v1/invocations?limt=2",
+            "limt",
             "unknown query parameter (did you mean 'limit'?); "
             "this operation takes: run_id, tool_id, ok, subject_id, limit, offset",
         ),
-        ("/api/v1/connections?page=2", "unknown query parameter; this operation takes: limit, offset"),
-        ("/api/v1/grants?page=2", "unknown query parameter; this operation takes: limit, offset"),
+        (
+            "/api/v1/connections?page=2",
+            "(unknown field)",
+            "unknown query parameter; this operation takes: limit, offset",
+        ),
+        ("/api/v1/grants?page=2", "(unknown field)", "unknown query parameter; this operation takes: limit, offset"),
     ],
 )
-def test_unknown_query_parameters_are_refused_by_name_only(url, message):
+def test_unknown_query_parameters_are_refused_by_name_only_when_they_are_a_typo(url, path, message):
     _account, manage_key = service_account_with_key(TenantFactory(), scopes=("tools:exec", "connections:manage"))
 
     response = APIClient().get(url, **authorised(manage_key))
 
-    assert assert_envelope(response, 422, "validation")["errors"] == [{"path": "", "message": message}]
+    assert assert_envelope(response, 422, "validation")["errors"] == [{"path": path, "message": message}]
 
 
 def test_an_empty_query_value_is_a_value_not_an_absence(key):

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 
 import connections_app.metrics  # noqa: F401 - registers the refresh series
 import policies_app.metrics  # noqa: F401 - registers the approval series
-from policies_app.metrics import PendingApprovals
+from policies_app.metrics import ApprovalsFromTheTable
 from tools_app.metrics import MCP_DISCOVERY, STAGE_SECONDS, TOOL_CALLS
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "toolgate.json"
@@ -20,7 +20,7 @@ SUFFIXES = ("_bucket", "_total", "_count", "_sum", "_created")
 def exported() -> dict[str, str]:
     """Family name → type, for every toolgate_ family this process exports (database-read ones included)."""
     families = {family.name: family.type for family in REGISTRY.collect() if family.name.startswith("toolgate_")}
-    families.update({family.name: family.type for family in PendingApprovals().describe()})
+    families.update({family.name: family.type for family in ApprovalsFromTheTable().describe()})
     return families
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import logging.config
 import secrets
 
 import pytest
+from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS
 from django.test import Client
 from structlog.contextvars import bind_contextvars, clear_contextvars, get_contextvars
 
@@ -150,3 +152,85 @@ def test_a_task_carries_the_request_id_that_queued_it_and_binds_nothing_else():
     }
     logs.task_context_cleared()
     assert get_contextvars() == {}
+
+
+# --- one line per request, idle periodic tasks silent, console lines with one time stamp ----------------
+
+
+def test_runserver_access_lines_and_django_traceless_5xx_lines_are_not_written(written):
+    written.readouterr()
+
+    logging.getLogger("django.server").error('"%s" %s %s', "GET /api/v1/tools HTTP/1.1", "502", "87")
+    logging.getLogger("django.request").error("Bad Gateway: %s", "/api/v1/tools/exec")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logging.getLogger("django.request").exception("Internal Server Error: %s", "/api/v1/tools")
+    logging.getLogger("django.server").error("You're accessing the development server over HTTPS")
+
+    lines = [json.loads(line) for line in written.readouterr().splitlines()]
+    assert [line["event"] for line in lines] == [
+        "Internal Server Error: /api/v1/tools",
+        "You're accessing the development server over HTTPS",
+    ]
+    assert "RuntimeError: boom" in lines[0]["exception"]
+
+
+def test_a_5xx_answer_is_written_once_with_its_request_id(written, settings):
+    settings.ROOT_URLCONF = "tests.config.urls_bad_gateway"
+    written.readouterr()
+
+    response = Client().get("/bad-gateway")
+
+    assert response.status_code == 502
+    lines = [json.loads(line) for line in written.readouterr().splitlines()]
+    assert [(line["event"], line["status"], line["request_id"]) for line in lines] == [
+        ("request", 502, response["X-Request-ID"])
+    ]
+
+
+def _celery_lines(name: str, return_value: str) -> None:
+    received = {"id": "t1", "name": name, "args": "()", "kwargs": "{}", "eta": None}
+    logging.getLogger("celery.beat").info("Scheduler: Sending due task %s (%s)", "entry", name)
+    logging.getLogger("celery.worker.strategy").info(LOG_RECEIVED, received, extra={"data": received})
+    done = {"id": "t1", "name": name, "return_value": return_value, "runtime": 0.01, "args": "()", "kwargs": "{}"}
+    logging.getLogger("celery.app.trace").info(LOG_SUCCESS, done, extra={"data": done})
+
+
+def test_a_periodic_task_that_did_nothing_writes_nothing(written):
+    written.readouterr()
+
+    _celery_lines("connections_app.tasks.refresh_sweep", "0")
+    _celery_lines("policies_app.tasks.approval_expiry_sweep", "0")
+
+    assert written.readouterr() == ""
+
+
+def test_a_periodic_task_that_did_something_and_other_tasks_still_log(written):
+    written.readouterr()
+
+    _celery_lines("connections_app.tasks.refresh_sweep", "2")
+    _celery_lines("connections_app.tasks.refresh_connection", "'refreshed'")
+
+    events = [json.loads(line)["event"] for line in written.readouterr().splitlines()]
+    assert [event.split("[")[0] for event in events] == [
+        "Task connections_app.tasks.refresh_sweep",
+        "Scheduler: Sending due task entry (connections_app.tasks.refresh_connection)",
+        "Task connections_app.tasks.refresh_connection",
+        "Task connections_app.tasks.refresh_connection",
+    ]
+    assert events[0].endswith(": 2")
+
+
+@pytest.mark.parametrize("timestamps", [True, False])
+def test_console_lines_carry_a_time_stamp_unless_the_process_runner_adds_one(timestamps):
+    formatter = logging.config.DictConfigurator({}).configure_formatter(
+        logs.formatter("console", timestamps=timestamps)
+    )
+    record = logging.LogRecord("toolgate.request", logging.INFO, __file__, 1, "request", None, None)
+
+    line = formatter.format(record)
+
+    assert line.startswith("20") is timestamps
+    assert "[info     ] request" in line
+    assert not line.startswith("{")

@@ -242,13 +242,13 @@ INVALID_BODIES = [
         {**VALID, "credentials": {"apikey": CANARY}},
         [
             ("credentials.api_key", "required"),
-            ("credentials", "unknown field (did you mean 'api_key'?); api_key credentials take: api_key"),
+            ("credentials.apikey", "unknown field (did you mean 'api_key'?); api_key credentials take: api_key"),
         ],
         id="mistyped-credential-field",
     ),
     pytest.param(
         {**VALID, "credentials": {"api_key": "k", CANARY: "v"}},
-        [("credentials", "unknown field; api_key credentials take: api_key")],
+        [("credentials.(unknown field)", "unknown field; api_key credentials take: api_key")],
         id="secret-as-an-unknown-key",
     ),
     pytest.param(
@@ -261,7 +261,7 @@ INVALID_BODIES = [
         [
             ("credentials.username", "required"),
             ("credentials.password", "required"),
-            ("credentials", "unknown field; app_password credentials take: username, password"),
+            ("credentials.(unknown field)", "unknown field; app_password credentials take: username, password"),
         ],
         id="shape-of-another-type",
     ),
@@ -332,7 +332,7 @@ INVALID_BODIES = [
         {**VALID, "owner_tenant": "globex", "id": "4f6c2a9e-8d1b-4c3e-9a57-0b2d6e8f1a34"},
         [
             (
-                "",
+                "(unknown field)",
                 "unknown field; the fields are: provider, credential_type, credentials, scopes, expires_at, label",
             )
         ],

@@ -312,7 +312,7 @@ INVALID_BODIES = [
     ),
     pytest.param(
         {"service_account": "agent", "connection_ids": [SOME_ID], "tenant": "globex"},
-        [("", "unknown field; the fields are: service_account, connection_ids, expires_at")],
+        [("(unknown field)", "unknown field; the fields are: service_account, connection_ids, expires_at")],
         id="unknown-field",
     ),
 ]

@@ -10,10 +10,14 @@ captured at DEBUG.
 from __future__ import annotations
 
 import base64
+import io
+import json
 import logging
+import socket
 
 import pytest
 
+from config.runtime import runtime
 from connections_app.models import Connection, ConnectionEvent
 from policies_app.models import ApprovalRequest
 from policies_app.services import approval_decide
@@ -216,3 +220,37 @@ def test_github_refusing_the_token_answers_502_execution_with_a_safe_message(git
     row = ToolInvocation.objects.get(tool_call_id="c1")
     assert (row.ok, row.executed, row.error_code) == (False, True, "execution")
     assert_nowhere((TOKEN, "Bad credentials"), response, caplog)
+
+
+def test_an_unreachable_github_is_logged_with_provider_and_host_once_with_the_request_id(settings, caller, call_tool):
+    # given GitHub's URL points at a closed loopback port, with a userinfo that must never be logged
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings.TOOLGATE_GITHUB_API_URL = f"http://urluser:urlsecret-55aa@127.0.0.1:{port}/api"
+    runtime.cache_clear()
+    account, _key = caller
+    connection, grant = granted(account)
+    (handler,) = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
+    buffer = io.StringIO()
+    previous = handler.setStream(buffer)
+    try:
+        # when
+        response = call_tool(connection, grant, tool_call_id="c1")
+    finally:
+        handler.setStream(previous)
+        runtime.cache_clear()
+
+    # then the caller gets the same safe answer as before, and operators one line naming github and the host
+    assert response.status_code == 502
+    assert response.json()["safe_message"] == "upstream request failed (ConnectError)"
+    lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
+    failed = [line for line in lines if "upstream github" in line["event"]]
+    assert [line["event"] for line in failed] == [
+        f"tool github__get_user: upstream github at 127.0.0.1:{port} failed: upstream request failed (ConnectError)"
+    ]
+    assert failed[0]["request_id"] == response["X-Request-ID"]
+    # and nothing else about it: the request's own line, no traceless "Bad Gateway" line without a request id
+    assert [line["status"] for line in lines if line["event"] == "request"] == [502]
+    assert all(line.get("request_id") == response["X-Request-ID"] for line in lines), lines
+    assert not any(secret in buffer.getvalue() for secret in ("urlsecret-55aa", "urluser", TOKEN))

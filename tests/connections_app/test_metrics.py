@@ -73,7 +73,7 @@ def test_a_scrape_does_not_read_the_connection_events(django_assert_num_queries)
         tenant=connection.tenant, connection_id=connection.pk, provider="github", kind="refreshed"
     )
 
-    with django_assert_num_queries(1):  # the approval queue's COUNT, nothing else
+    with django_assert_num_queries(2):  # the approval queue's COUNT and the decisions by status, nothing else
         text = Client().get("/metrics").content.decode()
 
     assert "# TYPE toolgate_oauth_refresh_total counter" in text

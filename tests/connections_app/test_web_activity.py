@@ -155,6 +155,25 @@ def test_chart_geometry_stacks_tools_per_day_on_a_round_scale():
     assert second_day_b.y + second_day_b.height == second_day_a.y  # stacked on top, no gap
 
 
+def test_mistyped_tool_ids_share_one_unknown_tool_series_listed_last():
+    days = chart_days(today=TODAY, days=2)
+    counts = {
+        (days[0], "core__wait"): 1,
+        (days[0], "core__get_c"): 2,
+        (days[1], "zz_typo"): 1,
+        (days[1], "aa_typo"): 1,
+    }
+
+    chart = activity_chart(counts=counts, days=days, known_tool_ids={"core__wait"})
+
+    assert [(s.tool_id, s.total) for s in chart.series] == [("core__wait", 1), ("unknown tool", 4)]
+    assert [bar.title for bar in chart.bars] == [
+        "core__wait: 1 call on 2026-11-19",
+        "unknown tool: 2 calls on 2026-11-19",
+        "unknown tool: 2 calls on 2026-11-20",
+    ]
+
+
 @time_machine.travel(NOW, tick=False)
 def test_activity_page_draws_the_chart_and_legend_as_inline_svg(member, calls):
     client, _user = member

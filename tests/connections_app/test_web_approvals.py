@@ -301,3 +301,26 @@ def test_a_decision_on_a_persons_approval_stays_out_of_other_members_change_log(
     assert "canary-private-reason-0c4d" in logs["owner"]
     assert "canary-private-reason-0c4d" in logs["alice"]
     assert "canary-private-reason-0c4d" not in logs["max"]
+
+
+def test_the_list_is_read_only_for_a_member_and_offers_review_to_an_owner_only_where_owners_decide(
+    member, owner, account
+):
+    theirs = pending_approval(account, ARGS, approver="tenant_owner", tool_call_id="c-owner")
+    operators = pending_approval(account, ARGS, approver="operator", tool_call_id="c-operator")
+    listing = reverse("web:approval-list")
+
+    as_member = member.get(listing).content.decode()
+    as_owner = owner.get(listing).content.decode()
+
+    assert "Review…" not in as_member
+    assert "Webhook…" not in as_member
+    assert as_member.count(">Details</a>") == 2
+    assert _detail(theirs) in as_member
+    assert _detail(operators) in as_member
+    assert "Webhook…" in as_owner
+    assert as_owner.count("Review…") == 1
+    review_row = as_owner.split(f'data-approval-id="{theirs.pk}"')[1].split("</tr>")[0]
+    assert "Review…" in review_row
+    operator_row = as_owner.split(f'data-approval-id="{operators.pk}"')[1].split("</tr>")[0]
+    assert ">Details</a>" in operator_row

@@ -76,6 +76,17 @@ def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
     return {**browser_type_launch_args, "executable_path": _chromium_installed(), "args": CHROMIUM_ARGS}
 
 
+@pytest.fixture(scope="session")
+def base_url() -> None:
+    """No base URL for Playwright: pages are opened with the live server's full URL (`Browsing.visit`).
+
+    Defined here because pytest-playwright's fallback `base_url` (used when pytest-base-url is not
+    installed) is a session fixture written as an instance method, which pytest 9 deprecates with a
+    PytestRemovedIn10Warning; warnings are errors in this suite (pyproject.toml).
+    """
+    return None
+
+
 @dataclass
 class Browsing:
     """A page on the live server that records console errors and saves a screenshot of each page visited."""

@@ -59,10 +59,13 @@ def test_a_tenant_owner_approves_a_call_in_the_browser(browsing, waiting):
 def test_a_member_sees_the_request_but_has_no_buttons(browsing, waiting):
     page = browsing.page
     _log_in(browsing, "max")
-    page.get_by_role("link", name="Review…").click()
+    expect(page.get_by_role("link", name="Review…")).to_have_count(0)
+    expect(page.get_by_role("link", name="Webhook…")).to_have_count(0)
+    browsing.screenshot("approvals-04-member-list")
+    page.get_by_role("link", name="Details").click()
 
     expect(page.locator("#approval-cannot-decide")).to_be_visible()
     expect(page.get_by_role("button", name="Approve")).to_have_count(0)
-    browsing.screenshot("approvals-04-member")
+    browsing.screenshot("approvals-05-member-detail")
     assert ApprovalRequest.objects.get(pk=waiting.pk).status == "pending"
     assert browsing.csp_violations() == []

@@ -29,7 +29,7 @@ ADMIN_LISTS = {
     "connections_app/executiongrant": ("Service account", "Revoked at"),
     "policies_app/tenant": ("Slug", "Name"),
     "policies_app/tenantmembership": ("User", "Role"),
-    "connections_app/connection": ("Tenant", "Status", "Expires at", "Revoked at"),
+    "connections_app/connection": ("Tenant", "Status", "Expires at", "Revoked"),
     "connections_app/oauthprovider": ("Name", "Client id"),
 }
 

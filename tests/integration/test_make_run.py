@@ -1,4 +1,4 @@
-"""`make run` on a fresh clone serves the demo, and one Ctrl-C stops all of it, quietly.
+"""`make run` on a fresh clone serves the demo, ends its output with the logins, and one Ctrl-C stops it.
 
 Driven through a pseudo-terminal, as a person at a terminal runs it: Ctrl-C is
 the byte a terminal turns into SIGINT for the whole foreground process group.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -70,9 +71,20 @@ def clone(tmp_path) -> Path:
     return target
 
 
-def test_ctrl_c_stops_web_worker_and_beat_once_and_quietly(clone):
+# honcho's prefix: its time stamp and the process name; then the line as the process wrote it.
+HONCHO_PREFIX = re.compile(r"^(?:\x1b\[[0-9;]*m)*\d\d:\d\d:\d\d (\S+)\s*\| (?:\x1b\[[0-9;]*m)*")
+ISO_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
+RULE = "=" * 78
+
+
+def _lines(output: bytes) -> list[str]:
+    return [line for line in output.decode(errors="replace").replace("\r", "").splitlines() if line.strip()]
+
+
+def test_make_run_ends_with_the_logins_and_ctrl_c_stops_everything_once_and_quietly(clone):
     port = _free_port()
     env = {name: value for name, value in os.environ.items() if name not in CONFIGURATION}
+    env["TOOLGATE_REFRESH_SWEEP_SECONDS"] = "1"  # periodic sweeps run (and find nothing) while we watch
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal session running `make run`
         os.chdir(clone)
@@ -80,12 +92,16 @@ def test_ctrl_c_stops_web_worker_and_beat_once_and_quietly(clone):
 
     try:
         output = b""
-        deadline = time.monotonic() + 120
-        while not (_port_open(port) and b"celery@" in output and b"beat: Starting" in output):
+        deadline = time.monotonic() + 180
+        while not (_port_open(port) and output.count(RULE.encode()) >= 2):
             assert time.monotonic() < deadline, output.decode(errors="replace")[-3000:]
             output += _read(fd, 0.5)
-        time.sleep(2)  # let the worker finish starting up
-        output += _read(fd, 0.1)
+        ready_at = len(output)
+        quiet_until = time.monotonic() + 6  # several sweeps and beat ticks: none of them says anything
+        while time.monotonic() < quiet_until:
+            output += _read(fd, 0.5)
+        started = _lines(output)
+        after_ready = _lines(output[ready_at:])
 
         interrupted_at = len(output)
         os.write(fd, b"\x03")
@@ -105,6 +121,27 @@ def test_ctrl_c_stops_web_worker_and_beat_once_and_quietly(clone):
     output += _read(fd, 0.2)
     after = output[interrupted_at:].decode(errors="replace")
 
+    # the logins and the curl are the last lines, framed, nothing after them; few lines since "ready"
+    assert after_ready == [], after_ready
+    (ready_line,) = [
+        index for index, line in enumerate(started) if " ready. " in line and "[celery.apps.worker]" in line
+    ]
+    assert len(started) - ready_line < 40, "\n".join(started)
+    last = [HONCHO_PREFIX.sub("", line) for line in started[-11:]]
+    assert (last[0], last[-1]) == (RULE, RULE), "\n".join(started[-12:])
+    assert last[1].startswith("Toolgate demo is ready (tenant demo)")
+    assert last[-2].startswith(
+        f'  curl -s -X POST http://127.0.0.1:{port}/api/v1/tools/exec -H "Authorization: Bearer tg_'
+    )
+    assert all(HONCHO_PREFIX.match(line).group(1) == "demo.1" for line in started[-11:])
+    # console logs, one time stamp per line (honcho's): no JSON, no ISO stamp, no banner, no migration list
+    logged = [HONCHO_PREFIX.sub("", line) for line in started if HONCHO_PREFIX.match(line)]
+    assert any(line.startswith("[info     ] request ") and "path=/readyz" in line for line in logged), logged
+    assert [line for line in logged if line.startswith("{") or ISO_TIMESTAMP.search(line)] == []
+    text = "\n".join(started)
+    for noise in ("Applying ", "celery beat v", "-------------- celery@", "SecurityWarning", "development server"):
+        assert noise not in text, noise
+    # Ctrl-C
     assert os.waitstatus_to_exitcode(status) in (0, 130, -signal.SIGINT), after
     assert not port_open_after
     assert left_running == []

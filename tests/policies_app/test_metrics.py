@@ -39,16 +39,24 @@ def _ask(runner, account, call_id: str):
 
 
 def pending_on_the_page() -> float:
-    match = re.search(r"^toolgate_approvals_pending (\S+)$", Client().get("/metrics").content.decode(), re.MULTILINE)
+    return on_the_page(r"toolgate_approvals_pending")
+
+
+def on_the_page(series: str) -> float:
+    match = re.search(rf"^{series} (\S+)$", Client().get("/metrics").content.decode(), re.MULTILINE)
     assert match is not None
     return float(match.group(1))
+
+
+def decided_on_the_page(decision: str) -> float:
+    return on_the_page(rf'toolgate_approvals_decided_total\{{decision="{decision}"\}}')
 
 
 def test_requests_decisions_and_the_pending_queue_are_exported(runner_and_account, django_capture_on_commit_callbacks):
     runner, account = runner_and_account
     requested = sample("toolgate_approvals_requested_total")
-    approved = sample("toolgate_approvals_decided_total", decision="approved")
-    denied = sample("toolgate_approvals_decided_total", decision="denied")
+    approved = decided_on_the_page("approved")
+    denied = decided_on_the_page("denied")
 
     with django_capture_on_commit_callbacks(execute=True):
         for call_id in ("call-1", "call-2", "call-3"):
@@ -63,7 +71,7 @@ def test_requests_decisions_and_the_pending_queue_are_exported(runner_and_accoun
         approval_decide(approval=second, approve=False, decided_by=None)
         approval_decide(approval=second, approve=True, decided_by=None)  # already decided: not counted
 
-    assert sample("toolgate_approvals_decided_total", decision="approved") - approved == 1
-    assert sample("toolgate_approvals_decided_total", decision="denied") - denied == 1
+    assert decided_on_the_page("approved") - approved == 1
+    assert decided_on_the_page("denied") - denied == 1
     assert pending_on_the_page() == 1
     assert third.status == ApprovalRequest.Status.PENDING

@@ -28,7 +28,7 @@ def test_an_undeclared_key_is_masked_in_nested_paths_too():
     assert errors == (
         FieldError(path="items.(unknown field).0.depth", message="must be an integer, not a string"),
         FieldError(
-            path="items.(unknown field).0",
+            path="items.(unknown field).0.(unknown field)",
             message="unknown field; the tool's input_schema lists the fields it accepts",
         ),
     )
@@ -46,7 +46,7 @@ def test_a_mistyped_key_is_reported_where_it_is_with_the_closest_declared_name()
 
     assert errors == (
         FieldError(
-            path="",
+            path="timezon",  # a typo of a declared name is named where it is
             message="unknown field (did you mean 'timezone'?); the tool's input_schema lists the fields it accepts",
         ),
     )

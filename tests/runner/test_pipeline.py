@@ -176,7 +176,7 @@ def test_invalid_args_answer_validation_with_paths_and_no_values():
     result = h.exec("test__echo", {"text": "x" * 101 + "VALUE-CANARY", "KEY-CANARY": "EXTRA-CANARY"})
 
     assert result.error_code is ErrorCode.VALIDATION
-    assert sorted(e.path for e in result.errors) == ["", "text"]
+    assert sorted(e.path for e in result.errors) == ["(unknown field)", "text"]
     assert "CANARY" not in repr(result)
 
 
@@ -541,12 +541,16 @@ def test_repeat_replays_the_recorded_result_without_running():
     h = _with_idempotency(make_harness(tools.ALL))
 
     first = h.exec("test__echo", {"text": "hi"})
+    h.clock.advance(5)
     again = h.exec("test__echo", {"text": "hi"})
 
     assert (again.ok, again.value, again.executed) == (True, first.value, False)
+    assert (again.started_at, again.ended_at) == (first.started_at, first.ended_at)  # the recorded times
     assert len([e for e in h.events.events if e.kind is EventKind.TOOL_CALL_START]) == 1
     assert [r.decision for r in h.audit.records] == [Decision.ALLOW, Decision.REPLAYED]
     assert h.audit.records[0].audit_ref == "claim-call-1"
+    replay_row = h.audit.records[1]  # the replay's own audit row has its own times
+    assert replay_row.started_at == replay_row.ended_at == h.clock.now()
 
 
 def test_replay_is_refused_once_the_policy_or_the_kill_switch_no_longer_allows_the_tool():

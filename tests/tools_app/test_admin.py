@@ -175,6 +175,19 @@ def test_tool_change_page_shows_the_schema_read_only_and_saves_only_the_switch(a
     assert _enabled_now() == frozenset({"core__wait"})
 
 
+def test_a_code_tools_confirmation_reads_in_words_not_under_the_checkbox_help_text(admin_client):
+    Tool.objects.filter(pk="core__wait").update(requires_confirmation=False)
+    Tool.objects.filter(pk="github__create_issue").update(requires_confirmation=True)
+
+    off = admin_client.get(reverse("admin:tools_app_tool_change", args=["core__wait"])).content.decode()
+    on = admin_client.get(reverse("admin:tools_app_tool_change", args=["github__create_issue"])).content.decode()
+
+    assert "No: the policy decides which calls wait for a person&#x27;s approval." in off
+    assert "Yes: every call waits for a person&#x27;s approval, whatever the policy says." in on
+    for page in (off, on):
+        assert "Every call waits for a person&#x27;s approval, whatever the policy says." not in page
+
+
 def test_tools_cannot_be_added_or_deleted_in_the_admin(admin_client):
     add = admin_client.get(reverse("admin:tools_app_tool_add"))
     delete = admin_client.post(reverse("admin:tools_app_tool_delete", args=["core__wait"]), {"post": "yes"})

@@ -219,7 +219,7 @@ def test_anthropic_turn_answers_one_user_turn_with_is_error(key):
             {"format": "openai", "message": {}, "tool_calls": []},
             [
                 {
-                    "path": "",
+                    "path": "(unknown field)",
                     "message": "unknown field; the fields are: format, message, run_id, connection_id, connection_ids, "
                     "grant_id",
                 }

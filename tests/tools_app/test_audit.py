@@ -88,7 +88,7 @@ def test_csv_export_of_one_tenant(two_tenants, tmp_path):
         stderr=io.StringIO(),
     )
 
-    rows = list(csv.DictReader(target.open()))
+    rows = list(csv.DictReader(io.StringIO(target.read_text())))
     assert [r["tool_call_id"] for r in rows] == ["first", "second", "at-until"]
     assert {r["tenant"] for r in rows} == {"acme"}
     assert rows[0]["ok"] == "True"

@@ -216,7 +216,11 @@ def test_get_current_time_refuses_unknown_zones_without_echoing_them(harness: Ha
     [
         (
             {"timezone": "UTC", "extra": 1},
-            (FieldError(path="", message="unknown field; the tool's input_schema lists the fields it accepts"),),
+            (
+                FieldError(
+                    path="(unknown field)", message="unknown field; the tool's input_schema lists the fields it accepts"
+                ),
+            ),
         ),
         ({"timezone": 1}, (FieldError(path="timezone", message="must be a string, not a number"),)),
         ({"timezone": "X" * 65}, (FieldError(path="timezone", message="must be at most 64 characters"),)),
@@ -337,7 +341,11 @@ def test_get_user_takes_no_arguments(github: LoopbackServer, harness: Harness) -
 
     assert (result.error_code, result.errors) == (
         ErrorCode.VALIDATION,
-        (FieldError(path="", message="unknown field; the tool's input_schema lists the fields it accepts"),),
+        (
+            FieldError(
+                path="(unknown field)", message="unknown field; the tool's input_schema lists the fields it accepts"
+            ),
+        ),
     )
     assert github.requests == []
     assert harness.broker.resolved == []  # arguments are checked before any credential is touched

@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from changes_app.models import Change
 from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import caller_for_key, policy_effective_for
@@ -213,3 +214,50 @@ def test_base_url_option_changes_printed_urls(credentials_file):
 
     assert "http://0.0.0.0:9000/admin/" in out.getvalue()
     assert "http://0.0.0.0:9000/api/v1/tools/exec" in out.getvalue()
+
+
+def test_verbosity_0_seeds_and_prints_nothing(credentials_file):
+    out = io.StringIO()
+
+    call_command("seed_demo", "--credentials-file", str(credentials_file), "--verbosity", "0", stdout=out)
+
+    assert out.getvalue() == ""
+    assert ServiceAccount.objects.get().name == "demo-agent"
+
+
+def test_the_seed_leaves_change_log_entries_from_the_command(credentials_file):
+    seed(credentials_file)
+
+    entries = list(Change.objects.order_by("id").values_list("action", "object_id", "origin", "actor_kind"))
+    tools = sorted(("core__get_current_time", "core__wait", "github__create_issue", "github__get_user"))
+    policy = ToolPolicy.objects.get()
+    account = ServiceAccount.objects.get()
+    assert entries == [
+        ("service_account.create", str(account.pk), "command", "command"),
+        ("policy.create", str(policy.pk), "command", "command"),
+        *[("tool.enable", tool_id, "command", "command") for tool_id in tools],
+    ]
+    assert Change.objects.get(action="policy.create").after["allowed_tools"] == tools
+
+    # a second run writes nothing, so it records nothing
+    seed(credentials_file)
+    assert Change.objects.count() == len(entries)
+
+
+def test_a_replaced_demo_account_is_recorded_as_deleted_then_created(credentials_file):
+    seed(credentials_file)
+    old = ServiceAccount.objects.get()
+    credentials_file.unlink()
+
+    seed(credentials_file)
+
+    new = ServiceAccount.objects.get()
+    assert list(
+        Change.objects.filter(object_type="policies_app.serviceaccount")
+        .order_by("id")
+        .values_list("action", "object_id")
+    ) == [
+        ("service_account.create", str(old.pk)),
+        ("service_account.delete", str(old.pk)),
+        ("service_account.create", str(new.pk)),
+    ]

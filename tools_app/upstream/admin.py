@@ -26,6 +26,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from policies_app.admin_display import short_datetime
 from policies_app.errors import AppError
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import safe_label
@@ -99,17 +100,17 @@ def stdio_fields(server: McpServer) -> dict[str, Any]:
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
+    # Every column fits at 1280 px: provider and discovery interval are on the server's page.
     list_display = (
         "slug",
         "endpoint",
         "provider",
         "enabled",
-        "discover_seconds",
-        "last_discovery_at",
-        "last_discovery_status",
+        "last_discovery",
+        "discovery_status",
         "last_error_preview",
         "has_operator_token",
-        "removed_at",
+        "removed",
     )
     list_filter = ("transport", "enabled", "last_discovery_status", "provider")
     search_fields = ("slug", "url")
@@ -165,12 +166,24 @@ class McpServerAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
         return False  # removal marks tools removed; their ids stay in the audit log
 
+    @admin.display(description="last discovery", ordering="last_discovery_at")
+    def last_discovery(self, server: McpServer) -> str | None:
+        return short_datetime(server.last_discovery_at)
+
+    @admin.display(description="status", ordering="last_discovery_status")
+    def discovery_status(self, server: McpServer) -> str:
+        return server.get_last_discovery_status_display()
+
+    @admin.display(description="removed", ordering="removed_at")
+    def removed(self, server: McpServer) -> str | None:
+        return short_datetime(server.removed_at)
+
     @admin.display(description="last error")
     def last_error_preview(self, server: McpServer) -> str:
         error = server.last_discovery_error
         return error if len(error) <= ERROR_PREVIEW_CHARS else error[:ERROR_PREVIEW_CHARS] + "…"
 
-    @admin.display(description="operator token", boolean=True)
+    @admin.display(description="token", boolean=True)
     def has_operator_token(self, server: McpServer) -> bool:
         return server.has_operator_token
 
@@ -216,18 +229,16 @@ class McpServerAdmin(admin.ModelAdmin):
 
 @admin.register(McpTool)
 class McpToolAdmin(admin.ModelAdmin):
+    # Every column fits at 1280 px: the server is in the tool id, how and when it was approved in one column.
     list_display = (
         "tool_id",
-        "server",
         "upstream_label",
         "status",
         "enabled",
         "effect",
         "suggested_effect",
-        "approved_at",
-        "approved_by",
-        "approved_via",
-        "last_seen_at",
+        "approved",
+        "last_seen",
         "schema_hash",
     )
     list_filter = ("status", "server", "suggested_effect")
@@ -268,6 +279,21 @@ class McpToolAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: McpTool | None = None) -> bool:
         return False
+
+    @admin.display(description="approved", ordering="approved_at")
+    def approved(self, tool: McpTool) -> str | None:
+        if tool.approved_at is None:
+            return None
+        by = f" by {tool.approved_by.get_username()}" if tool.approved_by is not None else ""
+        return (
+            f"{short_datetime(tool.approved_at)}{by} ({tool.approved_via})"
+            if tool.approved_via
+            else (f"{short_datetime(tool.approved_at)}{by}")
+        )
+
+    @admin.display(description="last seen", ordering="last_seen_at")
+    def last_seen(self, tool: McpTool) -> str | None:
+        return short_datetime(tool.last_seen_at)
 
     @admin.display(description="upstream name")
     def upstream_label(self, tool: McpTool) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit
 
 import mcp_types as types
 from jsonschema.protocols import Validator
@@ -137,6 +138,14 @@ class _Upstream:
     token_unreadable: bool
     stdio: bool = False  # run by the MCP host: reached through its endpoint
 
+    @property
+    def host(self) -> str:
+        """Host and port for operators' logs; never the URL's userinfo, path or query."""
+        if self.stdio:
+            return "stdio via the MCP host"
+        parts = urlsplit(self.url)
+        return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+
     def target(self, auth: AuthCapability | None, connection_id: str | None = None) -> UpstreamTarget:
         if self.stdio:
             return host_target(server_id=self.server_id, slug=self.slug, auth=auth, connection_id=connection_id)
@@ -157,7 +166,9 @@ def _executor(upstream: _Upstream) -> Any:
             result = await pool_for_running_loop().call(target, upstream.pinned, args.arguments)
             outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
-            raise ToolFailure(f"upstream MCP server: {error.safe_message}") from None
+            raise ToolFailure(
+                f"upstream MCP server: {error.safe_message}", upstream=f"mcp:{upstream.slug}", host=upstream.host
+            ) from None
         except asyncio.CancelledError:  # cut at the runtime budget
             outcome = "timeout"
             raise

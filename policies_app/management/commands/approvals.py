@@ -17,6 +17,8 @@ from policies_app.models import ApprovalRequest
 from policies_app.selectors import approvals_for_operators
 from policies_app.services import approval_decide
 
+LIST_COLUMNS = ("id", "status", "tenant", "service_account", "tool", "expires_at")
+
 
 class Command(BaseCommand):
     help = "List approval requests, or approve or deny one."
@@ -26,6 +28,7 @@ class Command(BaseCommand):
         listing = actions.add_parser("list", help="one line per request: id, status, tenant, account, tool, expiry")
         listing.add_argument("--pending", action="store_true", help="only requests still waiting for a decision")
         listing.add_argument("--tenant", metavar="SLUG", help="only this tenant's requests")
+        listing.add_argument("--no-header", action="store_true", help="rows only (for scripts)")
         decide = actions.add_parser("decide", help="approve or deny one pending request")
         decide.add_argument("approval_id", metavar="ID")
         verdict = decide.add_mutually_exclusive_group(required=True)
@@ -35,13 +38,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "list":
-            self._list(pending_only=options["pending"], tenant_slug=options["tenant"])
+            self._list(pending_only=options["pending"], tenant_slug=options["tenant"], header=not options["no_header"])
         else:
             self._decide(options["approval_id"], approve=options["approve"], reason=options["reason"])
 
-    def _list(self, *, pending_only: bool, tenant_slug: str | None) -> None:
+    def _list(self, *, pending_only: bool, tenant_slug: str | None, header: bool) -> None:
+        """Tab-separated rows under a header row (none when there is no row: nothing to name)."""
         now = timezone.now()
-        for approval in approvals_for_operators(pending_only=pending_only, tenant_slug=tenant_slug):
+        for index, approval in enumerate(approvals_for_operators(pending_only=pending_only, tenant_slug=tenant_slug)):
+            if index == 0 and header:
+                self.stdout.write("\t".join(LIST_COLUMNS))
             self.stdout.write(
                 "\t".join(
                     (

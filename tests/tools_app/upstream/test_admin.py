@@ -130,6 +130,9 @@ def test_an_operator_confirms_or_tightens_an_effect_but_cannot_loosen_it(admin_c
     assert Tool.objects.get(pk="mcp__acme__add").effect == "read_only"
     assert Tool.objects.get(pk="mcp__acme__slow").effect == "external_side_effect"
     assert "mcp__acme__slow: the upstream's hints suggest external_side_effect" in " ".join(_messages(tightened))
+    # shown verbatim: Django's admin would capitalise the id ("Mcp__acme__slow")
+    assert ">mcp__acme__slow: the upstream" in tightened.content.decode()
+    assert "Mcp__acme__slow" not in tightened.content.decode()
     assert McpTool.objects.get(pk=add_tool.pk).effect_confirmed_by == get_user_model().objects.get(username="admin")
 
 

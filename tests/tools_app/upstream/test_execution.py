@@ -240,8 +240,9 @@ def test_an_upstream_tool_error_reaches_the_caller_as_tool_error_with_its_own_te
     assert row.content == body["content"]  # kept to replay it
 
 
-def test_http_401_and_an_unreachable_upstream_answer_execution_with_safe_messages(ready, upstream, caller):
+def test_http_401_and_an_unreachable_upstream_answer_execution_with_safe_messages(ready, upstream, caller, caplog):
     _account, key = caller
+    host = upstream.url.split("://", 1)[1].split("/", 1)[0]
     upstream.status_override = 401
 
     refused = call(key, "mcp__acme__add", {"a": 1, "b": 1})
@@ -255,6 +256,10 @@ def test_http_401_and_an_unreachable_upstream_answer_execution_with_safe_message
     assert gone.status_code == 502
     assert gone.json()["error_code"] == "execution"
     assert gone.json()["safe_message"].startswith("upstream MCP server: ")
+    # operators read which upstream and host failed; the token never
+    logged = [record.getMessage() for record in caplog.records if "upstream mcp:acme" in record.getMessage()]
+    assert logged[-1] == f"tool mcp__acme__add: upstream mcp:acme at {host} failed: {gone.json()['safe_message']}"
+    assert OPERATOR_TOKEN not in caplog.text
 
 
 def test_an_upstream_restart_mid_session_recovers_on_the_next_call(ready, upstream, caller):

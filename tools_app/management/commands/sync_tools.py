@@ -9,8 +9,10 @@ from tools_app.services import tool_sync
 class Command(BaseCommand):
     help = "Upsert the code registry into Tool rows (new tools arrive disabled; gone tools are marked)."
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args, verbosity: int, **options) -> None:
         report = tool_sync(specs=code_specs())
+        if verbosity < 1:
+            return
         for label, ids in (
             ("created (disabled)", report.created),
             ("schema changed", report.changed),
