@@ -127,12 +127,13 @@ def test_make_run_ends_with_the_logins_and_ctrl_c_stops_everything_once_and_quie
         index for index, line in enumerate(started) if " ready. " in line and "[celery.apps.worker]" in line
     ]
     assert len(started) - ready_line < 40, "\n".join(started)
-    last = [HONCHO_PREFIX.sub("", line) for line in started[-11:]]
-    assert (last[0], last[-1]) == (RULE, RULE), "\n".join(started[-12:])
+    last = [HONCHO_PREFIX.sub("", line) for line in started[-13:]]
+    assert (last[0], last[-1]) == (RULE, RULE), "\n".join(started[-14:])
     assert last[1].startswith("Toolgate demo is ready (tenant demo)")
-    assert last[-2].startswith(
+    assert last[-4].startswith(
         f'  curl -s -X POST http://127.0.0.1:{port}/api/v1/tools/exec -H "Authorization: Bearer tg_'
     )
+    assert last[-3].startswith(f"  MCP:          http://127.0.0.1:{port}/mcp")
     assert all(HONCHO_PREFIX.match(line).group(1) == "demo.1" for line in started[-11:])
     # console logs, one time stamp per line (honcho's): no JSON, no ISO stamp, no banner, no migration list
     logged = [HONCHO_PREFIX.sub("", line) for line in started if HONCHO_PREFIX.match(line)]
