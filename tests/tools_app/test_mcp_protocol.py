@@ -568,6 +568,6 @@ def test_a_validation_refusal_names_each_wrong_argument_in_the_text_the_model_re
     assert result["content"][0]["text"] == (
         "validation: arguments do not match the tool's schema: "
         "timezone: unknown IANA time zone; send a tz database name such as Europe/Paris or UTC; "
-        "(arguments): unknown field; the tool's input_schema lists the fields it accepts"
+        "(unknown field): unknown field; the tool's input_schema lists the fields it accepts"
     )
     assert "Mars/Base" not in response.content.decode()

@@ -48,7 +48,7 @@ from tools_app.upstream.services import (
 
 APPROVE_TEMPLATE = "admin/tools_app/mcptool/approve.html"
 APPROVE_AND_ENABLE_TEMPLATE = "admin/tools_app/mcptool/approve_and_enable.html"
-SHORT_HASH_CHARS = len("sha256:") + 12
+SHORT_HASH_CHARS = 8  # hex digits in the list; the title holds the whole hash
 ERROR_PREVIEW_CHARS = 120
 
 
@@ -229,16 +229,15 @@ class McpServerAdmin(admin.ModelAdmin):
 
 @admin.register(McpTool)
 class McpToolAdmin(admin.ModelAdmin):
-    # Every column fits at 1280 px: the server is in the tool id, how and when it was approved in one column.
+    # Every column fits at 1280 px: the server and the upstream's name are in the tool id (a mapped name and
+    # when the tool was last listed are on its page), how and when it was approved in one column, the hash cut.
     list_display = (
         "tool_id",
-        "upstream_label",
         "status",
         "enabled",
         "effect",
         "suggested_effect",
         "approved",
-        "last_seen",
         "schema_hash",
     )
     list_filter = ("status", "server", "suggested_effect")
@@ -309,9 +308,10 @@ class McpToolAdmin(admin.ModelAdmin):
 
     @admin.display(description="schema hash")
     def schema_hash(self, tool: McpTool) -> SafeString:
-        """Abbreviated like a git hash; the whole hash is the title (and on the tool's page)."""
+        """Abbreviated like a git hash (hex digits); the whole `sha256:` hash is the title and on the tool's page."""
         full = schema_hash_label(tool.tool.schema_hash)
-        return format_html('<code class="schema-hash" title="{}">{}…</code>', full, full[:SHORT_HASH_CHARS])
+        digits = full.removeprefix("sha256:")
+        return format_html('<code class="schema-hash" title="{}">{}…</code>', full, digits[:SHORT_HASH_CHARS])
 
     @admin.display(description="schema hash (policy files pin it)")
     def schema_hash_full(self, tool: McpTool) -> SafeString:
