@@ -1,6 +1,6 @@
 """Toolgate's URLs plus `POST /bench/bare`: a bare DRF echo with a token check.
 
-The baseline of DESIGN.md's performance table: the same middleware, parser and
+The bare-DRF baseline `make bench` measures exec against: the same middleware, parser and
 gunicorn as exec, with none of Toolgate's work (no key lookup, no runner, no audit).
 """
 

@@ -1,6 +1,6 @@
 """gunicorn's settings for the web process (Procfile, Dockerfile, docker-compose.yml: `-c config/gunicorn.conf.py`).
 
-Sync workers, 2 per core (DESIGN.md: gthread and uvicorn cost more here). A
+Sync workers, 2 per core (measured: gthread and uvicorn cost more here). A
 sync worker serves one connection from its first byte to its last, so it
 must never face clients directly: config/nginx.conf waits for slow clients
 and hands over complete requests (README, "Production").

@@ -186,7 +186,7 @@ STORAGES = {
     },
 }
 
-# --- Tenant web UI (CONTRACT.md §6) -------------------------------------------------
+# --- Tenant web UI (README, "What make run gives you") -------------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -392,7 +392,7 @@ if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
         "options": {"expires": 3600.0},  # a run missed by an hour waits for the next day
     }
 
-# --- REST API (CONTRACT.md §4) -----------------------------------------------------
+# --- REST API (docs/api.md) -----------------------------------------------------
 # The API's JSON parser enforces the 64 KiB body limit itself (policies_app/api/parser.py); this
 # bounds every other body Django reads (admin and UI forms) the same way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024

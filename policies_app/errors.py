@@ -17,7 +17,7 @@ services call `full_clean_or_refuse`, never letting Django's ValidationError out
 
 It lives in policies_app, the lowest app, because every app raises it and
 the REST handler, the MCP endpoint and the forms all need the same table
-(CONTRACT.md §4). It extends the runner's `ToolgateError`, so there is one
+(docs/api.md). It extends the runner's `ToolgateError`, so there is one
 hierarchy from the pipeline up; the runner itself stays framework-free.
 """
 
@@ -45,7 +45,7 @@ UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 BAD_REQUEST = "bad_request"
 INTERNAL = "internal"
 
-# The one table from error code to HTTP status (CONTRACT.md §4).
+# The one table from error code to HTTP status (docs/api.md).
 ERROR_STATUS: Final[Mapping[str, int]] = {
     ErrorCode.UNAVAILABLE: 404,
     ErrorCode.POLICY_DENIED: 403,

@@ -3,7 +3,7 @@
 The pipeline is a chain of stages composed like Django middleware: each stage
 receives the call and `proceed`, and either ends the call with a typed result
 or hands it on (and may look at what came back). The default chain runs the
-twelve stages of DESIGN.md:
+twelve stages of the README's "Architecture":
 
     audit (12) > freshness > fairness > lookup (1) > policy (2) > authorization (2b) > connection gate (4)
     > [idempotency] > budget (3)
@@ -667,7 +667,7 @@ def default_stages(
     default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     loop: BackgroundLoop | None = None,
 ) -> list[Stage]:
-    """The twelve stages of DESIGN.md, wired to the given ports (plus idempotency when given).
+    """The twelve stages of the README's "Architecture", wired to the given ports (plus idempotency when given).
 
     Without an approval desk, approvals are whatever the policy's `decide` answers with the args' hash.
     Without an authorization port, every call carrying a subject token is refused (no delegation is known).

@@ -41,7 +41,7 @@ CONSEQUENCE_ORDER = (ConsequenceLevel.LOW, ConsequenceLevel.MEDIUM, ConsequenceL
 
 
 class ErrorCode(enum.StrEnum):
-    """Every error code of the public contract (CONTRACT.md §4)."""
+    """Every error code of the public contract (docs/api.md)."""
 
     UNAVAILABLE = "unavailable"
     POLICY_DENIED = "policy_denied"

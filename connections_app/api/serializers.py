@@ -1,4 +1,4 @@
-"""Input and output shapes of the connections and grants API (CONTRACT.md §4).
+"""Input and output shapes of the connections and grants API (docs/api.md).
 
 Input serializers bound types and sizes; what may be stored or granted is the
 services' to decide. `credentials` is write-only: no output serializer has it,

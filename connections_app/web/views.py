@@ -1,4 +1,4 @@
-"""Views of the tenant web UI (CONTRACT.md §6).
+"""Views of the tenant web UI (README, "What make run gives you").
 
 Thin by design: each view parses a form, calls one service or selector scoped
 to `request.tenant`, and renders. Every object is fetched through a selector

@@ -1,1 +1,1 @@
-"""The REST interface of tools_app: execute, catalog and invocations (CONTRACT.md §4)."""
+"""The REST interface of tools_app: execute, catalog and invocations (docs/api.md)."""

@@ -1,4 +1,4 @@
-"""Input and output shapes of the tools API (CONTRACT.md §4).
+"""Input and output shapes of the tools API (docs/api.md).
 
 Input serializers check the request's shape only (types, sizes, charsets);
 what a call may do is the runner's to decide. Output serializers describe the
