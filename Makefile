@@ -38,7 +38,7 @@ run: install
 	@$(BIN)/python manage.py migrate --noinput --verbosity 0
 	@$(BIN)/python manage.py sync_tools --verbosity 0
 	@$(BIN)/python manage.py seed_demo --verbosity 0
-	@echo "Starting Toolgate on http://$(HOST):$(PORT)/ (web, worker, beat); the demo's logins follow once it is ready."
+	@echo "Starting Toolgate on http://$(HOST):$(PORT)/ (web, worker, beat, MCP host); the demo's logins follow once it is ready."
 	@PATH="$(CURDIR)/$(BIN):$$PATH" WEB_ADDRESS=$(HOST):$(PORT) PORT=$(PORT) exec $(BIN)/honcho -f Procfile.dev start
 
 test: install-dev
