@@ -27,8 +27,7 @@ from connections_app.signin.views import REGISTRATIONS_PER_HOUR
 from policies_app.models import Delegation, SigninClient, SigninCode, SigninGrant, SigninToken, TenantMembership
 from policies_app.services import delegation_revoke, service_account_revoke
 from policies_app.signin import signin_grant_list
-from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
-from tests.support.api import enable_tools
+from tests.factories import MembershipFactory, TenantFactory, UserFactory, service_account_with_key
 from tests.support.loopback import LoopbackServer
 from tests.support.signin import (
     BASE,
@@ -46,6 +45,7 @@ from tests.support.signin import (
     register,
     registered_client_id,
     signed_in,
+    signin_tenant,
     tool_names,
     web,
 )
@@ -64,13 +64,7 @@ def _fresh_rate_limits():
 @pytest.fixture
 def acme():
     """A tenant with one tools:exec service account whose policy allows two tools, and a member, ada."""
-    tenant = TenantFactory(slug="acme", name="Acme Corp")
-    ada = UserFactory(username="ada")
-    MembershipFactory(user=ada, tenant=tenant, role="member")
-    enable_tools(TIME, WAIT)
-    ToolPolicyFactory(tenant=tenant, allowed_tools=[TIME, WAIT])
-    account, key = service_account_with_key(tenant, name="assistant")
-    return tenant, ada, account, key
+    return signin_tenant()
 
 
 @pytest.fixture(autouse=True)

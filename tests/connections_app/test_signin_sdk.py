@@ -26,19 +26,13 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 from policies_app.models import SigninClient, SigninGrant
 from tests.factories import (
     PASSWORD,
-    MembershipFactory,
-    TenantFactory,
-    ToolPolicyFactory,
     UserFactory,
-    service_account_with_key,
 )
-from tests.support.api import enable_tools
+from tests.support.signin import TIME, WAIT, signin_tenant
 from tools_app.models import ToolInvocation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TIME = "core__get_current_time"
-WAIT = "core__wait"
 CALLBACK = "http://127.0.0.1:45731/callback"  # never contacted: the handler reads the code from the redirect
 
 
@@ -117,12 +111,7 @@ class PlainBrowser:
 
 @pytest.fixture
 def acme():
-    tenant = TenantFactory(slug="acme", name="Acme Corp")
-    ada = UserFactory(username="ada")
-    MembershipFactory(user=ada, tenant=tenant, role="member")
-    enable_tools(TIME, WAIT)
-    ToolPolicyFactory(tenant=tenant, allowed_tools=[TIME, WAIT])
-    account, _key = service_account_with_key(tenant, name="assistant")
+    tenant, ada, account, _key = signin_tenant()
     return tenant, ada, account
 
 

@@ -34,18 +34,11 @@ from playwright.sync_api import expect
 from policies_app.models import Delegation, SigninClient, SigninGrant
 from tests.factories import (
     PASSWORD,
-    MembershipFactory,
-    TenantFactory,
-    ToolPolicyFactory,
-    UserFactory,
-    service_account_with_key,
 )
-from tests.support.api import enable_tools
 from tests.support.loopback import LoopbackServer, json_answer
+from tests.support.signin import TIME, WAIT, signin_tenant
 from tools_app.models import ToolInvocation
 
-TIME = "core__get_current_time"
-WAIT = "core__wait"
 SDK_TIMEOUT_S = 60
 
 
@@ -119,12 +112,7 @@ class SdkClient:
 
 @pytest.fixture
 def acme():
-    tenant = TenantFactory(slug="acme", name="Acme Corp")
-    ada = UserFactory(username="ada")
-    MembershipFactory(user=ada, tenant=tenant, role="member")
-    enable_tools(TIME, WAIT)
-    ToolPolicyFactory(tenant=tenant, allowed_tools=[TIME, WAIT])
-    account, _key = service_account_with_key(tenant, name="assistant")
+    tenant, ada, account, _key = signin_tenant()
     return tenant, ada, account
 
 

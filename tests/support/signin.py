@@ -15,11 +15,28 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django.test import Client
 
+from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
+from tests.support.api import enable_tools
+
 BASE = "http://localhost"  # Authlib refuses plain http except on loopback hosts
 RESOURCE = f"{BASE}/mcp"
 REDIRECT = "http://127.0.0.1:33418/callback"
 TIME = "core__get_current_time"
 WAIT = "core__wait"
+
+
+def signin_tenant():
+    """Tenant `acme` with a member, ada, and one tools:exec service account whose policy allows TIME and WAIT.
+
+    Returns (tenant, ada, account, key).
+    """
+    tenant = TenantFactory(slug="acme", name="Acme Corp")
+    ada = UserFactory(username="ada")
+    MembershipFactory(user=ada, tenant=tenant, role="member")
+    enable_tools(TIME, WAIT)
+    ToolPolicyFactory(tenant=tenant, allowed_tools=[TIME, WAIT])
+    account, key = service_account_with_key(tenant, name="assistant")
+    return tenant, ada, account, key
 
 
 def web(**headers: str) -> Client:
