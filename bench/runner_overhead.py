@@ -1,4 +1,4 @@
-"""What the runner's twelve stages cost over the bare cost of running an async tool.
+"""What the runner's stages cost over the bare cost of running an async tool.
 
 Baseline, measured in the same run: submitting a trivial coroutine to the
 runner's event loop thread and waiting for it (the floor of any async tool call

@@ -11,11 +11,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from connections_app.credentials import capability_for
-from connections_app.crypto import CredentialError
 from connections_app.models import Connection
 from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.selectors import connection_for_use, grant_for_gate
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
+from policies_app.crypto import CredentialError
 from policies_app.outages import outage_guard
 from policies_app.selectors import subject_id_of
 from runner.capabilities import AuthCapability

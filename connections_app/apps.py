@@ -1,9 +1,6 @@
 from django.apps import AppConfig
 
-from connections_app.mcp_tokens import KeyRingArgsVault, KeyRingTokenVault
-from policies_app.approval_args import install_args_vault
 from tools_app.upstream.host.connections import install_connection_check
-from tools_app.upstream.vault import install_token_vault
 
 
 class ConnectionsAppConfig(AppConfig):
@@ -24,7 +21,5 @@ class ConnectionsAppConfig(AppConfig):
         govern(ExecutionGrant)
         govern(ExecutionGrant.connections.through)
 
-        install_token_vault(KeyRingTokenVault())  # MCP servers' operator tokens, sealed like connections
-        install_args_vault(KeyRingArgsVault())  # the call args kept for approvers while a request is pending
         approval_listener_add(approval_webhook_listener)  # tenants' webhooks hear of approvals
         install_connection_check(connection_ids_usable)  # the MCP host stops revoked connections' children

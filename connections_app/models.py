@@ -1,6 +1,6 @@
 """A tenant's third-party accounts and what happened to them.
 
-Credentials exist only as an AES-GCM envelope (connections_app.crypto) bound to
+Credentials exist only as an AES-GCM envelope (policies_app.crypto) bound to
 the row's tenant, id and provider; there is no plaintext column. Rows are never
 deleted, only revoked: grants and audit rows keep pointing at them.
 """

@@ -35,9 +35,9 @@ from django.db import transaction
 
 from changes_app.services import change_snapshot
 from connections_app.credentials import credentials_validate
-from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import connection_change_record, connection_event_record, seal_credentials_into
+from policies_app.crypto import KeyRing, open_sealed, seal
 from policies_app.errors import AppError, field_errors_of
 from policies_app.models import Tenant
 from policies_app.tracing import trace_context_injected

@@ -36,11 +36,11 @@ from django.db import DatabaseError, OperationalError, transaction
 from django.db import connection as db_connection
 from django.utils import timezone
 
-from connections_app.crypto import CredentialError
 from connections_app.metrics import refresh_counted
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.oauth import TokenRequestFailed, oauth_client, token_credentials, token_expiry, token_request
 from connections_app.services import connection_credentials_open, connection_event_record, seal_credentials_into
+from policies_app.crypto import CredentialError
 from policies_app.tracing import tracer
 
 logger = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record, change_snapshot
 from connections_app.credentials import MANUAL_TYPES, SHAPES, CredentialsInvalid, credentials_validate
-from connections_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
+from policies_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from policies_app.errors import AppError
 from policies_app.models import ServiceAccount, Tenant, TenantMembership
 from policies_app.services import revoke_once

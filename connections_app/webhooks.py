@@ -37,9 +37,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from connections_app.crypto import KeyRing, open_sealed, seal
 from connections_app.models import TenantWebhook, WebhookDelivery
 from connections_app.selectors import approval_audience
+from policies_app.crypto import KeyRing, open_sealed, seal
 from policies_app.errors import AppError
 from policies_app.models import ApprovalRequest, Tenant
 from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now, parse_endpoint, resolve_checked_now

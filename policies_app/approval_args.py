@@ -3,19 +3,17 @@
 An approver who sees only a hash approves blind. So a pending approval keeps
 the call's args, sealed with the key ring (AES-GCM) and bound to the request's
 id and tenant: a blob copied to another request or tenant does not open. The
-key ring belongs to connections_app (layer 3), which this app must not import,
-so this module states what it needs (an `ArgsVault`) and connections_app
-installs the key-ring implementation when Django starts, as it does for MCP
-servers' tokens. The sealed column is nulled once the request is decided or
-has expired (services.approval_decide, approval_expired_erase).
+sealed column is nulled once the request is decided or has expired
+(services.approval_decide, approval_expired_erase).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from policies_app.crypto import KeyRing, open_sealed, seal
 from runner.schema import canonical_json
 
 if TYPE_CHECKING:
@@ -26,30 +24,8 @@ if TYPE_CHECKING:
 MAX_KEPT_ARGS_BYTES = 16 * 1024
 
 
-class ArgsVault(Protocol):
-    def seal(self, plaintext: bytes, *, approval_id: str, tenant_id: str) -> bytes: ...
-
-    def open(self, blob: bytes, *, approval_id: str, tenant_id: str) -> bytes:
-        """The plaintext, or an error that carries neither plaintext nor key material."""
-        ...
-
-
-class ArgsVaultMissing(RuntimeError):
-    pass
-
-
-_installed: dict[str, ArgsVault] = {}
-
-
-def install_args_vault(vault: ArgsVault) -> None:
-    _installed["vault"] = vault
-
-
-def _vault() -> ArgsVault:
-    vault = _installed.get("vault")
-    if vault is None:
-        raise ArgsVaultMissing("no approval args vault is installed (connections_app is not loaded)")
-    return vault
+def _binding(approval_id: str, tenant_id: str) -> dict[str, str]:
+    return {"approval_args": approval_id, "tenant": tenant_id}
 
 
 def approval_args_seal(approval_id: str, tenant_id: str, args: Any) -> tuple[bytes | None, int]:
@@ -60,7 +36,7 @@ def approval_args_seal(approval_id: str, tenant_id: str, args: Any) -> tuple[byt
         return None, 0
     if len(plaintext) > MAX_KEPT_ARGS_BYTES:
         return None, len(plaintext)
-    return _vault().seal(plaintext, approval_id=approval_id, tenant_id=tenant_id), len(plaintext)
+    return seal(plaintext, binding=_binding(approval_id, tenant_id), ring=KeyRing.from_settings()).blob, len(plaintext)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +60,8 @@ def approval_args_view(approval: ApprovalRequest) -> ArgsForApprover:
             )
         return ArgsForApprover(None, "Erased: the request expired.")
     try:
-        plaintext = _vault().open(
-            bytes(approval.args_sealed), approval_id=str(approval.pk), tenant_id=str(approval.tenant_id)
-        )
+        binding = _binding(str(approval.pk), str(approval.tenant_id))
+        plaintext = open_sealed(bytes(approval.args_sealed), binding=binding, ring=KeyRing.from_settings())
     except Exception as exc:  # a tampered or moved blob, or a key gone from the ring: say so, show nothing
         return ArgsForApprover(None, f"The kept arguments cannot be opened ({type(exc).__name__}); deny if unsure.")
     return ArgsForApprover(json.dumps(json.loads(plaintext), indent=2, sort_keys=True, ensure_ascii=False), "")

@@ -350,7 +350,7 @@ class GovernanceState(models.Model):
         return f"generation {self.generation}"
 
 
-# --- MCP clients that sign in (OAuth 2.1, CONTRACT §7) --------------------------------------
+# --- MCP clients that sign in (OAuth 2.1) ---------------------------------------------------
 
 
 class SigninClient(models.Model):

@@ -1,4 +1,4 @@
-"""MCP clients that sign in (CONTRACT §7, OAuth 2.1): the rows behind Toolgate's authorization server.
+"""MCP clients that sign in (OAuth 2.1, docs/api.md): the rows behind Toolgate's authorization server.
 
 The protocol itself (parameter checks, PKCE, error bodies) is Authlib's, wired
 in connections_app/signin; this module owns what those hooks store and read:

@@ -1,6 +1,6 @@
 """The authorization stage's rules: a call on behalf of a person needs their delegation and permission.
 
-Seed 000 F1: with a subject, `tool.execute` needs both the service account's
+With a subject, `tool.execute` needs both the service account's
 policy (the policy stage, before this) and the subject's permission and an
 active delegation. Every refusal about the token itself (forged, revoked,
 expired, another tenant's or another caller's) answers the same message, so a

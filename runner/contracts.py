@@ -70,7 +70,7 @@ class ToolContract:
     provider: str | None = None
     default_timeout_ms: int = DEFAULT_TIMEOUT_MS
     capabilities: frozenset[str] = field(default_factory=frozenset)
-    # Seed 002: how much harm a call can do, and whether a human must confirm every call.
+    # Tool metadata: how much harm a call can do, and whether a human must confirm every call.
     # requires_confirmation is declared on its own, never derived from the effect.
     consequence_level: ConsequenceLevel = ConsequenceLevel.LOW
     requires_confirmation: bool = False

@@ -2,17 +2,17 @@
 
 The pipeline is a chain of stages composed like Django middleware: each stage
 receives the call and `proceed`, and either ends the call with a typed result
-or hands it on (and may look at what came back). The default chain runs the
-twelve stages of the README's "Architecture":
+or hands it on (and may look at what came back). `default_stages()` builds the
+chain, outermost first (docs/architecture.md has the table of what each does
+and what it refuses with):
 
-    audit (12) > freshness > fairness > lookup (1) > policy (2) > authorization (2b) > connection gate (4)
-    > [idempotency] > budget (3)
-    > validate input (5) > [approval] > broker (6) > start event (7) > result size (11)
-    > redact (10) > validate output (9) > execute (8, the end of the chain)
+    audit > freshness > fairness > lookup > policy > authorization > connection gate
+    > [idempotency] > budget > validate input > approval > broker > start event
+    > result size > redact > validate output > execute (the end of the chain)
 
 The freshness stage brings the process's view of governance up to date
 first, so an operator's change applies to the next call whoever makes it.
-The authorization stage (seed 000 F1) runs after the policy allowed the service
+The authorization stage runs after the policy allowed the service
 account: a call on behalf of a person (a subject token) also needs that
 person's delegation and permission; a call without one passes untouched.
 The fairness stage spends one caller's share of the API before anything is
@@ -23,9 +23,9 @@ policy and the grant, so a replay never outlives the permission that let the
 call run (a disabled tool or a revoked grant replays nothing), and before the
 budgets, so a replay spends none. The connection gate runs before the budgets
 for the same reason; it reads grants only, no credential.
-Stages 9-12 act on the way back, which is why they sit outside `execute` in
-reverse order. A deployment inserts its own stages (a cache, a semaphore) with
-`ToolRunner(..., stages=...)` without touching these.
+Result size, redaction and output validation act on the way back, which is why
+they sit outside `execute` in reverse order. A deployment inserts its own
+stages (a cache, a semaphore) by passing its own list to `ToolRunner`.
 
 Everything but `execute` runs in the caller's thread (adapters may use Django's
 ORM there). The tool's async `execute` runs on a per-process event loop thread,
@@ -667,7 +667,7 @@ def default_stages(
     default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     loop: BackgroundLoop | None = None,
 ) -> list[Stage]:
-    """The twelve stages of the README's "Architecture", wired to the given ports (plus idempotency when given).
+    """The pipeline's stages in order (docs/architecture.md), wired to the given ports (idempotency when given).
 
     Without an approval desk, approvals are whatever the policy's `decide` answers with the args' hash.
     Without an authorization port, every call carrying a subject token is refused (no delegation is known).
@@ -694,7 +694,7 @@ def default_stages(
 
 
 def new_tool_call_id() -> str:
-    """An id for calls that arrive without one (boundary-generated, per TOOLCALLID_STABLE)."""
+    """An id for a call that arrives without one, made once at the boundary: every stage and the audit row share it."""
     return f"call_{uuid.uuid4().hex}"
 
 

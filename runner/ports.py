@@ -165,7 +165,7 @@ class AuthzVerdict:
 
 class AuthorizationPort(Protocol):
     def check(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthzVerdict:
-        """May this caller run `spec` for ctx's subject? (seed 000 F1: permission AND delegation)
+        """May this caller run `spec` for ctx's subject? (permission AND an active delegation)
 
         Called after the policy stage allowed the service account itself; a call
         without a subject token is allowed without any lookup.

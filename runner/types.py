@@ -22,7 +22,7 @@ class ToolEffect(enum.StrEnum):
 
 
 class ConsequenceLevel(enum.StrEnum):
-    """How much real-world harm a call can do (seed 002), independent of its effect.
+    """How much real-world harm a call can do (README, "Human approval"), independent of its effect.
 
     A read can be costly and a write harmless: policy may ask for approval at or
     above a level, whatever the effect.
@@ -88,7 +88,7 @@ class ToolSpec:
     # What a caller receives: the output model's schema cut to the redaction allowlist
     # (MCP clients validate structuredContent against it). None: the tool declares no output.
     output_schema: Mapping[str, Any] | None = None
-    # Seed 002's metadata: what policy reads besides the effect, and what callers filter on.
+    # Tool metadata: what policy reads besides the effect, and what callers filter on.
     consequence_level: ConsequenceLevel = ConsequenceLevel.LOW
     requires_confirmation: bool = False
     tags: tuple[str, ...] = ()
@@ -167,7 +167,7 @@ class FieldError:
 class MalformedArgs:
     """Arguments a wire decoder could not turn into an object, handed to the runner in place of args.
 
-    A model's malformed call still runs through the pipeline (seed 000 §8): it
+    A model's malformed call still runs through the pipeline: it
     is looked up, decided and audited like any call, and the input stage
     answers it with this code and message instead of validating. It keeps no
     trace of the raw text, which may hold anything the model echoed.

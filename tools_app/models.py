@@ -32,8 +32,9 @@ class Tool(models.Model):
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.CODE)
     provider = models.CharField(max_length=64, blank=True)
     requires_connection = models.BooleanField(default=False)
-    # Seed 002's metadata. Code tools take it from their contract at every sync; upstream MCP tools
-    # start at the most restrictive level and an operator sets it (discovery never overwrites it).
+    # Tool metadata (consequence level, confirmation, tags, version). Code tools take it from their contract at
+    # every sync; upstream MCP tools start at the most restrictive level and an operator sets it (discovery never
+    # overwrites it).
     consequence_level = models.CharField(
         max_length=8,
         choices=[(level.value, level.value) for level in ConsequenceLevel],

@@ -1,4 +1,4 @@
-"""Toolgate as the OAuth 2.1 authorization server of its own `/mcp` (CONTRACT §7), on Authlib's server side.
+"""Toolgate as the OAuth 2.1 authorization server of its own `/mcp` (docs/api.md), on Authlib's server side.
 
 Authlib does the protocol: the authorization request's checks, the token
 endpoint's grants, PKCE, RFC 7591 registration, RFC 7009 revocation and the

@@ -1,4 +1,4 @@
-"""The endpoints of MCP sign-in (CONTRACT §7): discovery documents, authorize (login + consent), token,
+"""The endpoints of MCP sign-in (docs/api.md): discovery documents, authorize (login + consent), token,
 registration and revocation.
 
 Thin interfaces over connections_app/signin/server.py (Authlib) and

@@ -19,7 +19,6 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from connections_app.crypto import CredentialError
 from connections_app.models import OAuthProvider
 from connections_app.oauth import (
     TokenRequestFailed,
@@ -31,6 +30,7 @@ from connections_app.oauth import (
 )
 from connections_app.selectors import connection_get
 from connections_app.web.tenancy import tenant_member_required, visible_to
+from policies_app.crypto import CredentialError
 from policies_app.errors import AppError
 
 MESSAGES = {

@@ -242,7 +242,7 @@ def _to_record(*, index: int, tool_call_id: str | None, name: str, arguments: st
 
     A call without a name is checked first: there is no tool to run or to
     attribute an argument error to. Either failure still gets a stable
-    `tool_call_id` (TOOLCALLID_STABLE) so the error can be fed back to the model.
+    `tool_call_id` (stable across retries) so the error can be fed back to the model.
     """
     call_id = tool_call_id or new_tool_call_id()
     if not name:

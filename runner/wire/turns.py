@@ -16,7 +16,7 @@ all (wrong types, a call without id or name, two calls with one id, too many
 calls) raises `WireFormatError`: nothing runs. A model's own mistake in one
 call (arguments that are not a JSON object, or too large) becomes that call's
 `MalformedArgs`, which the runner answers and audits while the others run
-(seed 000 §8).
+(docs/api.md, "Running a model's tool calls").
 
 Model call ids become Toolgate's `tool_call_id` (the idempotency key), so a
 retried turn replays instead of running twice. An id outside

@@ -1,4 +1,4 @@
-"""Seed 000 F2 (OBO_SUBJECT_MUST_BE_BOUND): no code path sets a call's subject from request data.
+"""No code path sets a call's subject from request data.
 
 The subject of a call (`ToolInvocationContext.subject_id`) is written in exactly
 one place: the runner's authorization stage, from the authorization port's

@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from config.runtime import runtime
 from connections_app.adapters import EXPIRED, NOT_AVAILABLE, UNREADABLE, DatabaseConnectionBroker
-from connections_app.crypto import KeyRing, seal_json
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.selectors import connection_events
 from connections_app.services import (
@@ -31,6 +30,7 @@ from connections_app.services import (
     grant_revoke,
 )
 from policies_app import governance
+from policies_app.crypto import KeyRing, seal_json
 from policies_app.errors import AppError
 from policies_app.governance import governance_cache
 from runner.errors import BrokerError

@@ -208,7 +208,7 @@ def secret_part(value: str) -> str:
 
 
 def test_sign_in_codes_verifiers_and_tokens_never_leak(caplog, admin_client, request, settings):
-    """MCP sign-in (CONTRACT §7): codes, PKCE verifiers, access and refresh tokens appear only in the
+    """MCP sign-in : codes, PKCE verifiers, access and refresh tokens appear only in the
     responses that hand them to the client, never in logs, pages, audit rows, the change log or any table."""
     settings.ALLOWED_HOSTS = ["localhost", "testserver"]
     # Authlib's grants log "Issue token %r" at DEBUG: its loggers must stay above it (config/settings.py).

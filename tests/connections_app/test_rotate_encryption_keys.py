@@ -20,10 +20,10 @@ from django.db import connection as db_connection
 from django.db import transaction
 
 from connections_app import services
-from connections_app.crypto import KeyRing, open_json, open_sealed, seal, seal_json
 from connections_app.management.commands import rotate_encryption_keys
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import connection_credentials_open
+from policies_app.crypto import KeyRing, open_json, open_sealed, seal, seal_json
 from tests.factories import ConnectionFactory, TenantFactory
 
 K0 = hashlib.sha256(b"rotation test key k0").digest()

@@ -1,4 +1,4 @@
-"""MCP clients that sign in (CONTRACT §7): discovery, registration, authorize + consent, tokens, revocation.
+"""MCP clients that sign in (docs/api.md): discovery, registration, authorize + consent, tokens, revocation.
 
 Driven through Django's test client (the browser and the SDK's OAuth client run
 in tests/e2e/test_signin_browser.py against a live server). The client's part

@@ -1,4 +1,4 @@
-"""schemathesis over the JSON endpoints of MCP sign-in (CONTRACT §7), described by the OpenAPI document below.
+"""schemathesis over the JSON endpoints of MCP sign-in (docs/api.md), described by the OpenAPI document below.
 
 They are OAuth endpoints, not the REST API (no API key, RFC 6749 §5.2 error
 bodies), so they are described here rather than in /api/schema/. Every answer

@@ -1,4 +1,4 @@
-"""The authorization stage (seed 000 F1): on behalf of a person, permission AND an active delegation.
+"""The authorization stage: on behalf of a person, permission AND an active delegation.
 
 allowed ⇔ policy allows ∧ (no subject ∨ (delegation active ∧ subject permitted)).
 """

@@ -1,4 +1,4 @@
-"""Playing an MCP client's part in sign-in (CONTRACT §7) through Django's test client.
+"""Playing an MCP client's part in sign-in (docs/api.md) through Django's test client.
 
 Requests go to `http://localhost` (Authlib refuses plain http except on
 loopback hosts); tests that use these set ALLOWED_HOSTS to include it.

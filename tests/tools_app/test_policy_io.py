@@ -520,7 +520,7 @@ def test_dumps_of_a_loaded_file_is_stable_json():
     assert json.loads(text) == policy_document_loads(text)
 
 
-# --- approval keys and tool metadata (seed 002) ------------------------------------------------
+# --- approval keys and tool metadata --------------------------------------------------------
 
 
 def test_import_sets_the_approval_keys_and_an_export_gives_them_back(catalog):

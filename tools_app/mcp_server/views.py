@@ -288,7 +288,7 @@ def protected_resource_metadata_url(request: HttpRequest) -> str:
 
 
 def bearer_challenge(*, metadata_url: str, invalid_token: bool) -> str:
-    """The 401's `WWW-Authenticate`: where an MCP client that signs people in finds how to (CONTRACT §7)."""
+    """The 401's `WWW-Authenticate`: where an MCP client that signs people in finds how to (docs/api.md)."""
     error = 'error="invalid_token", ' if invalid_token else ""
     return f'{SCHEME} {error}resource_metadata="{metadata_url}"'
 

@@ -50,7 +50,7 @@ def tool_entry(spec: ToolSpec) -> dict[str, Any]:
         entry["outputSchema"] = dict(spec.output_schema)
     if spec.icons is not None:
         entry["icons"] = [dict(icon) for icon in spec.icons]
-    # Seed 002's metadata has no MCP field of its own: it travels in `_meta` under Toolgate's prefix.
+    # Tool metadata (consequence level, tags ...) has no MCP field: it travels in `_meta` under Toolgate's prefix.
     entry["_meta"] = {
         "toolgate/consequence_level": spec.consequence_level.value,
         "toolgate/requires_confirmation": spec.requires_confirmation,

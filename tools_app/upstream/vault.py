@@ -1,40 +1,29 @@
-"""Where operator tokens of MCP servers are sealed and opened.
+"""Where operator tokens (and sealed child environments) of MCP servers are sealed and opened.
 
-Credentials and their key ring belong to connections_app (layer 3), which
-tools_app (layer 2) must not import. So tools_app states what it needs, a
-`TokenVault`, and connections_app installs the key-ring implementation when
-Django starts (its AppConfig.ready): the dependency points down, and no
-process ever runs without the one vault (using it before then raises).
+They go under the same key ring as connections (`policies_app.crypto`, the
+shared kernel), bound to `{"mcp_server": <id>}`. The binding's key differs from
+a connection's, so a connection blob pasted into a server row (or the reverse)
+does not open.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from policies_app.crypto import KeyRing, open_sealed, seal
 
 
-class TokenVault(Protocol):
+class TokenVault:
     def seal(self, token: str, *, server_id: str) -> tuple[bytes, str]:
         """(blob, key id) of the token, bound to this server row."""
-        ...
+        sealed = seal(token.encode(), binding={"mcp_server": server_id}, ring=KeyRing.from_settings())
+        return sealed.blob, sealed.key_id
 
     def open(self, blob: bytes, *, server_id: str) -> str:
         """The token, or an error that carries neither plaintext nor key material."""
-        ...
+        return open_sealed(blob, binding={"mcp_server": server_id}, ring=KeyRing.from_settings()).decode()
 
 
-class VaultMissing(RuntimeError):
-    pass
-
-
-_installed: dict[str, TokenVault] = {}
-
-
-def install_token_vault(vault: TokenVault) -> None:
-    _installed["vault"] = vault
+_vault = TokenVault()
 
 
 def token_vault() -> TokenVault:
-    vault = _installed.get("vault")
-    if vault is None:
-        raise VaultMissing("no token vault is installed (connections_app is not loaded)")
-    return vault
+    return _vault

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from django.core.management.base import BaseCommand, CommandError
 
-from connections_app.crypto import KeyRing
 from connections_app.selectors import (
     connection_key_usage,
     connections_to_rewrap,
@@ -34,6 +33,7 @@ from connections_app.services import (
     key_rotation_record,
     oauth_provider_rewrap,
 )
+from policies_app.crypto import KeyRing
 
 logger = logging.getLogger(__name__)
 

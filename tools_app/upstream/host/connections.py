@@ -1,9 +1,9 @@
 """Which tenant connections may still be served: a port connections_app fills in.
 
 The host stops the child of a connection that was revoked (or needs
-re-authorisation). Connections live in connections_app (layer 3), which tools_app
-(layer 2) must not import: like the token vault, connections_app installs the
-check when Django starts.
+re-authorisation). Connections live in connections_app (layer 4), which tools_app
+(layer 3) must not import, so connections_app installs the check when Django
+starts (docs/architecture.md, "The shared kernel").
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""The repository documents itself: every document its files name is in the repository.
+
+A comment that says "see DESIGN.md" or "CONTRACT §7" sends a reader to a file a
+clone does not have. Code, templates and docs may point at the README and
+docs/; this test fails on any `.md` named that does not resolve (from the
+project root or from the naming file's directory) and on references to the
+design documents the project grew from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "var"})
+SCANNED_SUFFIXES = frozenset({".py", ".html", ".md", ".txt", ".toml", ".yml", ".yaml", ".cfg", ".sh", ".example"})
+SCANNED_NAMES = frozenset({"Makefile", "Dockerfile", "Procfile", "Procfile.dev", "run"})
+
+# A path ending in .md, not part of a URL (`file:///notes.md`, `https://…/x.md`).
+MD_REFERENCE = re.compile(r"(?<![\w/:.-])((?:\.\.?/)*(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.md)\b")
+OUTSIDE_DOCUMENTS = re.compile(r"\b(?:CONTRACT|DESIGN|STYLE|STACK)(?:\.md)?\s*§|\bseeds?/|\bseed \d{3}\b")
+
+
+def scanned_files() -> Iterator[Path]:
+    for path in sorted(PROJECT_ROOT.rglob("*")):
+        parts = path.relative_to(PROJECT_ROOT).parts
+        if any(part.startswith(".") and part != ".ci" for part in parts) or SKIPPED_DIRS & set(parts):
+            continue
+        if path.is_file() and (path.suffix in SCANNED_SUFFIXES or path.name in SCANNED_NAMES):
+            yield path
+
+
+def dangling_references(text: str, *, directory: Path) -> Iterator[tuple[int, str]]:
+    """(line, reference) for each `.md` named in `text` that is in neither the project root nor `directory`."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        for match in MD_REFERENCE.finditer(line):
+            name = match.group(1)
+            if not ((PROJECT_ROOT / name).is_file() or (directory / name).is_file()):
+                yield number, name
+        for match in OUTSIDE_DOCUMENTS.finditer(line):
+            yield number, match.group(0)
+
+
+def test_the_detector_finds_documents_that_are_not_in_the_repository():
+    text = 'see docs/api.md and ../README.md\n"""As DESIGN.md says (CONTRACT §4, seed 002)."""\nfile:///notes.md\n'
+    assert list(dangling_references(text, directory=PROJECT_ROOT / "docs")) == [
+        (2, "DESIGN.md"),
+        (2, "CONTRACT §"),
+        (2, "seed 002"),
+    ]
+
+
+def test_every_document_a_file_names_is_in_the_repository():
+    offences = [
+        f"{path.relative_to(PROJECT_ROOT)}:{line}: {name}"
+        for path in scanned_files()
+        if path != Path(__file__).resolve()
+        for line, name in dangling_references(path.read_text(errors="replace"), directory=path.parent)
+    ]
+    assert offences == []
