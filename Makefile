@@ -29,9 +29,11 @@ $(MCP1_VENV)/.installed: requirements-mcp1.txt
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev $(MCP1_VENV)/.installed
 
-# The web server, a Celery worker and beat on the embedded default (Procfile.dev, run by honcho), with
+# The web server, a Celery worker and beat on the embedded default (Procfile.dev, run by honcho) in development
+# mode (DEBUG: the settings default to production), with
 # console logs (honcho stamps the time); the logins and a curl come last, once everything answers.
 # Ctrl-C stops all of them once: honcho forwards it to each process and waits for them.
+run: export DEBUG ?= true
 run: export LOG_FORMAT ?= console
 run: export LOG_TIMESTAMPS ?= false
 run: install
@@ -54,6 +56,7 @@ format: install-dev
 	$(BIN)/ruff check --fix .
 
 # Needs PostgreSQL and Redis (DATABASE_URL / REDIS_URL, defaults on 127.0.0.1); installs wrk when missing.
+bench: export DEBUG ?= true
 bench: install-dev
 	$(BIN)/python -m bench.runner_overhead
 	$(BIN)/python -m bench.exec_throughput

@@ -1,8 +1,9 @@
 """Toolgate settings: one module, every value read through one environ.Env.
 
-Nothing configured means the embedded default (SQLite and dev secrets under
-var/, in-process cache). Production sets DEBUG=False and must then provide real
-secrets: startup refuses the generated development ones. Every variable is
+The defaults are production-safe: DEBUG is off, and then startup refuses to run
+without real secrets. Development turns DEBUG on (`make run` and `make test`
+do), and nothing else needs configuring: the embedded default (SQLite and dev
+secrets generated under var/, an in-process cache). Every variable is
 documented in .env.example and the README.
 """
 
@@ -27,13 +28,19 @@ env = environ.Env()
 if (BASE_DIR / ".env").is_file():
     env.read_env(BASE_DIR / ".env")
 
-DEBUG = env.bool("DEBUG", default=True)
+# Off unless asked for: a deployment that forgets it runs safe. `make run` and `make test` turn it on,
+# and with it the development secrets generated into var/.
+DEBUG = env.bool("DEBUG", default=False)
 
 _secret_key = env.str("SECRET_KEY", default="")
+_key_ring = env.str("TOOLGATE_ENCRYPTION_KEYS", default="")
+if not DEBUG and not (_secret_key and _key_ring):
+    raise ImproperlyConfigured(
+        "SECRET_KEY and TOOLGATE_ENCRYPTION_KEYS must be set: DEBUG is off (the default). "
+        "On a development machine set DEBUG=true (make run and make test do) to use secrets generated into var/."
+    )
 USING_DEV_SECRET_KEY = not _secret_key
 SECRET_KEY = _secret_key or devsecrets.read_or_create(VAR_DIR / "secret_key", devsecrets.new_secret_key)
-
-_key_ring = env.str("TOOLGATE_ENCRYPTION_KEYS", default="")
 USING_DEV_ENCRYPTION_KEYS = not _key_ring
 TOOLGATE_ENCRYPTION_KEYS = _key_ring or devsecrets.read_or_create(VAR_DIR / "encryption_keys", devsecrets.new_key_ring)
 
@@ -58,11 +65,6 @@ def parse_key_ring(value: str) -> dict[str, bytes]:
 
 
 TOOLGATE_KEY_RING = parse_key_ring(TOOLGATE_ENCRYPTION_KEYS)
-
-if not DEBUG and (USING_DEV_SECRET_KEY or USING_DEV_ENCRYPTION_KEYS):
-    raise ImproperlyConfigured(
-        "DEBUG=False with development secrets: set SECRET_KEY and TOOLGATE_ENCRYPTION_KEYS in the environment"
-    )
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"] if DEBUG else [])
 
@@ -174,7 +176,6 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))  # where collectstatic writes
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -342,9 +343,7 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT}
 else:
     CELERY_BROKER_URL = "filesystem://localhost//"  # a host named: kombu warns about a missing one
-    _queue_dir, _control_dir = VAR_DIR / "celery" / "queue", VAR_DIR / "celery" / "control"
-    _queue_dir.mkdir(parents=True, exist_ok=True)
-    _control_dir.mkdir(parents=True, exist_ok=True)
+    _queue_dir, _control_dir = VAR_DIR / "celery" / "queue", VAR_DIR / "celery" / "control"  # made by config/apps.py
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),

@@ -1,4 +1,4 @@
-"""Startup refuses production mode with development secrets."""
+"""Settings default to production: startup refuses to run without real secrets unless development asks for it."""
 
 from __future__ import annotations
 
@@ -35,7 +35,20 @@ def test_debug_false_with_dev_secrets_refuses_to_start():
     result = _check(DEBUG="False")
 
     assert result.returncode != 0
-    assert "DEBUG=False with development secrets" in result.stderr
+    assert "SECRET_KEY and TOOLGATE_ENCRYPTION_KEYS must be set: DEBUG is off" in result.stderr
+
+
+def test_nothing_configured_is_production_and_refuses_to_start_without_secrets():
+    result = _check()  # no DEBUG at all
+
+    assert result.returncode != 0
+    assert "On a development machine set DEBUG=true (make run and make test do)" in result.stderr
+
+
+def test_development_mode_runs_on_generated_secrets():
+    result = _check(DEBUG="true")
+
+    assert result.returncode == 0, result.stderr
 
 
 def test_debug_false_with_a_dev_key_ring_refuses_to_start():
@@ -92,7 +105,7 @@ def test_debug_false_without_redis_refuses_to_start_instead_of_running_tasks_eag
 
 
 def test_a_jitter_beyond_the_broker_visibility_timeout_refuses_to_start():
-    result = _check(TOOLGATE_REFRESH_JITTER_SECONDS="600", CELERY_BROKER_VISIBILITY_TIMEOUT="300")
+    result = _check(DEBUG="true", TOOLGATE_REFRESH_JITTER_SECONDS="600", CELERY_BROKER_VISIBILITY_TIMEOUT="300")
 
     assert result.returncode != 0
     assert "TOOLGATE_REFRESH_JITTER_SECONDS must stay below CELERY_BROKER_VISIBILITY_TIMEOUT" in result.stderr

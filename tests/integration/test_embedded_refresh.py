@@ -80,6 +80,7 @@ def embedded_env() -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if name not in CONFIGURATION}
     env |= {
         "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DEBUG": "true",  # as `make run` sets it
         "TOOLGATE_REFRESH_SWEEP_SECONDS": str(SWEEP_SECONDS),
         "TOOLGATE_REFRESH_JITTER_SECONDS": str(JITTER_SECONDS),
         "PYTHONUNBUFFERED": "1",
