@@ -1,4 +1,4 @@
-"""connections_app's side of the runner's ports: the credential broker."""
+"""connections_app's side of the runner's ports: the grant store and the credential broker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""policies_app's side of the runner's ports: policy, grants and budgets."""
+"""policies_app's side of the runner's ports: governance freshness, policy, approvals, budgets, delegations."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The operators' governance screens: tenants, service accounts, policies, grants.
+"""The operators' governance screens: tenants, memberships, service accounts, delegations, signed-in clients, policies.
 
 Approval requests have their screen in connections_app/approvals_admin.py: it
 names the connection a call would use and opens the sealed args, both of which
 live in that layer.
 
 Writes with rules go through policies_app.services (account creation and
-revocation, grant revocation, approval decisions). Secrets never reach a page:
+revocation, delegation revocation, policy edits). Secrets never reach a page:
 the key digest is not a field here, and a new account's clear key appears once,
 on the response to the form that created it.
 """

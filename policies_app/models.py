@@ -1,4 +1,4 @@
-"""Who may run what: tenants, their callers, policies, grants and approvals."""
+"""Who may run what: tenants, their callers, policies, approvals, delegations and MCP sign-in."""
 
 from __future__ import annotations
 

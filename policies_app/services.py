@@ -1,4 +1,4 @@
-"""Writes of policies_app: tenants, service accounts, policies, grants, approvals.
+"""Writes of policies_app: tenants, service accounts, policies, approvals, delegations.
 
 Every write that changes what a call may do bumps the governance generation in
 the same transaction (see governance.py), so caches everywhere drop it.
