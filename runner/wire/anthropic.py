@@ -29,10 +29,10 @@ from runner.wire.common import (
     Answer,
     DecodedCall,
     WireCodec,
-    WireFormatError,
     listed,
     optional_str,
     plain_copy,
+    typed_items,
 )
 
 __all__ = [
@@ -63,20 +63,17 @@ def encode_tools(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
 
 def decode_content_tool_uses(content: Sequence[Any]) -> list[DecodedCall]:
     """The `tool_use` blocks of a non-streamed assistant `content` list, in order; other blocks are skipped."""
-    if not isinstance(content, list):
-        raise WireFormatError("content must be a list")
-    calls = []
-    for index, block in enumerate(content):
-        where = f"content[{index}]"
-        if not isinstance(block, Mapping):
-            raise WireFormatError(f"{where} must be an object")
-        if block.get("type") != "tool_use":
-            continue
-        call_id = optional_str(block.get("id"), f"{where}.id")
-        name = optional_str(block.get("name"), f"{where}.name")
-        args = _input_object(block.get("input"))
-        calls.append(DecodedCall(where=f"message[{index}]", call_id=call_id or "", name=name or "", args=args))
-    return calls
+    return [
+        _decoded(index, where, block)
+        for index, where, block in typed_items(content, name="content", item_type="tool_use")
+    ]
+
+
+def _decoded(index: int, where: str, block: Mapping[str, Any]) -> DecodedCall:
+    call_id = optional_str(block.get("id"), f"{where}.id")
+    name = optional_str(block.get("name"), f"{where}.name")
+    args = _input_object(block.get("input"))
+    return DecodedCall(where=f"message[{index}]", call_id=call_id or "", name=name or "", args=args)
 
 
 def decode_turn(message: Any) -> list[DecodedCall]:

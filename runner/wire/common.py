@@ -21,7 +21,7 @@ Standard library and the runner package only: no Django, no HTTP client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,22 @@ def listed(message: Any, key: str, refusal: str) -> list[Any]:
     if not isinstance(found, list):
         raise WireFormatError(refusal)
     return found
+
+
+def typed_items(items: Any, *, name: str, item_type: str) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+    """(index, where, item) of the entries of `item_type` in the list `items` (called `name` in errors).
+
+    Entries of other types (text, reasoning) are skipped; an entry that is not
+    an object, or `items` not being a list, raises `WireFormatError`.
+    """
+    if not isinstance(items, list):
+        raise WireFormatError(f"{name} must be a list")
+    for index, item in enumerate(items):
+        where = f"{name}[{index}]"
+        if not isinstance(item, Mapping):
+            raise WireFormatError(f"{where} must be an object")
+        if item.get("type") == item_type:
+            yield index, where, item
 
 
 def plain_copy(value: Any) -> Any:

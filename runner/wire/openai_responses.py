@@ -26,11 +26,11 @@ from runner.wire.common import (
     Answer,
     DecodedCall,
     WireCodec,
-    WireFormatError,
     listed,
     optional_str,
     parse_arguments,
     plain_copy,
+    typed_items,
 )
 
 __all__ = [
@@ -132,21 +132,18 @@ def decode_output_function_calls(output: Sequence[Any]) -> list[DecodedCall]:
     answers (the item's own `id`, `fc_...`, names the output item instead).
     Other items (reasoning, messages) are skipped.
     """
-    if not isinstance(output, list):
-        raise WireFormatError("output must be a list")
-    calls = []
-    for index, item in enumerate(output):
-        where = f"output[{index}]"
-        if not isinstance(item, Mapping):
-            raise WireFormatError(f"{where} must be an object")
-        if item.get("type") != "function_call":
-            continue
-        call_id = optional_str(item.get("call_id"), f"{where}.call_id")
-        name = optional_str(item.get("name"), f"{where}.name")
-        arguments = optional_str(item.get("arguments"), f"{where}.arguments")
-        args = parse_arguments(arguments or "")
-        calls.append(DecodedCall(where=f"message[{index}]", call_id=call_id or "", name=name or "", args=args))
-    return calls
+    return [
+        _decoded(index, where, item)
+        for index, where, item in typed_items(output, name="output", item_type="function_call")
+    ]
+
+
+def _decoded(index: int, where: str, item: Mapping[str, Any]) -> DecodedCall:
+    call_id = optional_str(item.get("call_id"), f"{where}.call_id")
+    name = optional_str(item.get("name"), f"{where}.name")
+    arguments = optional_str(item.get("arguments"), f"{where}.arguments")
+    args = parse_arguments(arguments or "")
+    return DecodedCall(where=f"message[{index}]", call_id=call_id or "", name=name or "", args=args)
 
 
 def decode_turn(message: Any) -> list[DecodedCall]:
