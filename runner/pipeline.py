@@ -44,7 +44,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -239,7 +238,7 @@ class AuditStage:
                 error_code=result.error_code,
                 safe_message=result.safe_message,
                 # the replay's own row: when it was asked and answered, not the original's times
-                started_at=call.started_at if replayed else result.started_at,
+                started_at=call.started_at if replayed else (result.started_at or call.started_at),
                 ended_at=ended_at,
                 context=call.ctx,
                 decision=call.decision,
@@ -691,11 +690,6 @@ def default_stages(
         ValidateOutputStage(),
         ExecuteStage(clock, loop),
     ]
-
-
-def new_tool_call_id() -> str:
-    """An id for a call that arrives without one, made once at the boundary: every stage and the audit row share it."""
-    return f"call_{uuid.uuid4().hex}"
 
 
 def args_digest(raw_args: Any) -> str | None:

@@ -7,8 +7,9 @@ These are plain frozen dataclasses and enums, independent of any wire format
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -114,6 +115,11 @@ class ToolSpec:
             "tags": list(self.tags),
             "version": self.version,
         }
+
+
+def new_tool_call_id() -> str:
+    """An id for a call that arrives without one: the boundary generates it, so it cannot repeat."""
+    return f"call_{uuid.uuid4().hex}"
 
 
 # ToolInvocationContext.delegation_id of a subject token that matched no delegation (forged, malformed).
@@ -225,36 +231,35 @@ class ToolExecResult:
 
 @dataclass(frozen=True, slots=True)
 class ToolInvocationRecord:
-    """One tool call from start to end: what the audit sink stores and decoders produce.
+    """One finished tool call, replays included: what the audit sink stores.
 
-    `args` holds parsed arguments for decoders; the audit adapter keeps only
-    `args_sha256`. `raw` is a provider-native payload for observability only and
-    never influences execution.
+    The audit stage writes one for every call, so what every call has is
+    required; the rest is None where it does not apply: no value or content
+    for a refusal, no `args_sha256` for arguments that are not JSON, no
+    `result_bytes` for a call that ended before its result was measured, no
+    `audit_ref` without an idempotency claim, no `authz_reason` unless the
+    authorization stage refused.
     """
 
     tool_call_id: str
     tool_id: str
-    args: Mapping[str, Any] | None = None
-    ok: bool | None = None
+    ok: bool
+    context: ToolInvocationContext
+    decision: Decision
+    executed: bool
+    started_at: datetime
+    ended_at: datetime
     value: Any = None
     error_code: ErrorCode | None = None
     safe_message: str | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    context: ToolInvocationContext | None = None
-    decision: Decision = Decision.NOT_DECIDED
-    executed: bool = False
     args_sha256: str | None = None
     result_bytes: int | None = None
     content: tuple[ContentBlock, ...] | None = None  # the answered blocks, kept to replay them
     audit_ref: str | None = None  # the idempotency claim this record finishes, if any
     authz_reason: str | None = None  # why the authorization stage refused (a category, never a token)
-    raw: Any = field(default=None, repr=False)
 
     @property
-    def duration_ms(self) -> int | None:
-        if self.started_at is None or self.ended_at is None:
-            return None
+    def duration_ms(self) -> int:
         return int((self.ended_at - self.started_at).total_seconds() * 1000)
 
 

@@ -21,8 +21,8 @@ from policies_app.errors import AppError
 from policies_app.selectors import Caller
 from runner.pipeline import ToolRunner
 from runner.types import ToolExecResult
-from runner.wire.openai import WireFormatError
-from runner.wire.turns import ModelCall, WireFormat, decode_turn, encode_results
+from runner.wire.common import WireCodec, WireFormatError
+from runner.wire.turns import ModelCall, decode_turn, encode_results
 from tools_app.services import ExecRequest, tool_exec
 
 
@@ -30,7 +30,7 @@ from tools_app.services import ExecRequest, tool_exec
 class CallsRequest:
     """`POST /api/v1/tools/calls`, shape-checked: the model's turn and the out-of-band fields of every call."""
 
-    wire_format: WireFormat
+    wire_format: WireCodec
     message: object
     run_id: str | None = None
     connection_id: str | None = None

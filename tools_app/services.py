@@ -19,7 +19,7 @@ from policies_app.selectors import Caller, delegation_for_token, policy_effectiv
 from runner.authz import SUBJECT_REFUSED, subject_refusal
 from runner.catalog import catalog_for
 from runner.contracts import tags_problem
-from runner.pipeline import ToolRunner, new_tool_call_id
+from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import (
     UNKNOWN_DELEGATION,
@@ -30,6 +30,7 @@ from runner.types import (
     ToolInvocationContext,
     ToolInvocationRecord,
     ToolSpec,
+    new_tool_call_id,
 )
 from tools_app.models import Tool, ToolInvocation
 from tools_app.rows import RowInserter
@@ -121,13 +122,10 @@ def invocation_record(record: ToolInvocationRecord) -> None:
     A claim taken over by a repeat (this process outlived its lease) is not
     overwritten: the late outcome gets a row of its own, outside the replayed one.
     """
-    ctx = record.context
-    if ctx is None or record.started_at is None or record.ended_at is None:
-        raise ValueError("an audit record needs its context and both timestamps")
     fields = {
         "tool_id": record.tool_id,
         "decision": record.decision.value,
-        "ok": bool(record.ok),
+        "ok": record.ok,
         "executed": record.executed,
         "state": ToolInvocation.State.DONE,
         "error_code": record.error_code.value if record.error_code else "",
@@ -138,7 +136,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "result_bytes": record.result_bytes,
         "started_at": record.started_at,
         "ended_at": record.ended_at,
-        "duration_ms": record.duration_ms or 0,
+        "duration_ms": record.duration_ms,
         "lease_expires_at": None,
         "authz_reason": record.authz_reason or "",
     }
@@ -150,7 +148,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         if finished:
             return
         fields.update(executed=False, safe_message=LEASE_LOST_MESSAGE)
-    _invocations.insert(**_context_fields(ctx), **fields)
+    _invocations.insert(**_context_fields(record.context), **fields)
 
 
 def _context_fields(ctx: ToolInvocationContext) -> dict:

@@ -1,20 +1,15 @@
 """Anthropic Messages tool-use wire format: an adapter beside runner/wire/openai.py.
 
-The runner speaks `ToolSpec`, `ToolInvocationRecord` and `ToolExecResult`;
-this module is the only place that knows the Messages API's shapes
-(WIRE_FORMATS_ARE_ADAPTERS):
+The runner speaks `ToolSpec` and `ToolExecResult`; this module is the only
+place that knows the Messages API's shapes:
 
 - `encode_tools` turns specs into the request's `tools[]`: exactly `name`,
   `description` and `input_schema`. The native ToolSpec's `effect`,
   `requires_connection` and `provider` are Toolgate's governance data; the SDK
   would pass them through unchanged to an API that refuses unknown keys.
-- `AnthropicToolUseDecoder` is the single assembler of a streamed message's
-  `tool_use` blocks (DECODER_ASSEMBLES_TOOLCALLS): `content_block_start`
-  opens a block, `input_json_delta` events append to its `partial_json`,
-  `finish()` returns the records and resets the session.
-  `decode_content_tool_uses` reads a whole (non-streamed) `content` list.
-- Input that is not a JSON object becomes an `invalid_json` record with the
-  fixed message and no raw text, as in the OpenAI adapter.
+- `decode_content_tool_uses` reads the `tool_use` blocks of an assistant
+  `content` list. An input that is not a JSON object becomes `MalformedArgs`
+  with the fixed message and no raw text, as in the OpenAI adapter.
 - `encode_tool_results` writes the `user` turn of `tool_result` blocks that
   answers an assistant turn, errors included (`is_error: true`), so the model
   can correct itself.
@@ -24,28 +19,25 @@ Standard library and the runner package only: no Django, no HTTP client.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from runner.pipeline import new_tool_call_id
-from runner.types import ErrorCode, ToolExecResult, ToolInvocationRecord, ToolSpec
-from runner.wire.blocks import ANTHROPIC_IMAGE_TYPES, answers_with_blocks, block_text, error_text, is_image
-from runner.wire.openai import (
-    INVALID_ARGS_MESSAGE,
-    MISSING_NAME_MESSAGE,
-    WireFormatError,
-    _is_int,
-    _optional_str,
-    _parse_arguments,
-    _plain_copy,
+from runner.types import MalformedArgs, ToolExecResult, ToolSpec
+from runner.wire.blocks import ANTHROPIC_IMAGE_TYPES, answer_payload, block_text, is_image
+from runner.wire.common import (
+    INVALID_ARGS,
+    Answer,
+    DecodedCall,
+    WireCodec,
+    listed,
+    optional_str,
+    plain_copy,
+    typed_items,
 )
 
 __all__ = [
-    "AnthropicToolUseDecoder",
+    "CODEC",
     "decode_content_tool_uses",
-    "decode_stream",
     "encode_tool",
     "encode_tool_result_block",
     "encode_tool_results",
@@ -58,7 +50,7 @@ __all__ = [
 
 def encode_tool(spec: ToolSpec) -> dict[str, Any]:
     """One `tools[]` entry of a Messages request; `input_schema` is a copy the caller may edit."""
-    return {"name": spec.name, "description": spec.description, "input_schema": _plain_copy(spec.input_schema)}
+    return {"name": spec.name, "description": spec.description, "input_schema": plain_copy(spec.input_schema)}
 
 
 def encode_tools(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
@@ -69,147 +61,33 @@ def encode_tools(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
 # --- decoder -------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _PartialToolUse:
-    """One `tool_use` block as it streams in: id and name from its start, input from its deltas."""
-
-    tool_call_id: str | None
-    name: str
-    partial_json: str
-    # The start event's own `input` (an object, `{}` when streamed): used when no delta arrives.
-    start_input: Any
+def decode_content_tool_uses(content: Sequence[Any]) -> list[DecodedCall]:
+    """The `tool_use` blocks of a non-streamed assistant `content` list, in order; other blocks are skipped."""
+    return [
+        _decoded(index, where, block)
+        for index, where, block in typed_items(content, name="content", item_type="tool_use")
+    ]
 
 
-class AnthropicToolUseDecoder:
-    """Assembles a streamed Messages response's `tool_use` blocks into records.
-
-    Blocks are keyed by their content-block `index`, so text blocks between
-    tool uses and interleaved deltas cannot mix two calls' inputs. One instance
-    serves one stream at a time; `finish()` ends the session and empties it,
-    so nothing of one response can leak into the next.
-    """
-
-    def __init__(self) -> None:
-        self._blocks: dict[int, _PartialToolUse] = {}
-
-    def feed(self, event: Mapping[str, Any]) -> None:
-        """Take one stream event; events other than tool-use starts and input deltas change nothing.
-
-        A malformed event raises `WireFormatError` and leaves the session as it
-        was: the event is checked whole before anything is applied.
-        """
-        if not isinstance(event, Mapping):
-            raise WireFormatError("event must be an object")
-        kind = event.get("type")
-        if kind == "content_block_start":
-            index = _block_index(event)
-            block = event.get("content_block")
-            if not isinstance(block, Mapping):
-                raise WireFormatError("event.content_block must be an object")
-            if block.get("type") != "tool_use":
-                return
-            tool_call_id = _optional_str(block.get("id"), "event.content_block.id")
-            name = _optional_str(block.get("name"), "event.content_block.name")
-            self._blocks[index] = _PartialToolUse(
-                tool_call_id=tool_call_id or None, name=name or "", partial_json="", start_input=block.get("input")
-            )
-        elif kind == "content_block_delta":
-            index = _block_index(event)
-            delta = event.get("delta")
-            if not isinstance(delta, Mapping):
-                raise WireFormatError("event.delta must be an object")
-            if delta.get("type") != "input_json_delta":
-                return
-            fragment = _optional_str(delta.get("partial_json"), "event.delta.partial_json")
-            block_in_progress = self._blocks.get(index)
-            if block_in_progress is None:
-                raise WireFormatError("input_json_delta for a content block that is not a started tool_use")
-            block_in_progress.partial_json += fragment or ""
-
-    def finish(self) -> list[ToolInvocationRecord]:
-        """The session's tool uses in content-block order; the decoder is then empty and reusable."""
-        blocks, self._blocks = self._blocks, {}
-        records = []
-        for index, block in sorted(blocks.items()):
-            if block.partial_json.strip():
-                args = _parse_arguments(block.partial_json)
-            else:  # no delta: the start event's input is the whole input (a tool without arguments)
-                args = _input_object(block.start_input)
-            records.append(_to_record(index=index, tool_call_id=block.tool_call_id, name=block.name, args=args))
-        return records
-
-    def reset(self) -> None:
-        """Drop a session without producing records (e.g. after a stream broke off)."""
-        self._blocks = {}
+def _decoded(index: int, where: str, block: Mapping[str, Any]) -> DecodedCall:
+    call_id = optional_str(block.get("id"), f"{where}.id")
+    name = optional_str(block.get("name"), f"{where}.name")
+    args = _input_object(block.get("input"))
+    return DecodedCall(where=f"message[{index}]", call_id=call_id or "", name=name or "", args=args)
 
 
-def decode_stream(events: Iterable[Mapping[str, Any]]) -> list[ToolInvocationRecord]:
-    """Assemble a whole stream with a fresh decoder."""
-    decoder = AnthropicToolUseDecoder()
-    for event in events:
-        decoder.feed(event)
-    return decoder.finish()
+def decode_turn(message: Any) -> list[DecodedCall]:
+    """The calls of a Messages turn: its `content` list, or an assistant message holding one."""
+    return decode_content_tool_uses(
+        listed(message, "content", "message must be a Messages content list (or an assistant message with one)")
+    )
 
 
-def decode_content_tool_uses(content: Sequence[Any]) -> list[ToolInvocationRecord]:
-    """Records for the `tool_use` blocks of a non-streamed assistant `content` list, in order."""
-    if not isinstance(content, list):
-        raise WireFormatError("content must be a list")
-    records = []
-    for index, block in enumerate(content):
-        where = f"content[{index}]"
-        if not isinstance(block, Mapping):
-            raise WireFormatError(f"{where} must be an object")
-        if block.get("type") != "tool_use":
-            continue
-        tool_call_id = _optional_str(block.get("id"), f"{where}.id")
-        name = _optional_str(block.get("name"), f"{where}.name")
-        records.append(
-            _to_record(
-                index=index, tool_call_id=tool_call_id or None, name=name or "", args=_input_object(block.get("input"))
-            )
-        )
-    return records
-
-
-def _block_index(event: Mapping[str, Any]) -> int:
-    index = event.get("index")
-    if not _is_int(index) or index < 0:
-        raise WireFormatError("event.index must be a non-negative integer")
-    return index
-
-
-def _input_object(value: Any) -> dict[str, Any] | None:
+def _input_object(value: Any) -> dict[str, Any] | MalformedArgs:
     """A block's `input` when it is an object (None means no input: no arguments)."""
     if value is None:
         return {}
-    return dict(value) if isinstance(value, Mapping) else None
-
-
-def _to_record(*, index: int, tool_call_id: str | None, name: str, args: dict[str, Any] | None) -> ToolInvocationRecord:
-    """One assembled tool use; a failed one keeps only its block index in `raw`, never its input."""
-    call_id = tool_call_id or new_tool_call_id()
-    if not name:
-        return ToolInvocationRecord(
-            tool_call_id=call_id,
-            tool_id="",
-            ok=False,
-            error_code=ErrorCode.VALIDATION,
-            safe_message=MISSING_NAME_MESSAGE,
-            raw={"index": index},
-        )
-    if args is None:
-        return ToolInvocationRecord(
-            tool_call_id=call_id,
-            tool_id=name,
-            ok=False,
-            error_code=ErrorCode.INVALID_JSON,
-            safe_message=INVALID_ARGS_MESSAGE,
-            raw={"index": index},
-        )
-    return ToolInvocationRecord(
-        tool_call_id=call_id, tool_id=name, args=args, raw={"index": index, "id": tool_call_id, "name": name}
-    )
+    return dict(value) if isinstance(value, Mapping) else INVALID_ARGS
 
 
 # --- tool results --------------------------------------------------------------
@@ -222,17 +100,10 @@ def encode_tool_result_block(result: ToolExecResult, *, tool_use_id: str | None 
     content blocks (images as image blocks); its own error for the model is
     the same with `is_error: true`.
     """
-    content: str | list[dict[str, Any]]
-    if answers_with_blocks(result):
-        content = [_result_block(block) for block in result.content or ()]
-    elif result.ok:
-        content = json.dumps(result.value)
-    else:
-        content = error_text(result)
     return {
         "type": "tool_result",
         "tool_use_id": tool_use_id or result.tool_call_id,
-        "content": content,
+        "content": answer_payload(result, _result_block),
         "is_error": not result.ok,
     }
 
@@ -246,3 +117,20 @@ def _result_block(block: Mapping[str, Any]) -> dict[str, Any]:
 def encode_tool_results(blocks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The `user` turn answering an assistant turn: all its tool results in one message, as the API requires."""
     return {"role": "user", "content": [dict(block) for block in blocks]}
+
+
+def encode_results(answers: Sequence[Answer]) -> list[dict[str, Any]]:
+    """One `user` turn holding every call's `tool_result` block, or none for a turn without calls."""
+    if not answers:
+        return []
+    return [encode_tool_results(encode_tool_result_block(result, tool_use_id=call_id) for call_id, result in answers)]
+
+
+CODEC = WireCodec(
+    name="anthropic",
+    catalog_doc="Messages API tools",
+    turn_doc="the Messages `content` list (or the message)",
+    encode_tools=encode_tools,
+    decode_turn=decode_turn,
+    encode_results=encode_results,
+)

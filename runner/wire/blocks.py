@@ -12,7 +12,7 @@ Standard library and the runner package only.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runner.types import ErrorCode, ToolExecResult
@@ -20,6 +20,21 @@ from runner.wording import refusal_for_model
 
 # The image types the Messages API accepts in an image block.
 ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+
+def answer_payload(
+    result: ToolExecResult, part: Callable[[Mapping[str, Any]], dict[str, Any]]
+) -> str | list[dict[str, Any]]:
+    """What answers one call in every format: its blocks as the format's parts, else its value or error as JSON text.
+
+    `part` writes one content block as the format's own part; errors are
+    answered too, so the model can correct itself instead of the run halting.
+    """
+    if answers_with_blocks(result):
+        return [part(block) for block in result.content or ()]
+    if result.ok:
+        return json.dumps(result.value)
+    return error_text(result)
 
 
 def answers_with_blocks(result: ToolExecResult) -> bool:

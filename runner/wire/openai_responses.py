@@ -4,7 +4,7 @@ The Responses API flattens a function tool (`{"type": "function", "name",
 "description", "parameters", "strict"}`, no nested `function`), returns calls
 as `function_call` items of the response's `output` list, and takes results
 as `function_call_output` items of the next request's `input`. This module is
-the only place that knows those shapes (WIRE_FORMATS_ARE_ADAPTERS).
+the only place that knows those shapes.
 
 `strict` is true only when the schema is one OpenAI's strict mode accepts as
 is: every object closed and every property required, and only keywords strict
@@ -17,15 +17,24 @@ Standard library and the runner package only: no Django, no HTTP client.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runner.types import ToolExecResult, ToolInvocationRecord, ToolSpec
-from runner.wire.blocks import answers_with_blocks, block_text, error_text, is_image
-from runner.wire.openai import WireFormatError, _optional_str, _plain_copy, _to_record
+from runner.types import ToolExecResult, ToolSpec
+from runner.wire.blocks import answer_payload, block_text, is_image
+from runner.wire.common import (
+    Answer,
+    DecodedCall,
+    WireCodec,
+    listed,
+    optional_str,
+    parse_arguments,
+    plain_copy,
+    typed_items,
+)
 
 __all__ = [
+    "CODEC",
     "STRICT_KEYWORDS",
     "decode_output_function_calls",
     "encode_tool",
@@ -72,7 +81,7 @@ def encode_tool(spec: ToolSpec) -> dict[str, Any]:
         "type": "function",
         "name": spec.name,
         "description": spec.description,
-        "parameters": _plain_copy(spec.input_schema),
+        "parameters": plain_copy(spec.input_schema),
         "strict": strict_compatible(spec.input_schema),
     }
 
@@ -116,29 +125,32 @@ def _strict_node(node: Any) -> bool:
 # --- decoder -------------------------------------------------------------------
 
 
-def decode_output_function_calls(output: Sequence[Any]) -> list[ToolInvocationRecord]:
-    """Records for the `function_call` items of a response's `output` list, in order.
+def decode_output_function_calls(output: Sequence[Any]) -> list[DecodedCall]:
+    """The `function_call` items of a response's `output` list, in order.
 
-    The record's id is the item's `call_id`, the id a `function_call_output`
+    The call's id is the item's `call_id`, the id a `function_call_output`
     answers (the item's own `id`, `fc_...`, names the output item instead).
     Other items (reasoning, messages) are skipped.
     """
-    if not isinstance(output, list):
-        raise WireFormatError("output must be a list")
-    records = []
-    for index, item in enumerate(output):
-        where = f"output[{index}]"
-        if not isinstance(item, Mapping):
-            raise WireFormatError(f"{where} must be an object")
-        if item.get("type") != "function_call":
-            continue
-        call_id = _optional_str(item.get("call_id"), f"{where}.call_id")
-        name = _optional_str(item.get("name"), f"{where}.name")
-        arguments = _optional_str(item.get("arguments"), f"{where}.arguments")
-        records.append(
-            _to_record(index=index, tool_call_id=call_id or None, name=name or "", arguments=arguments or "")
-        )
-    return records
+    return [
+        _decoded(index, where, item)
+        for index, where, item in typed_items(output, name="output", item_type="function_call")
+    ]
+
+
+def _decoded(index: int, where: str, item: Mapping[str, Any]) -> DecodedCall:
+    call_id = optional_str(item.get("call_id"), f"{where}.call_id")
+    name = optional_str(item.get("name"), f"{where}.name")
+    arguments = optional_str(item.get("arguments"), f"{where}.arguments")
+    args = parse_arguments(arguments or "")
+    return DecodedCall(where=f"message[{index}]", call_id=call_id or "", name=name or "", args=args)
+
+
+def decode_turn(message: Any) -> list[DecodedCall]:
+    """The calls of a Responses turn: its `output` list, or the whole response holding one."""
+    return decode_output_function_calls(
+        listed(message, "output", "message must be a response's output list (or an object with one)")
+    )
 
 
 # --- tool result ---------------------------------------------------------------
@@ -150,17 +162,29 @@ def encode_tool_result(result: ToolExecResult, *, call_id: str | None = None) ->
     A tool that answered content blocks is answered with the output's list
     form: `input_image` parts (data URLs) for images, `input_text` for the rest.
     """
-    output: str | list[dict[str, Any]]
-    if answers_with_blocks(result):
-        output = [_output_part(block) for block in result.content or ()]
-    elif result.ok:
-        output = json.dumps(result.value)
-    else:
-        output = error_text(result)
-    return {"type": "function_call_output", "call_id": call_id or result.tool_call_id, "output": output}
+    return {
+        "type": "function_call_output",
+        "call_id": call_id or result.tool_call_id,
+        "output": answer_payload(result, _output_part),
+    }
 
 
 def _output_part(block: Mapping[str, Any]) -> dict[str, Any]:
     if is_image(block):
         return {"type": "input_image", "image_url": f"data:{block['mimeType']};base64,{block['data']}"}
     return {"type": "input_text", "text": block_text(block)}
+
+
+def encode_results(answers: Sequence[Answer]) -> list[dict[str, Any]]:
+    """One `function_call_output` item per call, in the turn's order."""
+    return [encode_tool_result(result, call_id=call_id) for call_id, result in answers]
+
+
+CODEC = WireCodec(
+    name="openai_responses",
+    catalog_doc="Responses API function tools",
+    turn_doc="the response's `output` list (or the response)",
+    encode_tools=encode_tools,
+    decode_turn=decode_turn,
+    encode_results=encode_results,
+)

@@ -29,6 +29,7 @@ from connections_app.credentials import CredentialsInvalid, credentials_validate
 from policies_app.errors import ERROR_STATUS
 from policies_app.governance import governance_bump
 from runner.types import ErrorCode
+from runner.wire.codecs import CODECS
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool
 
@@ -101,6 +102,19 @@ def test_schema_states_the_rules_validation_enforces():
     assert components["ToolCallsRequest"]["properties"]["message"]["type"] == ["object", "array"]
     assert components["DelegationTokenRequestRequest"]["properties"]["code"]["pattern"] == "^[A-Za-z0-9_-]{43}$"
     assert listing["offset"] == {"type": "integer", "minimum": 0, "maximum": 1_000_000_000, "default": 0}
+
+
+def test_schema_format_names_are_the_codec_registrys():
+    # issue 29: the names were hand-kept in the serializers, the views and an enum
+    schema = SCHEMA.raw_schema
+    catalog = {p["name"]: p["schema"] for p in schema["paths"]["/api/v1/tools"]["get"]["parameters"]}
+
+    assert list(CODECS) == ["openai", "openai_responses", "anthropic"]
+    assert catalog["format"]["enum"] == list(CODECS)
+    assert schema["components"]["schemas"]["ToolCallsRequest"]["properties"]["format"]["allOf"] == [
+        {"$ref": "#/components/schemas/FormatEnum"}
+    ]
+    assert schema["components"]["schemas"]["FormatEnum"]["enum"] == list(CODECS)
 
 
 def test_schema_credential_shapes_are_the_ones_credentials_validate_enforces():

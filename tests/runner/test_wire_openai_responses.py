@@ -9,8 +9,8 @@ import pytest
 from openai.types.responses import FunctionToolParam, ResponseFunctionToolCall, ResponseInputItemParam
 from pydantic import TypeAdapter
 
-from runner.types import ErrorCode, ToolEffect, ToolExecResult, ToolSpec
-from runner.wire.openai import WireFormatError
+from runner.types import ErrorCode, MalformedArgs, ToolEffect, ToolExecResult, ToolSpec
+from runner.wire.common import DecodedCall, WireFormatError
 from runner.wire.openai_responses import decode_output_function_calls, encode_tool, encode_tool_result, encode_tools
 
 FUNCTION_TOOL = TypeAdapter(FunctionToolParam)
@@ -155,12 +155,15 @@ def test_function_call_items_are_valid_sdk_output_items():
 
 
 def test_output_function_calls_decode_under_their_call_id():
-    first, second = decode_output_function_calls(OUTPUT)
+    calls = decode_output_function_calls(OUTPUT)
 
-    assert (first.tool_call_id, first.tool_id, first.args) == ("call_A", "core__wait", {"ms": 5, "mode": None})
-    assert (second.tool_call_id, second.ok, second.error_code) == ("call_B", False, ErrorCode.INVALID_JSON)
-    assert second.safe_message == "Invalid tool arguments JSON"
-    assert CANARY not in repr(second) + repr(second.raw)
+    assert calls == [
+        DecodedCall("message[1]", "call_A", "core__wait", {"ms": 5, "mode": None}),
+        DecodedCall(
+            "message[2]", "call_B", "core__wait", MalformedArgs(ErrorCode.INVALID_JSON, "Invalid tool arguments JSON")
+        ),
+    ]
+    assert CANARY not in repr(calls)
 
 
 @pytest.mark.parametrize("output", [{"output": []}, ["x"], [{"type": "function_call", "call_id": 3, "name": "t"}]])

@@ -13,17 +13,12 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
 from runner.types import ErrorCode, MalformedArgs, ToolExecResult
-from runner.wire.openai import WireFormatError
-from runner.wire.turns import (
-    MAX_CALLS_PER_TURN,
-    ModelCall,
-    WireFormat,
-    decode_turn,
-    encode_results,
-    toolgate_call_id,
-)
+from runner.wire.codecs import CODECS
+from runner.wire.common import WireCodec, WireFormatError
+from runner.wire.turns import MAX_CALLS_PER_TURN, ModelCall, decode_turn, encode_results, toolgate_call_id
 
 CANARY = "secret-canary-13"
+OPENAI, OPENAI_RESPONSES, ANTHROPIC = CODECS["openai"], CODECS["openai_responses"], CODECS["anthropic"]
 CHAT_MESSAGE = TypeAdapter(ChatCompletionMessageParam)
 
 
@@ -52,7 +47,7 @@ def test_chat_turn_decodes_calls_with_malformed_args_kept_as_their_own_call():
         _chat_call("call_3", "core__get_current_time", ""),
     )
 
-    calls = decode_turn(WireFormat.OPENAI, message)
+    calls = decode_turn(OPENAI, message)
 
     assert calls == [
         ModelCall("call_1", "call_1", "core__wait", {"ms": 1}),
@@ -70,7 +65,7 @@ def test_chat_turn_decodes_calls_with_malformed_args_kept_as_their_own_call():
 def test_oversized_args_become_a_validation_call():
     message = _chat(_chat_call("call_1", "core__wait", json.dumps({"pad": "x" * 9000})))
 
-    [call] = decode_turn(WireFormat.OPENAI, message)
+    [call] = decode_turn(OPENAI, message)
 
     assert call.args == MalformedArgs(ErrorCode.VALIDATION, "tool arguments must be at most 8192 bytes serialized")
 
@@ -78,26 +73,26 @@ def test_oversized_args_become_a_validation_call():
 @pytest.mark.parametrize(
     ("wire_format", "message", "problem"),
     [
-        (WireFormat.OPENAI, [], "message must be an object"),
-        (WireFormat.OPENAI, _chat(_chat_call(None, "core__wait", "{}")), "message.tool_calls[0] has no call id"),
-        (WireFormat.OPENAI, _chat(_chat_call("c", "", "{}")), "message.tool_calls[0] has no tool name"),
-        (WireFormat.OPENAI, _chat(_chat_call("c", "x" * 129, "{}")), "over 128 characters"),
-        (WireFormat.OPENAI, _chat(_chat_call("c" * 513, "t", "{}")), "call id over 512 characters"),
+        (OPENAI, [], "message must be an object"),
+        (OPENAI, _chat(_chat_call(None, "core__wait", "{}")), "message.tool_calls[0] has no call id"),
+        (OPENAI, _chat(_chat_call("c", "", "{}")), "message.tool_calls[0] has no tool name"),
+        (OPENAI, _chat(_chat_call("c", "x" * 129, "{}")), "over 128 characters"),
+        (OPENAI, _chat(_chat_call("c" * 513, "t", "{}")), "call id over 512 characters"),
         (
-            WireFormat.OPENAI,
+            OPENAI,
             _chat(_chat_call("c", "t", "{}"), _chat_call("c", "t", "{}")),
             "message.tool_calls[1] repeats the call id of an earlier call",
         ),
         (
-            WireFormat.OPENAI,
+            OPENAI,
             _chat({"id": "c", "type": "custom", "custom": {"name": "t", "input": CANARY}}),
             "message.tool_calls[0] is not a function tool call",
         ),
-        (WireFormat.OPENAI, _chat(_chat_call("c", "t", 5)), "message.tool_calls[0].function.arguments"),
-        (WireFormat.OPENAI_RESPONSES, {"type": "function_call"}, "output list"),
-        (WireFormat.OPENAI_RESPONSES, [{"type": "function_call", "name": "t", "arguments": "{}"}], "has no call id"),
-        (WireFormat.ANTHROPIC, "text", "content list"),
-        (WireFormat.ANTHROPIC, [{"type": "tool_use", "id": "toolu_1", "input": {}}], "message[0] has no tool name"),
+        (OPENAI, _chat(_chat_call("c", "t", 5)), "message.tool_calls[0].function.arguments"),
+        (OPENAI_RESPONSES, {"type": "function_call"}, "output list"),
+        (OPENAI_RESPONSES, [{"type": "function_call", "name": "t", "arguments": "{}"}], "has no call id"),
+        (ANTHROPIC, "text", "content list"),
+        (ANTHROPIC, [{"type": "tool_use", "id": "toolu_1", "input": {}}], "message[0] has no tool name"),
     ],
 )
 def test_a_body_that_is_not_a_turn_is_refused_whole(wire_format, message, problem):
@@ -112,23 +107,21 @@ def test_too_many_calls_are_refused():
     message = _chat(*(_chat_call(f"c{i}", "t", "{}") for i in range(MAX_CALLS_PER_TURN + 1)))
 
     with pytest.raises(WireFormatError, match="at most 16 tool calls"):
-        decode_turn(WireFormat.OPENAI, message)
+        decode_turn(OPENAI, message)
 
 
 def test_a_turn_without_tool_calls_has_no_calls():
-    assert decode_turn(WireFormat.OPENAI, {"role": "assistant", "content": "Hi"}) == []
-    assert decode_turn(WireFormat.ANTHROPIC, [{"type": "text", "text": "Hi"}]) == []
-    assert encode_results(WireFormat.ANTHROPIC, [], []) == []
+    assert decode_turn(OPENAI, {"role": "assistant", "content": "Hi"}) == []
+    assert decode_turn(ANTHROPIC, [{"type": "text", "text": "Hi"}]) == []
+    assert encode_results(ANTHROPIC, [], []) == []
 
 
 def test_responses_and_anthropic_accept_the_whole_response_or_message():
     output = [{"type": "function_call", "call_id": "call_A", "name": "t__x", "arguments": "{}", "id": "fc_1"}]
     content = [{"type": "tool_use", "id": "toolu_1", "name": "t__x", "input": {"a": 1}}]
 
-    assert decode_turn(WireFormat.OPENAI_RESPONSES, {"output": output}) == decode_turn(
-        WireFormat.OPENAI_RESPONSES, output
-    )
-    assert decode_turn(WireFormat.ANTHROPIC, {"role": "assistant", "content": content}) == [
+    assert decode_turn(OPENAI_RESPONSES, {"output": output}) == decode_turn(OPENAI_RESPONSES, output)
+    assert decode_turn(ANTHROPIC, {"role": "assistant", "content": content}) == [
         ModelCall("toolu_1", "toolu_1", "t__x", {"a": 1})
     ]
 
@@ -143,9 +136,9 @@ def test_results_answer_the_models_own_ids_in_each_format():
     ]
     denied = json.dumps({"ok": False, "error_code": "policy_denied", "message": "no"})
 
-    chat = encode_results(WireFormat.OPENAI, calls, results)
-    responses = encode_results(WireFormat.OPENAI_RESPONSES, calls, results)
-    anthropic = encode_results(WireFormat.ANTHROPIC, calls, results)
+    chat = encode_results(OPENAI, calls, results)
+    responses = encode_results(OPENAI_RESPONSES, calls, results)
+    anthropic = encode_results(ANTHROPIC, calls, results)
 
     assert chat == [
         {"role": "tool", "tool_call_id": "a:1", "content": '{"v": 1}'},
@@ -173,11 +166,11 @@ def test_results_answer_the_models_own_ids_in_each_format():
 ANY_CHARACTER = st.characters(codec=None, categories=None)  # surrogates and NUL included
 
 
-def _decoded_args(wire_format: WireFormat, value: str, *, as_escaped_json: bool) -> dict[str, Any] | MalformedArgs:
+def _decoded_args(wire_format: WireCodec, value: str, *, as_escaped_json: bool) -> dict[str, Any] | MalformedArgs:
     arguments = json.dumps({"k": value}) if as_escaped_json else value  # json.dumps escapes surrogates as \\udxxx
-    if wire_format is WireFormat.OPENAI:
+    if wire_format is OPENAI:
         message: Any = _chat(_chat_call("call_1", "core__wait", arguments))
-    elif wire_format is WireFormat.OPENAI_RESPONSES:
+    elif wire_format is OPENAI_RESPONSES:
         message = [{"type": "function_call", "call_id": "call_1", "name": "core__wait", "arguments": arguments}]
     else:  # Messages carries the input as an object: the value itself, whatever Python handed over
         message = [{"type": "tool_use", "id": "call_1", "name": "core__wait", "input": {"k": value}}]
@@ -186,7 +179,7 @@ def _decoded_args(wire_format: WireFormat, value: str, *, as_escaped_json: bool)
 
 
 @settings(max_examples=300, deadline=None)
-@given(wire_format=st.sampled_from(list(WireFormat)), value=st.text(alphabet=ANY_CHARACTER), escaped=st.booleans())
+@given(wire_format=st.sampled_from(list(CODECS.values())), value=st.text(alphabet=ANY_CHARACTER), escaped=st.booleans())
 def test_every_decoder_answers_arguments_that_can_be_stored_or_refuses_them(wire_format, value, escaped):
     """Whatever text a model sends, a call's args are refused or clean: UTF-8, no NUL (what audit rows can hold)."""
     args = _decoded_args(wire_format, value, as_escaped_json=escaped)
@@ -198,7 +191,7 @@ def test_every_decoder_answers_arguments_that_can_be_stored_or_refuses_them(wire
         assert b"\x00" not in encoded
 
 
-@pytest.mark.parametrize("wire_format", list(WireFormat))
+@pytest.mark.parametrize("wire_format", list(CODECS.values()))
 @pytest.mark.parametrize("value", ["\ud800", "a\udfffb", "nul\x00"])
 def test_a_lone_surrogate_or_nul_in_arguments_is_refused_as_invalid_json(wire_format, value):
     args = _decoded_args(wire_format, value, as_escaped_json=True)

@@ -20,7 +20,6 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseInputItemParam
 from pydantic import TypeAdapter
 
-from runner.wire.anthropic import AnthropicToolUseDecoder, decode_content_tool_uses
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
 from tests.support.loopback import Answer, LoopbackServer, RecordedRequest, json_answer
@@ -281,56 +280,3 @@ def test_anthropic_messages_round_trip(key, model):
     for block in result_turn["content"]:
         assert result_block.validate_python(block) == block
     assert audited() == [("toolu_1", True, ""), ("toolu_2", False, "validation")]
-
-
-def _sse(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events)
-
-
-def test_anthropic_stream_parsed_by_the_sdk_assembles_like_the_whole_message(model):
-    # given a streamed tool-use answer, its input split mid-token
-    events = [
-        {"type": "message_start", "message": _message([], None)},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me check."}},
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "content_block_start",
-            "index": 1,
-            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "core__get_current_time", "input": {}},
-        },
-        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"time'}},
-        {
-            "type": "content_block_delta",
-            "index": 1,
-            "delta": {"type": "input_json_delta", "partial_json": 'zone": "UTC"}'},
-        },
-        {"type": "content_block_stop", "index": 1},
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 9},
-        },
-        {"type": "message_stop"},
-    ]
-    model.route("POST", "/v1/messages", body=_sse(events), headers={"Content-Type": "text/event-stream"})
-    client = anthropic.Anthropic(api_key="sk-ant-test", base_url=model.url, max_retries=0)
-
-    # when the SDK parses the stream and the decoder assembles its events
-    decoder = AnthropicToolUseDecoder()
-    with client.messages.stream(
-        model="claude-test", max_tokens=256, messages=[{"role": "user", "content": "?"}]
-    ) as stream:
-        for event in stream:
-            decoder.feed(event.model_dump(mode="json"))
-        final = stream.get_final_message()
-
-    # then the records equal those of the SDK's own accumulated message
-    records = decoder.finish()
-    whole = decode_content_tool_uses([block.model_dump(mode="json") for block in final.content])
-    assert [(r.tool_call_id, r.tool_id, r.args) for r in records] == [
-        ("toolu_1", "core__get_current_time", {"timezone": "UTC"})
-    ]
-    assert [(r.tool_call_id, r.tool_id, r.args) for r in whole] == [
-        (r.tool_call_id, r.tool_id, r.args) for r in records
-    ]

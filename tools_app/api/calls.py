@@ -16,7 +16,8 @@ from rest_framework.response import Response
 from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from policies_app.api.parser import validated_body
 from policies_app.authentication import request_caller, request_subject_token
-from runner.wire.turns import MAX_CALLS_PER_TURN, WireFormat
+from runner.wire.codecs import CODECS, FORMAT_NAMES, FORMAT_NAMES_IN_WORDS, TURN_FORMATS_HELP
+from runner.wire.turns import MAX_CALLS_PER_TURN
 from tools_app.api.serializers import (
     ERROR_CODES,
     MAX_CONNECTION_IDS,
@@ -27,8 +28,6 @@ from tools_app.api.serializers import (
 )
 from tools_app.api.views import ToolsApiView
 from tools_app.calls import CallsRequest, tool_calls_run
-
-WIRE_FORMATS = [wire_format.value for wire_format in WireFormat]
 
 
 @extend_schema_field({"type": ["object", "array"]})
@@ -48,17 +47,11 @@ class CallsInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
     """The model's turn as its API returned it, and the out-of-band fields every call of it uses."""
 
     format = serializers.ChoiceField(
-        choices=WIRE_FORMATS,
-        error_messages={"invalid_choice": "must be openai, openai_responses or anthropic"},
+        choices=list(FORMAT_NAMES),
+        error_messages={"invalid_choice": f"must be {FORMAT_NAMES_IN_WORDS}"},
         help_text="The API the turn comes from, and the shape the results are answered in.",
     )
-    message = TurnField(
-        help_text=(
-            "`openai`: the Chat Completions `message` (with `tool_calls`); `openai_responses`: the response's "
-            "`output` list (or the response); `anthropic`: the Messages `content` list (or the message). "
-            f"At most {MAX_CALLS_PER_TURN} tool calls."
-        )
-    )
+    message = TurnField(help_text=f"{TURN_FORMATS_HELP}. At most {MAX_CALLS_PER_TURN} tool calls.")
     run_id = _id_field(help_text="The agent run the calls belong to.")
     connection_id = _reference_field(required=False, allow_null=True, help_text="The connection the calls use.")
     connection_ids = serializers.ListField(
@@ -156,7 +149,7 @@ class ToolCallsView(ToolsApiView):
     def post(self, request: Request) -> Response:
         data = validated_body(request, CallsInputSerializer)
         calls_request = CallsRequest(
-            wire_format=WireFormat(data["format"]),
+            wire_format=CODECS[data["format"]],
             message=data["message"],
             run_id=data.get("run_id"),
             connection_id=data.get("connection_id"),

@@ -28,6 +28,7 @@ from policies_app.api.serializers import (
     StrictRegexField,
 )
 from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
+from runner.wire.codecs import CATALOG_FORMATS_HELP, FORMAT_NAMES, FORMAT_NAMES_IN_WORDS
 from tools_app.models import ToolInvocation
 from tools_app.tools import BUILTIN_TOOLS
 
@@ -336,13 +337,10 @@ class ToolCatalogOutputSerializer(serializers.Serializer):
 
 class ToolCatalogQuerySerializer(StrictQuerySerializer):
     format = serializers.ChoiceField(
-        choices=["openai", "openai_responses", "anthropic"],
+        choices=list(FORMAT_NAMES),
         required=False,
-        error_messages={"invalid_choice": "must be openai, openai_responses or anthropic"},
-        help_text=(
-            "`openai`: Chat Completions function tools; `openai_responses`: Responses API function tools; "
-            "`anthropic`: Messages API tools. Absent: Toolgate's ToolSpecs."
-        ),
+        error_messages={"invalid_choice": f"must be {FORMAT_NAMES_IN_WORDS}"},
+        help_text=f"{CATALOG_FORMATS_HELP}. Absent: Toolgate's ToolSpecs.",
     )
     tags = StrictRegexField(
         TAGS_QUERY_PATTERN,

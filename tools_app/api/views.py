@@ -37,8 +37,8 @@ from policies_app.authentication import InvocationsScope, ToolsExecScope, reques
 from policies_app.selectors import approval_for_caller, invocations_readable_by
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
-from runner.types import ErrorCode, ToolSpec
-from runner.wire import anthropic, openai, openai_responses
+from runner.types import ErrorCode
+from runner.wire.codecs import CODECS
 from tools_app.api.direct import exec_directly, exec_failed
 from tools_app.api.serializers import (
     ID_RE,
@@ -69,14 +69,6 @@ class ToolRuntime(Protocol):
 
     @property
     def policy(self) -> PolicyDecider: ...
-
-
-# The catalog in a model API's own tool format (`?format=`), each from its wire adapter.
-CATALOG_ENCODERS: dict[str, Callable[[list[ToolSpec]], list[dict[str, Any]]]] = {
-    "openai": openai.encode_tools,
-    "openai_responses": openai_responses.encode_tools,
-    "anthropic": anthropic.encode_tools,
-}
 
 
 # --- schema pieces shared by the operations ---------------------------------------------
@@ -225,8 +217,8 @@ class ToolCatalogView(ToolsApiView):
             tags=query.validated_data.get("tags", ()),
             subject_token=request_subject_token(request),
         )
-        encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
-        body: dict[str, Any] = {"tools": encoder(specs) if encoder else [spec.public_dict() for spec in specs]}
+        codec = CODECS.get(query.validated_data.get("format", ""))  # the catalog in a model API's own format
+        body: dict[str, Any] = {"tools": codec.encode_tools(specs) if codec else [spec.public_dict() for spec in specs]}
         if not specs:
             body["hint"] = tool_catalog_empty_hint(caller=request_caller(request))
         return Response(body)
