@@ -6,6 +6,7 @@ the same transaction (see governance.py), so caches everywhere drop it.
 
 from __future__ import annotations
 
+import enum
 import hmac
 import logging
 import threading
@@ -237,6 +238,36 @@ class ApprovalTerms:
 ArgsSealer = Callable[[str, str], tuple[bytes | None, int]]
 
 
+class ApprovalOutcome(enum.Enum):
+    """Where a call that needs a person stands: it may run, it waits, or it is refused."""
+
+    ALLOW = "allow"
+    PENDING = "pending"
+    DENY = "deny"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalVerdict:
+    """What `approval_check` found for one exact call: the outcome, the request it rests on, and why a denial.
+
+    A type rather than a string such as `"deny:<reason>"`, so no caller parses
+    prefixes and a denial cannot lose its reason: `reason` is the caller-safe
+    sentence for DENY and empty otherwise.
+    """
+
+    outcome: ApprovalOutcome
+    approval: ApprovalRequest
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.outcome is ApprovalOutcome.DENY) != bool(self.reason):
+            raise ValueError("a denial says why, and only a denial does")
+
+    @classmethod
+    def deny(cls, approval: ApprovalRequest, reason: str) -> ApprovalVerdict:
+        return cls(ApprovalOutcome.DENY, approval, reason)
+
+
 def approval_check(
     *,
     tenant_id: int | str,
@@ -248,8 +279,8 @@ def approval_check(
     terms: ApprovalTerms,
     seal_args: ArgsSealer | None = None,
     subject_id: str | None = None,
-) -> tuple[str, ApprovalRequest]:
-    """Where this exact call stands: ("allow" | "pending" | "deny:<reason>", the approval).
+) -> ApprovalVerdict:
+    """Where this exact call stands: allowed, pending or denied (with the reason), and its approval request.
 
     Opens a pending approval on first sight (keeping the sealed args for the
     approver). An approved request allows the call but is not spent here: the
@@ -273,7 +304,7 @@ def approval_check(
             seal_args=seal_args,
             subject_id=subject_id,
         )
-        return "pending", approval
+        return ApprovalVerdict(ApprovalOutcome.PENDING, approval)
     bound = (
         str(approval.service_account_id) == service_account_id
         and approval.subject_id == (subject_id or "")  # approved for one person's call, not another's
@@ -282,17 +313,19 @@ def approval_check(
         and approval.args_sha256 == args_sha256
     )
     if not bound:
-        return "deny:this tool_call_id awaits approval for a different request", approval
+        return ApprovalVerdict.deny(approval, "this tool_call_id awaits approval for a different request")
     if approval.status == ApprovalRequest.Status.DENIED:
         reason = f" ({approval.reason})" if approval.reason else ""
-        return f"deny:the approval was denied{reason}", approval
+        return ApprovalVerdict.deny(approval, f"the approval was denied{reason}")
     if approval.status == ApprovalRequest.Status.CONSUMED:  # it ran; the claim answers the repeat
-        return "allow", approval
+        return ApprovalVerdict(ApprovalOutcome.ALLOW, approval)
     if approval.expires_at <= now:
-        return "deny:the approval expired; repeat the call with a new tool_call_id to ask again", approval
+        return ApprovalVerdict.deny(
+            approval, "the approval expired; repeat the call with a new tool_call_id to ask again"
+        )
     if approval.status == ApprovalRequest.Status.PENDING:
-        return "pending", approval
-    return "allow", approval
+        return ApprovalVerdict(ApprovalOutcome.PENDING, approval)
+    return ApprovalVerdict(ApprovalOutcome.ALLOW, approval)
 
 
 def _approval_open(
