@@ -12,9 +12,10 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -32,12 +33,14 @@ from policies_app.models import (
     ApprovalRequest,
     ConsentCode,
     Delegation,
+    Revocable,
     ServiceAccount,
     Tenant,
     TenantMembership,
     ToolPolicy,
 )
 from policies_app.selectors import tenant_owner_may_decide
+from policies_app.signals import is_governed
 from runner.types import ConsequenceLevel, FieldError, ToolEffect
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -46,6 +49,7 @@ MAX_USE_NOTES = 10_000
 logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
 SERVICE_ACCOUNT_NAME_TAKEN = "A service account with this name already exists in this tenant."
+RevocableT = TypeVar("RevocableT", bound=Revocable)
 
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
@@ -122,27 +126,53 @@ def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
 @transaction.atomic
 def service_account_revoke(*, account: ServiceAccount, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; the key stops working on the next call. False if it was already revoked."""
-    return revoke_once(row=account, action="service_account.revoke", revoked_by=revoked_by)
+    return revoke_once(account, action="service_account.revoke", revoked_by=revoked_by)
 
 
-def revoke_once(*, row: Model, action: str, revoked_by: AbstractBaseUser | None) -> bool:
-    """Revoke a governance row (revoked_at, revoked_by) once; False if it already was.
+@transaction.atomic
+def revoke_once(
+    row: RevocableT,
+    *,
+    action: str,
+    revoked_by: AbstractBaseUser | None = None,
+    also: Mapping[str, Any] | None = None,
+    record: Callable[[RevocableT], Mapping[str, Any]] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Revoke `row` once: True if this call revoked it, False (nothing written) if it already was revoked.
 
-    One conditional UPDATE decides between concurrent revocations. Processes
-    serve these rows from memory and a queryset update sends no save signal, so
-    the governance generation is bumped here; the change log remembers who.
-    Call it inside the revoking service's transaction.
+    The one revocation every revocable row goes through (each model's service
+    adds only what is its own). One conditional UPDATE (`revoked_at IS NULL`)
+    decides between concurrent revocations; `also` are columns that change in
+    that same UPDATE (a connection's status, which a constraint ties to
+    revoked_at). The row is re-read either way. When this call revoked it:
+    the governance generation is bumped if the model is governance (processes
+    serve those rows from memory, and a queryset update sends no save
+    signal), `record` leaves what else the service keeps (an event) and
+    returns the change entry's links, and one change-log entry says who.
     """
+    now = now or timezone.now()
+    also = dict(also or {})
+    changing = ["revoked_at", *also]
+    before = {name: _field_value(row, name) for name in changing} | {"revoked_at": None}
     updated = (
         type(row)
         ._default_manager.filter(pk=row.pk, revoked_at__isnull=True)
-        .update(revoked_at=timezone.now(), revoked_by=revoked_by)
+        .update(revoked_at=now, revoked_by=revoked_by, **also)
     )
     row.refresh_from_db()
-    if updated:
+    if not updated:
+        return False
+    if is_governed(type(row)):
         governance_bump()
-        change_record(action=action, obj=row, before={"revoked_at": None}, after={"revoked_at": row.revoked_at})
-    return bool(updated)
+    links = record(row) if record is not None else None
+    after = {name: _field_value(row, name) for name in changing}
+    change_record(action=action, obj=row, before=before, after=after, links=links)
+    return True
+
+
+def _field_value(row: Model, name: str) -> Any:
+    return row._meta.get_field(name).value_from_object(row)  # type: ignore[union-attr]
 
 
 class _UseNotes:
@@ -543,7 +573,7 @@ def delegation_issue_token(*, delegation: Delegation) -> str:
 @transaction.atomic
 def delegation_revoke(*, delegation: Delegation, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; its token is refused from the next call on. False if it was already revoked."""
-    return revoke_once(row=delegation, action="delegation.revoke", revoked_by=revoked_by)
+    return revoke_once(delegation, action="delegation.revoke", revoked_by=revoked_by)
 
 
 def redirect_uri_problem(uri: str) -> str | None:
