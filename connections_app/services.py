@@ -140,7 +140,7 @@ def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | 
     """
     now = timezone.now()
     return revoke_once(
-        connection,
+        row=connection,
         action="connection.revoke",
         revoked_by=revoked_by,
         also={"status": Connection.Status.REVOKED, "next_refresh_at": None, "updated_at": now},
@@ -380,4 +380,4 @@ def grant_create(
 @transaction.atomic
 def grant_revoke(*, grant: ExecutionGrant, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; its connections stop being usable by the account on the next call. False if already revoked."""
-    return revoke_once(grant, action="grant.revoke", revoked_by=revoked_by)
+    return revoke_once(row=grant, action="grant.revoke", revoked_by=revoked_by)

@@ -126,13 +126,13 @@ def service_account_update(*, account: ServiceAccount) -> ServiceAccount:
 @transaction.atomic
 def service_account_revoke(*, account: ServiceAccount, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; the key stops working on the next call. False if it was already revoked."""
-    return revoke_once(account, action="service_account.revoke", revoked_by=revoked_by)
+    return revoke_once(row=account, action="service_account.revoke", revoked_by=revoked_by)
 
 
 @transaction.atomic
 def revoke_once(
-    row: RevocableT,
     *,
+    row: RevocableT,
     action: str,
     revoked_by: AbstractBaseUser | None = None,
     also: Mapping[str, Any] | None = None,
@@ -573,7 +573,7 @@ def delegation_issue_token(*, delegation: Delegation) -> str:
 @transaction.atomic
 def delegation_revoke(*, delegation: Delegation, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; its token is refused from the next call on. False if it was already revoked."""
-    return revoke_once(delegation, action="delegation.revoke", revoked_by=revoked_by)
+    return revoke_once(row=delegation, action="delegation.revoke", revoked_by=revoked_by)
 
 
 def redirect_uri_problem(uri: str) -> str | None:

@@ -177,7 +177,7 @@ def signin_client_is_stale(client: SigninClient) -> bool:
 @transaction.atomic
 def signin_client_revoke(*, client: SigninClient, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke a client and every grant it holds (operators, admin). False when it already was revoked."""
-    if not revoke_once(client, action="signin_client.revoke", revoked_by=revoked_by):
+    if not revoke_once(row=client, action="signin_client.revoke", revoked_by=revoked_by):
         return False
     for grant in SigninGrant.objects.filter(client=client, revoked_at__isnull=True):
         signin_grant_revoke(grant=grant, revoked_by=revoked_by, reason=RevokeReason.CLIENT)
@@ -389,7 +389,11 @@ def signin_grant_revoke(*, grant: SigninGrant, revoked_by: AbstractBaseUser | No
     """End a signed-in client's access at once: the grant and every token pair of it. False if it already was."""
     now = timezone.now()
     revoked = revoke_once(
-        grant, action=f"signin_grant.revoke.{reason}", revoked_by=revoked_by, also={"revoke_reason": reason}, now=now
+        row=grant,
+        action=f"signin_grant.revoke.{reason}",
+        revoked_by=revoked_by,
+        also={"revoke_reason": reason},
+        now=now,
     )
     SigninToken.objects.filter(grant_id=grant.pk, revoked_at__isnull=True).update(revoked_at=now)
     return revoked
