@@ -19,7 +19,7 @@ from connections_app import approvals_admin  # registers the approval requests' 
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from connections_app.services import connection_refresh_resume, connection_revoke, grant_revoke
-from policies_app.admin_display import RevokedFilter, act_on_each, short_datetime
+from policies_app.admin_display import RevokedFilter, act_on_each, revoke_action, short_datetime
 from policies_app.models import ServiceAccount
 
 __all__ = ["ConnectionAdmin", "approvals_admin"]
@@ -133,18 +133,9 @@ class ConnectionAdmin(admin.ModelAdmin):
         url = reverse("admin:connections_app_connectionevent_changelist")
         return format_html('<a href="{}?connection_id={}">Events of this connection</a>', url, connection.pk)
 
-    @admin.action(description="Revoke selected connections", permissions=["change"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Connection]) -> None:
-        act_on_each(
-            self,
-            request,
-            queryset,
-            lambda connection: connection_revoke(connection=connection, revoked_by=request.user),
-            done="Revoked",
-            noun="connection",
-            logged="Revoked.",
-            unchanged="already revoked",
-        )
+    revoke_selected = revoke_action(
+        lambda connection, user: connection_revoke(connection=connection, revoked_by=user), noun="connection"
+    )
 
     @admin.action(description="Resume background refresh of selected connections", permissions=["change"])
     def resume_refresh_selected(self, request: HttpRequest, queryset: QuerySet[Connection]) -> None:
@@ -269,15 +260,4 @@ class ExecutionGrantAdmin(admin.ModelAdmin):
         """Provider, label and the id's last four characters: metadata, never credentials."""
         return ", ".join(str(connection) for connection in grant.connections.all()) or "—"
 
-    @admin.action(description="Revoke selected grants", permissions=["change"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ExecutionGrant]) -> None:
-        act_on_each(
-            self,
-            request,
-            queryset,
-            lambda grant: grant_revoke(grant=grant, revoked_by=request.user),
-            done="Revoked",
-            noun="grant",
-            logged="Revoked.",
-            unchanged="already revoked",
-        )
+    revoke_selected = revoke_action(lambda grant, user: grant_revoke(grant=grant, revoked_by=user), noun="grant")

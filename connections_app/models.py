@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from policies_app.models import ServiceAccount, Tenant
+from policies_app.models import Revocable, ServiceAccount, Tenant
 
 REFRESH_ERROR_CATEGORIES = {
     "timeout": "provider unreachable",
@@ -37,7 +37,7 @@ def refresh_error_category(code: str) -> str:
     return REFRESH_ERROR_CATEGORIES.get(code, "refused by the provider")
 
 
-class Connection(models.Model):
+class Connection(Revocable):
     """One third-party account of a tenant (the seed's `connections` table).
 
     `status` is what the broker checks besides revocation: `needs_reauth` after
@@ -82,10 +82,6 @@ class Connection(models.Model):
     )
     updated_at = models.DateTimeField(auto_now=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
     # A personal connection: usable only by calls made on this person's behalf (their subject token),
     # and still only through a grant. Null: the tenant's shared connection.
     owner = models.ForeignKey(
@@ -167,16 +163,12 @@ class Connection(models.Model):
         """The last four characters of the id: enough to tell rows apart, never a secret."""
         return str(self.id)[-4:]
 
-    @property
-    def is_revoked(self) -> bool:
-        return self.revoked_at is not None
-
     def binding(self) -> dict[str, str]:
         """What the credential envelope is bound to (its associated data)."""
         return {"tenant": str(self.tenant_id), "connection": str(self.id), "provider": self.provider}
 
 
-class ExecutionGrant(models.Model):
+class ExecutionGrant(Revocable):
     """Which connections one service account may use: the authority behind grant ∩ declared.
 
     The connections must be the grant's tenant's (grant_create checks it; the
@@ -198,10 +190,6 @@ class ExecutionGrant(models.Model):
         ServiceAccount, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -132,17 +132,23 @@ def connection_credentials_open(connection: Connection, *, ring: KeyRing | None 
 
 @transaction.atomic
 def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | None = None) -> bool:
-    """Revoke once; the broker refuses it from the next call on. False if it was already revoked."""
+    """Revoke once; the broker refuses it from the next call on. False if it was already revoked.
+
+    Beyond `revoke_once`: the status goes to `revoked` in the same UPDATE (a
+    constraint ties the two), the refresh sweep forgets it, and its event
+    trail records the revocation, linked from the change entry.
+    """
     now = timezone.now()
-    before = change_snapshot(connection)
-    updated = Connection.objects.filter(pk=connection.pk, revoked_at__isnull=True).update(
-        revoked_at=now, revoked_by=revoked_by, status=Connection.Status.REVOKED, next_refresh_at=None, updated_at=now
+    return revoke_once(
+        row=connection,
+        action="connection.revoke",
+        revoked_by=revoked_by,
+        also={"status": Connection.Status.REVOKED, "next_refresh_at": None, "updated_at": now},
+        record=lambda revoked: {
+            "connection_event": connection_event_record(revoked, ConnectionEvent.Kind.REVOKED, actor=revoked_by).pk
+        },
+        now=now,
     )
-    connection.refresh_from_db()
-    if updated:
-        event = connection_event_record(connection, ConnectionEvent.Kind.REVOKED, actor=revoked_by)
-        connection_change_record(connection, "connection.revoke", before=before, event=event)
-    return bool(updated)
 
 
 @transaction.atomic

@@ -14,7 +14,7 @@ from policies_app.governance import governance_cache
 from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
 from policies_app.selectors import delegation_for_authz, policy_effective_for, subject_id_of
-from policies_app.services import ApprovalTerms, approval_check, approval_used
+from policies_app.services import ApprovalOutcome, ApprovalTerms, approval_check, approval_used
 from runner.ports import DelegationView, Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
@@ -67,7 +67,7 @@ class DatabaseApprovalDesk:
             return PolicyDecision(Decision.DENY, safe_message="not allowed by policy")
         if args_sha256 is None:  # arguments that cannot be hashed cannot be approved
             return PolicyDecision(Decision.DENY, safe_message="these arguments cannot be bound to an approval")
-        verdict, approval = approval_check(
+        verdict = approval_check(
             tenant_id=ctx.tenant_id,
             service_account_id=ctx.actor_id,
             tool_id=spec.name,
@@ -86,19 +86,26 @@ class DatabaseApprovalDesk:
             if args is None
             else lambda approval_id, tenant_id: approval_args_seal(approval_id, tenant_id, args),
         )
-        if verdict == "allow":
-            return PolicyDecision(Decision.ALLOW, budgets=policy.budgets, approval_id=str(approval.pk))
-        if verdict == "pending":
-            who = "an operator" if approval.approver == Approver.OPERATOR else "an owner of your tenant or an operator"
-            return PolicyDecision(
-                Decision.REQUIRE_APPROVAL,
-                approval_id=str(approval.pk),
-                safe_message=(
-                    f"{who} must approve this call ({reason}); follow it at GET /api/v1/approvals/"
-                    f"{approval.pk} and repeat the call with the same tool_call_id once approved"
-                ),
-            )
-        return PolicyDecision(Decision.DENY, safe_message=verdict.removeprefix("deny:"))
+        approval = verdict.approval
+        match verdict.outcome:
+            case ApprovalOutcome.ALLOW:
+                return PolicyDecision(Decision.ALLOW, budgets=policy.budgets, approval_id=str(approval.pk))
+            case ApprovalOutcome.PENDING:
+                who = (
+                    "an operator"
+                    if approval.approver == Approver.OPERATOR
+                    else "an owner of your tenant or an operator"
+                )
+                return PolicyDecision(
+                    Decision.REQUIRE_APPROVAL,
+                    approval_id=str(approval.pk),
+                    safe_message=(
+                        f"{who} must approve this call ({reason}); follow it at GET /api/v1/approvals/"
+                        f"{approval.pk} and repeat the call with the same tool_call_id once approved"
+                    ),
+                )
+            case ApprovalOutcome.DENY:
+                return PolicyDecision(Decision.DENY, safe_message=verdict.reason)
 
     @outage_guard
     def used(self, approval_id: str) -> None:

@@ -27,7 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from policies_app.admin_display import RevokedFilter, act_on_each, count_of
+from policies_app.admin_display import RevokedFilter, count_of, revoke_action
 from policies_app.catalog import enabled_tool_ids
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
@@ -170,18 +170,9 @@ class ServiceAccountAdmin(admin.ModelAdmin):
 
     # --- revocation -----------------------------------------------------------------------
 
-    @admin.action(description="Revoke selected service accounts", permissions=["change"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ServiceAccount]) -> None:
-        act_on_each(
-            self,
-            request,
-            queryset,
-            lambda account: service_account_revoke(account=account, revoked_by=request.user),
-            done="Revoked",
-            noun="service account",
-            logged="Revoked.",
-            unchanged="already revoked",
-        )
+    revoke_selected = revoke_action(
+        lambda account, user: service_account_revoke(account=account, revoked_by=user), noun="service account"
+    )
 
     # --- effective policy -----------------------------------------------------------------
 
@@ -280,18 +271,9 @@ class DelegationAdmin(admin.ModelAdmin):
     def tools_display(self, delegation: Delegation) -> str:
         return ", ".join(delegation.tools) or "all its policy allows"
 
-    @admin.action(description="Revoke selected delegations", permissions=["change"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Delegation]) -> None:
-        act_on_each(
-            self,
-            request,
-            queryset,
-            lambda delegation: delegation_revoke(delegation=delegation, revoked_by=request.user),
-            done="Revoked",
-            noun="delegation",
-            logged="Revoked.",
-            unchanged="already revoked",
-        )
+    revoke_selected = revoke_action(
+        lambda delegation, user: delegation_revoke(delegation=delegation, revoked_by=user), noun="delegation"
+    )
 
 
 @admin.register(SigninClient)
@@ -346,18 +328,11 @@ class SigninClientAdmin(admin.ModelAdmin):
     def live_grants(self, client: SigninClient) -> int:
         return getattr(client, "live_grant_count", 0)
 
-    @admin.action(description="Revoke selected clients (ends their tokens)", permissions=["change"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[SigninClient]) -> None:
-        act_on_each(
-            self,
-            request,
-            queryset,
-            lambda client: signin_client_revoke(client=client, revoked_by=request.user),
-            done="Revoked",
-            noun="client",
-            logged="Revoked; its tokens end.",
-            unchanged="already revoked",
-        )
+    revoke_selected = revoke_action(
+        lambda client, user: signin_client_revoke(client=client, revoked_by=user),
+        noun="client",
+        description="Revoke selected clients (ends their tokens)",
+    )
 
 
 @admin.register(ToolPolicy)

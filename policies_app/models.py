@@ -27,6 +27,30 @@ class Approver(models.TextChoices):
     TENANT_OWNER = "tenant_owner", "The tenant's owners (tenant UI), and operators"
 
 
+class Revocable(models.Model):
+    """A row that is revoked, never deleted or un-revoked: connections, grants, service accounts, delegations.
+
+    Shared kernel (this is the lowest Django app, so every app's models may
+    inherit it). The fields are not editable: only `revoke_once`
+    (policies_app/services.py) writes them, with one conditional UPDATE, so
+    two revocations racing cannot both count, and the change log always says
+    who. Deleting would cut audit rows and change entries loose; a revoked row
+    stays, attributed, and stops working on the next call.
+    """
+
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+
+    class Meta:
+        abstract = True
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
 class Tenant(models.Model):
     """The billing account that owns connections, service accounts and audit rows."""
 
@@ -60,7 +84,7 @@ class TenantMembership(models.Model):
         return f"{self.user} in {self.tenant} ({self.role})"
 
 
-class ServiceAccount(models.Model):
+class ServiceAccount(Revocable):
     """A caller of the REST API. Its key is shown once and stored only as a digest.
 
     Keys look like `tg_<prefix>_<secret>`: the public prefix finds the row with
@@ -85,10 +109,6 @@ class ServiceAccount(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
-    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
-    )
     # Where the consent redirect may send a person back to (exact match): the service's own callback URLs.
     consent_redirect_uris = models.JSONField(default=list, blank=True)
 
@@ -104,7 +124,7 @@ class ServiceAccount(models.Model):
         return self.revoked_at is None
 
 
-class Delegation(models.Model):
+class Delegation(Revocable):
     """A person's "this agent may act for me": a tenant user lets one service account call on their behalf.
 
     It yields one subject token at a time (`tgs_<prefix>_<secret>`, shown once,
@@ -129,10 +149,6 @@ class Delegation(models.Model):
     token_issued_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -353,7 +369,7 @@ class GovernanceState(models.Model):
 # --- MCP clients that sign in (OAuth 2.1) ---------------------------------------------------
 
 
-class SigninClient(models.Model):
+class SigninClient(Revocable):
     """An MCP client that signs people in: registered by RFC 7591 or known by its Client ID Metadata Document.
 
     Public clients only (no secret). `client_name` and the redirect URIs come
@@ -376,7 +392,6 @@ class SigninClient(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     registered_from = models.GenericIPAddressField(null=True, blank=True, editable=False)
     metadata_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
-    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -390,7 +405,7 @@ class SigninClient(models.Model):
         return self.client_name or "(unnamed client)"
 
 
-class SigninGrant(models.Model):
+class SigninGrant(Revocable):
     """One signed-in client of a person: what the consent (one authorization code) started.
 
     The family of every token pair issued from that code, refresh after refresh.
@@ -406,10 +421,6 @@ class SigninGrant(models.Model):
     resource = models.CharField(max_length=500)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
     revoke_reason = models.CharField(max_length=40, blank=True)
 
     class Meta:

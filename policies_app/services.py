@@ -6,14 +6,16 @@ the same transaction (see governance.py), so caches everywhere drop it.
 
 from __future__ import annotations
 
+import enum
 import hmac
 import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -31,12 +33,14 @@ from policies_app.models import (
     ApprovalRequest,
     ConsentCode,
     Delegation,
+    Revocable,
     ServiceAccount,
     Tenant,
     TenantMembership,
     ToolPolicy,
 )
 from policies_app.selectors import tenant_owner_may_decide
+from policies_app.signals import is_governed
 from runner.types import ConsequenceLevel, FieldError, ToolEffect
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -45,6 +49,7 @@ MAX_USE_NOTES = 10_000
 logger = logging.getLogger(__name__)
 VALID_SCOPES = frozenset(ServiceAccount.Scope.values)
 SERVICE_ACCOUNT_NAME_TAKEN = "A service account with this name already exists in this tenant."
+RevocableT = TypeVar("RevocableT", bound=Revocable)
 
 
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
@@ -124,24 +129,50 @@ def service_account_revoke(*, account: ServiceAccount, revoked_by: AbstractBaseU
     return revoke_once(row=account, action="service_account.revoke", revoked_by=revoked_by)
 
 
-def revoke_once(*, row: Model, action: str, revoked_by: AbstractBaseUser | None) -> bool:
-    """Revoke a governance row (revoked_at, revoked_by) once; False if it already was.
+@transaction.atomic
+def revoke_once(
+    *,
+    row: RevocableT,
+    action: str,
+    revoked_by: AbstractBaseUser | None = None,
+    also: Mapping[str, Any] | None = None,
+    record: Callable[[RevocableT], Mapping[str, Any]] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Revoke `row` once: True if this call revoked it, False (nothing written) if it already was revoked.
 
-    One conditional UPDATE decides between concurrent revocations. Processes
-    serve these rows from memory and a queryset update sends no save signal, so
-    the governance generation is bumped here; the change log remembers who.
-    Call it inside the revoking service's transaction.
+    The one revocation every revocable row goes through (each model's service
+    adds only what is its own). One conditional UPDATE (`revoked_at IS NULL`)
+    decides between concurrent revocations; `also` are columns that change in
+    that same UPDATE (a connection's status, which a constraint ties to
+    revoked_at). The row is re-read either way. When this call revoked it:
+    the governance generation is bumped if the model is governance (processes
+    serve those rows from memory, and a queryset update sends no save
+    signal), `record` leaves what else the service keeps (an event) and
+    returns the change entry's links, and one change-log entry says who.
     """
+    now = now or timezone.now()
+    also = dict(also or {})
+    changing = ["revoked_at", *also]
+    before = {name: _field_value(row, name) for name in changing} | {"revoked_at": None}
     updated = (
         type(row)
         ._default_manager.filter(pk=row.pk, revoked_at__isnull=True)
-        .update(revoked_at=timezone.now(), revoked_by=revoked_by)
+        .update(revoked_at=now, revoked_by=revoked_by, **also)
     )
     row.refresh_from_db()
-    if updated:
+    if not updated:
+        return False
+    if is_governed(type(row)):
         governance_bump()
-        change_record(action=action, obj=row, before={"revoked_at": None}, after={"revoked_at": row.revoked_at})
-    return bool(updated)
+    links = record(row) if record is not None else None
+    after = {name: _field_value(row, name) for name in changing}
+    change_record(action=action, obj=row, before=before, after=after, links=links)
+    return True
+
+
+def _field_value(row: Model, name: str) -> Any:
+    return row._meta.get_field(name).value_from_object(row)  # type: ignore[union-attr]
 
 
 class _UseNotes:
@@ -237,6 +268,36 @@ class ApprovalTerms:
 ArgsSealer = Callable[[str, str], tuple[bytes | None, int]]
 
 
+class ApprovalOutcome(enum.Enum):
+    """Where a call that needs a person stands: it may run, it waits, or it is refused."""
+
+    ALLOW = "allow"
+    PENDING = "pending"
+    DENY = "deny"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalVerdict:
+    """What `approval_check` found for one exact call: the outcome, the request it rests on, and why a denial.
+
+    A type rather than a string such as `"deny:<reason>"`, so no caller parses
+    prefixes and a denial cannot lose its reason: `reason` is the caller-safe
+    sentence for DENY and empty otherwise.
+    """
+
+    outcome: ApprovalOutcome
+    approval: ApprovalRequest
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.outcome is ApprovalOutcome.DENY) != bool(self.reason):
+            raise ValueError("a denial says why, and only a denial does")
+
+    @classmethod
+    def deny(cls, approval: ApprovalRequest, reason: str) -> ApprovalVerdict:
+        return cls(ApprovalOutcome.DENY, approval, reason)
+
+
 def approval_check(
     *,
     tenant_id: int | str,
@@ -248,8 +309,8 @@ def approval_check(
     terms: ApprovalTerms,
     seal_args: ArgsSealer | None = None,
     subject_id: str | None = None,
-) -> tuple[str, ApprovalRequest]:
-    """Where this exact call stands: ("allow" | "pending" | "deny:<reason>", the approval).
+) -> ApprovalVerdict:
+    """Where this exact call stands: allowed, pending or denied (with the reason), and its approval request.
 
     Opens a pending approval on first sight (keeping the sealed args for the
     approver). An approved request allows the call but is not spent here: the
@@ -273,7 +334,7 @@ def approval_check(
             seal_args=seal_args,
             subject_id=subject_id,
         )
-        return "pending", approval
+        return ApprovalVerdict(ApprovalOutcome.PENDING, approval)
     bound = (
         str(approval.service_account_id) == service_account_id
         and approval.subject_id == (subject_id or "")  # approved for one person's call, not another's
@@ -282,17 +343,19 @@ def approval_check(
         and approval.args_sha256 == args_sha256
     )
     if not bound:
-        return "deny:this tool_call_id awaits approval for a different request", approval
+        return ApprovalVerdict.deny(approval, "this tool_call_id awaits approval for a different request")
     if approval.status == ApprovalRequest.Status.DENIED:
         reason = f" ({approval.reason})" if approval.reason else ""
-        return f"deny:the approval was denied{reason}", approval
+        return ApprovalVerdict.deny(approval, f"the approval was denied{reason}")
     if approval.status == ApprovalRequest.Status.CONSUMED:  # it ran; the claim answers the repeat
-        return "allow", approval
+        return ApprovalVerdict(ApprovalOutcome.ALLOW, approval)
     if approval.expires_at <= now:
-        return "deny:the approval expired; repeat the call with a new tool_call_id to ask again", approval
+        return ApprovalVerdict.deny(
+            approval, "the approval expired; repeat the call with a new tool_call_id to ask again"
+        )
     if approval.status == ApprovalRequest.Status.PENDING:
-        return "pending", approval
-    return "allow", approval
+        return ApprovalVerdict(ApprovalOutcome.PENDING, approval)
+    return ApprovalVerdict(ApprovalOutcome.ALLOW, approval)
 
 
 def _approval_open(

@@ -24,11 +24,21 @@ def _bump(sender: type, **kwargs: object) -> None:
     governance_bump()
 
 
+# Every model `govern` was called for: writes that send no signal (queryset updates) bump by hand for these.
+_governed: set[type[models.Model]] = set()
+
+
 def govern(model: type[models.Model]) -> None:
     """Saving or deleting a row of `model` (or changing a many-to-many through table) bumps the generation."""
+    _governed.add(model)
     post_save.connect(_bump, sender=model, dispatch_uid=f"governance-save-{model._meta.label}")
     post_delete.connect(_bump, sender=model, dispatch_uid=f"governance-delete-{model._meta.label}")
     m2m_changed.connect(_bump, sender=model, dispatch_uid=f"governance-m2m-{model._meta.label}")
+
+
+def is_governed(model: type[models.Model]) -> bool:
+    """Whether processes serve rows of `model` from the governance cache (so a change must bump)."""
+    return model in _governed
 
 
 def connect() -> None:

@@ -45,7 +45,7 @@ from policies_app.models import (
     TenantMembership,
 )
 from policies_app.selectors import Caller
-from policies_app.services import delegation_create, redirect_uri_problem
+from policies_app.services import delegation_create, redirect_uri_problem, revoke_once
 
 ACCESS_TOKEN_TTL = timedelta(hours=1)  # the contract's upper bound
 REFRESH_TOKEN_TTL = timedelta(days=30)
@@ -177,11 +177,8 @@ def signin_client_is_stale(client: SigninClient) -> bool:
 @transaction.atomic
 def signin_client_revoke(*, client: SigninClient, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke a client and every grant it holds (operators, admin). False when it already was revoked."""
-    updated = SigninClient.objects.filter(pk=client.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-    client.refresh_from_db()
-    if not updated:
+    if not revoke_once(row=client, action="signin_client.revoke", revoked_by=revoked_by):
         return False
-    change_record(action="signin_client.revoke", obj=client, before={"revoked_at": None}, after=change_snapshot(client))
     for grant in SigninGrant.objects.filter(client=client, revoked_at__isnull=True):
         signin_grant_revoke(grant=grant, revoked_by=revoked_by, reason=RevokeReason.CLIENT)
     return True
@@ -391,19 +388,15 @@ def signin_token_revoke(*, token: SigninToken) -> None:
 def signin_grant_revoke(*, grant: SigninGrant, revoked_by: AbstractBaseUser | None, reason: str) -> bool:
     """End a signed-in client's access at once: the grant and every token pair of it. False if it already was."""
     now = timezone.now()
-    updated = SigninGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
-        revoked_at=now, revoked_by=revoked_by, revoke_reason=reason
+    revoked = revoke_once(
+        row=grant,
+        action=f"signin_grant.revoke.{reason}",
+        revoked_by=revoked_by,
+        also={"revoke_reason": reason},
+        now=now,
     )
     SigninToken.objects.filter(grant_id=grant.pk, revoked_at__isnull=True).update(revoked_at=now)
-    grant.refresh_from_db()
-    if updated:
-        change_record(
-            action=f"signin_grant.revoke.{reason}",
-            obj=grant,
-            before={"revoked_at": None, "revoke_reason": ""},
-            after=change_snapshot(grant),
-        )
-    return bool(updated)
+    return revoked
 
 
 def _grant_usable(grant: SigninGrant, now: datetime) -> bool:

@@ -33,6 +33,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
 from connections_app.web.forms import DelegationForm, RedirectUrisForm
+from connections_app.web.revoking import RevokeWords, revoke_confirm
 from connections_app.web.tenancy import memberships_of, tenant_member_required
 from policies_app.errors import AppError, add_app_error_to_form
 from policies_app.models import TenantMembership
@@ -99,31 +100,27 @@ def signin_grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpRes
     )
     if grant is None:
         raise Http404("no such signed-in client")
-    if request.method == "POST":
-        if signin_grant_revoke(grant=grant, revoked_by=request.user, reason=RevokeReason.PERSON):
-            messages.success(request, f"“{grant.client.display_name}” is signed out.")
-        else:
-            messages.info(request, "That client was already signed out.")
-        return redirect("web:delegation-list")
-    return render(
+    return revoke_confirm(
         request,
-        "tenant/confirm_revoke.html",
-        {
-            "section": "delegations",
-            "kind": "signed-in client",
-            "name": grant.client.display_name,
-            "already_revoked": grant.revoked_at is not None,
-            "details": [
-                ("Person", grant.delegation.user.get_username()),
-                ("Returns to", urlsplit(grant.redirect_uri).netloc),
-                ("Acts as", grant.delegation.service_account.name),
-            ],
-            "consequence": (
+        grant,
+        revoke=lambda: signin_grant_revoke(grant=grant, revoked_by=request.user, reason=RevokeReason.PERSON),
+        words=RevokeWords(
+            section="delegations",
+            kind="signed-in client",
+            name=grant.client.display_name,
+            consequence=(
                 "Its access and refresh tokens stop working on its next request; to use Toolgate again the "
                 "client must sign in again. Your delegation to the service account stays."
             ),
-            "cancel_url": reverse("web:delegation-list"),
-        },
+            revoked=f"“{grant.client.display_name}” is signed out.",
+            already="That client was already signed out.",
+            back_to=reverse("web:delegation-list"),
+        ),
+        details=lambda: [
+            ("Person", grant.delegation.user.get_username()),
+            ("Returns to", urlsplit(grant.redirect_uri).netloc),
+            ("Acts as", grant.delegation.service_account.name),
+        ],
     )
 
 
@@ -168,31 +165,26 @@ def delegation_revoke_confirm(request: HttpRequest, delegation_id: UUID) -> Http
     )
     if delegation is None:
         raise Http404("no such delegation")
-    if request.method == "POST":
-        if delegation_revoke(delegation=delegation, revoked_by=request.user):
-            messages.success(request, f"Delegation to “{delegation.service_account.name}” revoked.")
-        else:
-            messages.info(request, "That delegation was already revoked.")
-        return redirect("web:delegation-list")
-    return render(
+    return revoke_confirm(
         request,
-        "tenant/confirm_revoke.html",
-        {
-            "section": "delegations",
-            "kind": "delegation",
-            "name": f"to {delegation.service_account.name}",
-            "already_revoked": delegation.revoked_at is not None,
-            "details": [
-                ("Person", delegation.user.get_username()),
-                ("Service account", delegation.service_account.name),
-                ("Tools", ", ".join(delegation.tools) or "every tool its policy allows"),
-            ],
-            "consequence": (
+        delegation,
+        revoke=lambda: delegation_revoke(delegation=delegation, revoked_by=request.user),
+        words=RevokeWords(
+            section="delegations",
+            kind="delegation",
+            name=f"to {delegation.service_account.name}",
+            consequence=(
                 "Its subject token stops working on the next call: the service can no longer act for "
                 f"{delegation.user.get_username()}. This cannot be undone."
             ),
-            "cancel_url": reverse("web:delegation-list"),
-        },
+            revoked=f"Delegation to “{delegation.service_account.name}” revoked.",
+            back_to=reverse("web:delegation-list"),
+        ),
+        details=lambda: [
+            ("Person", delegation.user.get_username()),
+            ("Service account", delegation.service_account.name),
+            ("Tools", ", ".join(delegation.tools) or "every tool its policy allows"),
+        ],
     )
 
 

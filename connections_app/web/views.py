@@ -3,7 +3,7 @@
 Thin by design: each view parses a form, calls one service or selector scoped
 to `request.tenant`, and renders. Every object is fetched through a selector
 that takes the tenant, so another tenant's id is simply not found (404).
-Revocations are two steps: GET shows what will happen, POST does it.
+Revocations are two steps: GET shows what will happen, POST does it (one helper: web/revoking.py).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from connections_app.web.forms import (
     ServiceAccountForm,
     WebhookForm,
 )
+from connections_app.web.revoking import RevokeWords, revoke_confirm
 from connections_app.web.tenancy import tenant_member_required, tenant_switch, viewer_of, visible_to
 from connections_app.webhooks import webhook_remove, webhook_set
 from policies_app.approval_args import approval_args_view
@@ -179,30 +180,31 @@ def connection_detail(request: HttpRequest, connection_id: UUID) -> HttpResponse
 @require_http_methods(["GET", "POST"])
 def connection_revoke_confirm(request: HttpRequest, connection_id: UUID) -> HttpResponse:
     connection = _connection_or_404(request, connection_id)
-    if request.method == "POST":
-        if connection_revoke(connection=connection, revoked_by=request.user):
-            messages.success(request, f"Connection “{connection.label or connection.provider}” revoked.")
-        else:
-            messages.info(request, "That connection was already revoked.")
-        return redirect("web:connection-list")
-    grants = grant_list_for_connection(tenant_id=request.tenant.pk, connection_id=connection.pk)
-    return render(
+    name = connection.label or connection.provider
+    return revoke_confirm(
         request,
-        "tenant/confirm_revoke.html",
-        {
-            "section": "connections",
-            "kind": "connection",
-            "name": connection.label or connection.provider,
-            "already_revoked": connection.is_revoked,
-            "details": [
-                ("Provider", connection.provider),
-                ("Type", connection.get_credential_type_display()),
-                ("Used by grants", str(sum(1 for grant in grants if grant.revoked_at is None))),
-            ],
-            "consequence": "Tools stop using it on their next call. Revocation cannot be undone.",
-            "cancel_url": reverse("web:connection-detail", args=[connection.pk]),
-        },
+        connection,
+        revoke=lambda: connection_revoke(connection=connection, revoked_by=request.user),
+        words=RevokeWords(
+            section="connections",
+            kind="connection",
+            name=name,
+            consequence="Tools stop using it on their next call. Revocation cannot be undone.",
+            revoked=f"Connection “{name}” revoked.",
+            back_to=reverse("web:connection-list"),
+            cancel_url=reverse("web:connection-detail", args=[connection.pk]),
+        ),
+        details=lambda: _connection_details(request, connection),
     )
+
+
+def _connection_details(request: HttpRequest, connection: Connection) -> list[tuple[str, str]]:
+    grants = grant_list_for_connection(tenant_id=request.tenant.pk, connection_id=connection.pk)
+    return [
+        ("Provider", connection.provider),
+        ("Type", connection.get_credential_type_display()),
+        ("Used by grants", str(sum(1 for grant in grants if not grant.is_revoked))),
+    ]
 
 
 # --- grants ---------------------------------------------------------------------------------
@@ -255,24 +257,19 @@ def grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpResponse:
     grant = grant_get(tenant_id=request.tenant.pk, grant_id=grant_id)
     if grant is None:
         raise Http404("no such grant")
-    if request.method == "POST":
-        if grant_revoke(grant=grant, revoked_by=request.user):
-            messages.success(request, f"Grant for “{grant.service_account.name}” revoked.")
-        else:
-            messages.info(request, "That grant was already revoked.")
-        return redirect("web:grant-list")
-    return render(
+    return revoke_confirm(
         request,
-        "tenant/confirm_revoke.html",
-        {
-            "section": "grants",
-            "kind": "grant",
-            "name": f"for {grant.service_account.name}",
-            "already_revoked": grant.revoked_at is not None,
-            "details": _grant_details(grant, viewer_of(request)),
-            "consequence": "The service account can no longer use these connections. This cannot be undone.",
-            "cancel_url": reverse("web:grant-list"),
-        },
+        grant,
+        revoke=lambda: grant_revoke(grant=grant, revoked_by=request.user),
+        words=RevokeWords(
+            section="grants",
+            kind="grant",
+            name=f"for {grant.service_account.name}",
+            consequence="The service account can no longer use these connections. This cannot be undone.",
+            revoked=f"Grant for “{grant.service_account.name}” revoked.",
+            back_to=reverse("web:grant-list"),
+        ),
+        details=lambda: _grant_details(grant, viewer_of(request)),
     )
 
 
@@ -440,24 +437,19 @@ def service_account_revoke_confirm(request: HttpRequest, account_id: UUID) -> Ht
     account = service_account_get(tenant_id=request.tenant.pk, account_id=account_id)
     if account is None:
         raise Http404("no such service account")
-    if request.method == "POST":
-        if service_account_revoke(account=account, revoked_by=request.user):
-            messages.success(request, f"Service account “{account.name}” revoked.")
-        else:
-            messages.info(request, "That service account was already revoked.")
-        return redirect("web:service-account-list")
-    return render(
+    return revoke_confirm(
         request,
-        "tenant/confirm_revoke.html",
-        {
-            "section": "service-accounts",
-            "kind": "service account",
-            "name": account.name,
-            "already_revoked": account.revoked_at is not None,
-            "details": _account_details(account),
-            "consequence": "Its API key stops working on the next call. This cannot be undone.",
-            "cancel_url": reverse("web:service-account-list"),
-        },
+        account,
+        revoke=lambda: service_account_revoke(account=account, revoked_by=request.user),
+        words=RevokeWords(
+            section="service-accounts",
+            kind="service account",
+            name=account.name,
+            consequence="Its API key stops working on the next call. This cannot be undone.",
+            revoked=f"Service account “{account.name}” revoked.",
+            back_to=reverse("web:service-account-list"),
+        ),
+        details=lambda: _account_details(account),
     )
 
 

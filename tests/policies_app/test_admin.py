@@ -16,7 +16,13 @@ from connections_app.models import ExecutionGrant
 from policies_app.governance import governance_cache, governance_generation
 from policies_app.models import ApprovalRequest, ServiceAccount, ToolPolicy
 from policies_app.selectors import caller_for_key, policy_effective_for
-from policies_app.services import ApprovalTerms, approval_check, service_account_revoke
+from policies_app.services import (
+    ApprovalOutcome,
+    ApprovalTerms,
+    ApprovalVerdict,
+    approval_check,
+    service_account_revoke,
+)
 from runner.types import ConsequenceLevel, ToolEffect
 from tests.factories import (
     ConnectionFactory,
@@ -138,7 +144,7 @@ def test_grant_and_approval_changelists_search_and_filter(admin_client, acme, gl
     other, _ = service_account_with_key(globex, name="bot")
     grant = GrantFactory(service_account=account, connections=ConnectionFactory.create_batch(2, tenant=acme))
     GrantFactory(service_account=other)
-    _status, approval = _open_approval(account, "call_1")
+    approval = _open_approval(account, "call_1").approval
 
     grants = admin_client.get(
         reverse("admin:connections_app_executiongrant_changelist"),
@@ -589,7 +595,7 @@ TERMS = ApprovalTerms(
 )
 
 
-def _open_approval(account: ServiceAccount, tool_call_id: str) -> tuple[str, ApprovalRequest]:
+def _open_approval(account: ServiceAccount, tool_call_id: str) -> ApprovalVerdict:
     return approval_check(
         tenant_id=account.tenant_id,
         service_account_id=str(account.pk),
@@ -611,7 +617,7 @@ def _decide(admin_client, action: str, *approvals: ApprovalRequest):
 
 def test_approve_action_records_who_and_when(admin_client, admin_user, acme):
     account, _ = service_account_with_key(acme, name="agent")
-    _status, approval = _open_approval(account, "call_1")
+    approval = _open_approval(account, "call_1").approval
 
     response = _decide(admin_client, "approve_selected", approval)
 
@@ -619,26 +625,26 @@ def test_approve_action_records_who_and_when(admin_client, admin_user, acme):
     assert _messages(response) == ["Approved 1 request."]
     assert (approval.status, approval.decided_by) == (ApprovalRequest.Status.APPROVED, admin_user)
     assert approval.decided_at is not None
-    assert _open_approval(account, "call_1")[0] == "allow"
+    assert _open_approval(account, "call_1").outcome is ApprovalOutcome.ALLOW
 
 
 def test_deny_action(admin_client, admin_user, acme):
     account, _ = service_account_with_key(acme, name="agent")
-    _status, approval = _open_approval(account, "call_1")
+    approval = _open_approval(account, "call_1").approval
 
     response = _decide(admin_client, "deny_selected", approval)
 
     approval.refresh_from_db()
     assert _messages(response) == ["Denied 1 request."]
     assert (approval.status, approval.decided_by) == (ApprovalRequest.Status.DENIED, admin_user)
-    assert _open_approval(account, "call_1")[0] == "deny:the approval was denied"
+    assert _open_approval(account, "call_1") == ApprovalVerdict.deny(approval, "the approval was denied")
 
 
 def test_approving_an_expired_request_changes_nothing(admin_client, acme):
     account, _ = service_account_with_key(acme, name="agent")
-    _status, expired = _open_approval(account, "call_old")
+    expired = _open_approval(account, "call_old").approval
     ApprovalRequest.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    _status, fresh = _open_approval(account, "call_new")
+    fresh = _open_approval(account, "call_new").approval
 
     response = _decide(admin_client, "approve_selected", expired, fresh)
 
@@ -654,7 +660,7 @@ def test_approving_an_expired_request_changes_nothing(admin_client, acme):
 
 def test_approvals_are_read_only_and_cannot_be_added_or_deleted(admin_client, acme):
     account, _ = service_account_with_key(acme, name="agent")
-    _status, approval = _open_approval(account, "call_1")
+    approval = _open_approval(account, "call_1").approval
     change_url = reverse("admin:policies_app_approvalrequest_change", args=[approval.pk])
 
     page = admin_client.get(change_url)
@@ -692,7 +698,7 @@ def _add_governance_rows(tenant, start: int, n: int) -> None:
         account, _ = service_account_with_key(tenant, name=f"agent-{i}")
         ToolPolicyFactory(tenant=tenant, service_account=account)
         GrantFactory(service_account=account, connections=[ConnectionFactory(tenant=tenant)])
-        _status, approval = _open_approval(account, f"call_{i}")
+        approval = _open_approval(account, f"call_{i}").approval
         ApprovalRequest.objects.filter(pk=approval.pk).update(decided_by=UserFactory())
 
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 from config.runtime import build_runtime
 from policies_app.governance import governance_bump, governance_cache
 from policies_app.models import ApprovalRequest
-from policies_app.services import approval_decide
-from runner.types import ErrorCode, ToolInvocationContext
+from policies_app.services import ApprovalOutcome, ApprovalTerms, ApprovalVerdict, approval_check, approval_decide
+from runner.types import ConsequenceLevel, ErrorCode, ToolEffect, ToolInvocationContext
 from tests.factories import TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tools_app.models import Tool, ToolInvocation
 
@@ -186,3 +186,34 @@ def test_a_policy_naming_the_tool_sends_it_to_approval(setup):
     assert ApprovalRequest.objects.get(tool_call_id="named-1").required_because.endswith(
         "requires approval for this tool"
     )
+
+
+def test_approval_check_answers_a_typed_verdict_and_a_denial_carries_its_reason(setup):
+    _runner, account = setup
+    terms = ApprovalTerms(
+        effect=ToolEffect.READ_ONLY,
+        consequence_level=ConsequenceLevel.LOW,
+        required_because="read_only effects require approval",
+        approver="operator",
+        ttl_s=60,
+    )
+    ask = {
+        "tenant_id": account.tenant_id,
+        "service_account_id": str(account.pk),
+        "tool_id": "core__wait",
+        "connection_id": None,
+        "tool_call_id": "call-1",
+        "terms": terms,
+    }
+
+    first = approval_check(**ask, args_sha256="a" * 64)
+    other_args = approval_check(**ask, args_sha256="b" * 64)
+
+    assert (first.outcome, first.reason) == (ApprovalOutcome.PENDING, "")
+    assert other_args == ApprovalVerdict(
+        ApprovalOutcome.DENY, first.approval, "this tool_call_id awaits approval for a different request"
+    )
+    with pytest.raises(ValueError, match="a denial says why"):
+        ApprovalVerdict(ApprovalOutcome.DENY, first.approval)
+    with pytest.raises(ValueError, match="a denial says why"):
+        ApprovalVerdict(ApprovalOutcome.ALLOW, first.approval, "a reason where none belongs")

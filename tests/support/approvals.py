@@ -21,7 +21,7 @@ def pending_approval(
     connection_id: str | None = None,
     subject_id: str | None = None,
 ) -> ApprovalRequest:
-    _verdict, approval = approval_check(
+    return approval_check(
         tenant_id=account.tenant_id,
         service_account_id=str(account.pk),
         tool_id="github__create_issue",
@@ -37,5 +37,4 @@ def pending_approval(
             ttl_s=3600,
         ),
         seal_args=lambda approval_id, tenant_id: approval_args_seal(approval_id, tenant_id, args),
-    )
-    return approval
+    ).approval
