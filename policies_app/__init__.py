@@ -9,7 +9,8 @@ every app needs lives here once instead of being copied or pushed up
 - `ids.py`: reading an id a caller sent;
 - `crypto.py`: the AES-GCM key ring every sealed secret goes under;
 - `api/`: the REST API's hardened JSON parser, pagination, strict serializers, error answers;
-- `services.revoke_once`: revoking a row once, whichever app owns it.
+- revocation: the `Revocable` abstract model, `services.revoke_once` and the admin's
+  `admin_display.revoke_action`, for every revocable row whichever app owns it.
 
 Apps above import these directly.
 """
