@@ -397,7 +397,7 @@ CELERY_BEAT_SCHEDULE = {
 # Partitions ahead of the audit rows (PostgreSQL; a no-op on SQLite). Hourly, so a missed run or a
 # restart never leaves the rows of a new day without a partition of their own.
 CELERY_BEAT_SCHEDULE["audit-partitions"] = {
-    "task": "tools_app.tasks.audit_partitions",
+    "task": "tools_app.tasks.audit_partitions_ahead",
     "schedule": crontab(minute=7),
     "options": {"expires": 3600.0},
 }

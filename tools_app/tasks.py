@@ -16,7 +16,7 @@ from tools_app.audit import audit_prune
 from tools_app.partitions import audit_partitions_ensure
 from tools_app.upstream.tasks import discover_server
 
-__all__ = ["audit_partitions", "audit_retention", "discover_server"]
+__all__ = ["audit_partitions_ahead", "audit_retention", "discover_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def audit_retention() -> int:
 
 
 @shared_task(acks_late=True, soft_time_limit=300, time_limit=360)
-def audit_partitions() -> list[str]:
+def audit_partitions_ahead() -> list[str]:
     """Create the audit partitions of now and the next periods (idempotent; nothing to do on SQLite)."""
     created = audit_partitions_ensure()
     if created:

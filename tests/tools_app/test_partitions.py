@@ -20,6 +20,7 @@ from runner.pipeline import args_digest
 from runner.types import ToolInvocationContext
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
+from tools_app import tasks
 from tools_app.audit import audit_prune, invocation_claim, invocations_between
 from tools_app.models import ToolCallClaim, ToolInvocation
 from tools_app.partitions import (
@@ -27,6 +28,7 @@ from tools_app.partitions import (
     audit_partitions,
     audit_partitions_ensure,
     partition_name,
+    period_of,
 )
 
 pytestmark = pytest.mark.django_db
@@ -186,3 +188,15 @@ def test_prune_drops_whole_partitions_keeps_the_idempotency_window_and_deletes_t
     assert partition_of(evening.pk) == partition_name(start + timedelta(days=2), start + timedelta(days=3))
     assert set(ToolCallClaim.objects.values_list("tool_call_id", flat=True)) == {"stale-claim", "day2-evening"}
     assert {p.start for p in audit_partitions()} >= {start + timedelta(days=2), start + timedelta(days=3)}
+
+
+def test_beat_makes_the_partitions_of_now_and_ahead_every_hour(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["audit-partitions"]
+    assert entry["task"] == tasks.audit_partitions_ahead.name
+
+    tasks.audit_partitions_ahead.apply().get()
+
+    assert tasks.audit_partitions_ahead.apply().get() == []  # a second run finds them made
+    if connection.vendor == "postgresql":
+        start, end = period_of(timezone.now(), settings.TOOLGATE_AUDIT_PARTITION)
+        assert any(p.start <= start and p.end >= end for p in audit_partitions())
