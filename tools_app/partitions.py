@@ -149,14 +149,15 @@ def _create(start: datetime, end: datetime) -> str:
         if not stranded:
             cursor.execute(f'CREATE TABLE "{name}" PARTITION OF "{TABLE}" FOR VALUES FROM (%s) TO (%s)', [start, end])
             return name
-        cursor.execute(f'CREATE TEMPORARY TABLE "moving" (LIKE "{TABLE}") ON COMMIT DROP')
+        moving = f"moving_{name}"  # one per range: an outer transaction may move several before it commits
+        cursor.execute(f'CREATE TEMPORARY TABLE "{moving}" (LIKE "{TABLE}") ON COMMIT DROP')
         cursor.execute(
             f'WITH moved AS (DELETE FROM "{DEFAULT_PARTITION}" WHERE started_at >= %s AND started_at < %s '
-            'RETURNING *) INSERT INTO "moving" SELECT * FROM moved',
+            f'RETURNING *) INSERT INTO "{moving}" SELECT * FROM moved',
             [start, end],
         )
         cursor.execute(f'CREATE TABLE "{name}" PARTITION OF "{TABLE}" FOR VALUES FROM (%s) TO (%s)', [start, end])
-        cursor.execute(f'INSERT INTO "{TABLE}" SELECT * FROM "moving"')
+        cursor.execute(f'INSERT INTO "{TABLE}" SELECT * FROM "{moving}"')
     return name
 
 
