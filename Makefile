@@ -63,6 +63,7 @@ bench: install-dev
 	$(BIN)/python -m bench.mcp_vs_rest
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.mcp_gateway
 	$(BIN)/python -m bench.refresh_scale
+	$(BIN)/python -m bench.audit_scale
 
 clean:
 	rm -rf $(VENV) $(MCP1_VENV) .pytest_cache .ruff_cache .mypy_cache

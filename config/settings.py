@@ -333,6 +333,15 @@ TOOLGATE_METRICS_MAX_TENANTS = env.int("TOOLGATE_METRICS_MAX_TENANTS", default=1
 # Audit rows older than this many days are pruned daily by beat (0 = keep forever); see tools_app/audit.py.
 TOOLGATE_AUDIT_RETENTION_DAYS = env.int("TOOLGATE_AUDIT_RETENTION_DAYS", default=0)
 TOOLGATE_AUDIT_RETENTION_HOUR_UTC = env.int("TOOLGATE_AUDIT_RETENTION_HOUR_UTC", default=3)
+# On PostgreSQL the audit table is partitioned by started_at, one partition per `day` or `month` (UTC),
+# and beat keeps this many partitions ready ahead of now (tools_app/partitions.py). Retention drops whole
+# partitions, so a day retires at once; monthly partitions suit a low call rate or a long retention.
+TOOLGATE_AUDIT_PARTITION = env.str("TOOLGATE_AUDIT_PARTITION", default="day")
+TOOLGATE_AUDIT_PARTITIONS_AHEAD = env.int("TOOLGATE_AUDIT_PARTITIONS_AHEAD", default=3)
+if TOOLGATE_AUDIT_PARTITION not in ("day", "month"):
+    raise ImproperlyConfigured("TOOLGATE_AUDIT_PARTITION must be day or month")
+if TOOLGATE_AUDIT_PARTITIONS_AHEAD < 1:
+    raise ImproperlyConfigured("TOOLGATE_AUDIT_PARTITIONS_AHEAD must be at least 1")
 
 # --- Celery (config/celery.py) -------------------------------------------------------
 # Redis when configured; otherwise kombu's filesystem transport under var/, shared by the
@@ -383,6 +392,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },
+}
+# Partitions ahead of the audit rows (PostgreSQL; a no-op on SQLite). Hourly, so a missed run or a
+# restart never leaves the rows of a new day without a partition of their own.
+CELERY_BEAT_SCHEDULE["audit-partitions"] = {
+    "task": "tools_app.tasks.audit_partitions_ahead",
+    "schedule": crontab(minute=7),
+    "options": {"expires": 3600.0},
 }
 if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
     CELERY_BEAT_SCHEDULE["audit-retention"] = {

@@ -12,9 +12,9 @@ from policies_app.outages import outage_guard
 from runner.bound import BoundTool
 from runner.ports import Claimed, Conflict, Replay
 from runner.types import ErrorCode, ToolExecResult, ToolInvocationContext, ToolInvocationRecord
+from tools_app.audit import claim_ref, invocation_claim, invocation_record, invocation_take_over
 from tools_app.models import ToolInvocation
 from tools_app.selectors import enabled_tool_ids
-from tools_app.services import claim_ref, invocation_claim, invocation_record, invocation_take_over
 
 CLAIM_ATTEMPTS = 3
 OTHER_REQUEST = "tool_call_id was already used for a different request; use a new tool_call_id"

@@ -8,7 +8,7 @@ from django.db.models import Q
 from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.upstream.models import McpServer, McpTool
 
-__all__ = ["McpServer", "McpTool", "Tool", "ToolInvocation"]
+__all__ = ["McpServer", "McpTool", "Tool", "ToolCallClaim", "ToolInvocation"]
 
 
 class Tool(models.Model):
@@ -120,7 +120,36 @@ class ToolInvocation(models.Model):
             models.Index(fields=["tenant", "-started_at"], name="toolinv_tenant_started"),
             models.Index(fields=["tenant", "run_id"], name="toolinv_tenant_run"),
             models.Index(fields=["tenant", "tool_call_id"], name="toolinv_tenant_call"),
+            # The rows retention must keep whatever their age (tools_app/audit.py): few, so a partition
+            # is checked for them through this small index instead of read whole before it is dropped.
+            models.Index(
+                fields=["started_at"],
+                condition=Q(state="pending") | Q(lease_expires_at__isnull=False),
+                name="toolinv_in_window",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.tool_call_id} {self.tool_id} {'ok' if self.ok else self.error_code}"
+
+
+class ToolCallClaim(models.Model):
+    """Which `tool_call_id`s ran in a tenant, on PostgreSQL: the exactly-once guarantee of a partitioned audit table.
+
+    The audit table is partitioned by `started_at`, and PostgreSQL cannot make
+    a key unique across partitions unless the key holds the partition key; a
+    repeat that arrives after the day changes would land in another partition.
+    This narrow, unpartitioned table is that key: every executed row writes its
+    claim in the same statement as the row (tools_app/audit.py), and a repeat's
+    claim collides here whatever the partitions. Retention deletes a claim with
+    its row (`claimed_at` is never earlier than the row's `started_at`). SQLite
+    keeps the audit table's own partial unique constraint and leaves this empty.
+    """
+
+    pk = models.CompositePrimaryKey("tenant", "tool_call_id")
+    tenant = models.ForeignKey("policies_app.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False)
+    tool_call_id = models.CharField(max_length=128)
+    claimed_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return self.tool_call_id

@@ -45,6 +45,13 @@ class RowInserter:
         with connection.cursor() as cursor:
             cursor.execute(self._statement(using), params)
 
+    def prepared(self, **values: Any) -> tuple[tuple[str, ...], list[Any]]:
+        """The row's columns and their database values, for a statement of the caller's own (a CTE)."""
+        row = self._attributes(values)
+        connection = connections[router.db_for_write(self._model)]
+        params = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in self._fields]
+        return tuple(field.column for field in self._fields), params
+
     def _attributes(self, values: dict[str, Any]) -> _Attributes:
         row = _Attributes()
         given = {}

@@ -1,14 +1,12 @@
-"""Writes of tools_app: the catalog sync and the audit record."""
+"""Writes of tools_app: the catalog sync, exec and tool switches (the audit writes live in tools_app/audit.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
@@ -24,16 +22,13 @@ from runner.ports import PolicyDecider, ToolSource
 from runner.types import (
     UNKNOWN_DELEGATION,
     ConsequenceLevel,
-    Decision,
     ErrorCode,
     ToolExecResult,
     ToolInvocationContext,
-    ToolInvocationRecord,
     ToolSpec,
     new_tool_call_id,
 )
-from tools_app.models import Tool, ToolInvocation
-from tools_app.rows import RowInserter
+from tools_app.models import Tool
 
 
 @dataclass
@@ -106,122 +101,8 @@ def _spec_fields(spec: ToolSpec) -> dict:
     }
 
 
-_invocations = RowInserter(ToolInvocation)
-
-
 def _metadata_differs(tool: Tool, fields: dict) -> bool:
     return any(getattr(tool, name) != fields[name] for name in METADATA_FIELDS)
-
-
-LEASE_LOST_MESSAGE = "this attempt's claim expired and a repeat took the call over; its outcome is not replayed"
-
-
-def invocation_record(record: ToolInvocationRecord) -> None:
-    """Write the audit row of one call, finishing its idempotency claim when it has one.
-
-    A claim taken over by a repeat (this process outlived its lease) is not
-    overwritten: the late outcome gets a row of its own, outside the replayed one.
-    """
-    fields = {
-        "tool_id": record.tool_id,
-        "decision": record.decision.value,
-        "ok": record.ok,
-        "executed": record.executed,
-        "state": ToolInvocation.State.DONE,
-        "error_code": record.error_code.value if record.error_code else "",
-        "safe_message": (record.safe_message or "")[:500],
-        "args_sha256": record.args_sha256 or "",
-        "result": record.value if record.ok else None,
-        "content": list(record.content) if record.content is not None else None,
-        "result_bytes": record.result_bytes,
-        "started_at": record.started_at,
-        "ended_at": record.ended_at,
-        "duration_ms": record.duration_ms,
-        "lease_expires_at": None,
-        "authz_reason": record.authz_reason or "",
-    }
-    if record.audit_ref is not None:
-        pk, attempt = parse_claim_ref(record.audit_ref)
-        finished = ToolInvocation.objects.filter(pk=pk, attempt=attempt, state=ToolInvocation.State.PENDING).update(
-            **fields
-        )
-        if finished:
-            return
-        fields.update(executed=False, safe_message=LEASE_LOST_MESSAGE)
-    _invocations.insert(**_context_fields(record.context), **fields)
-
-
-def _context_fields(ctx: ToolInvocationContext) -> dict:
-    return {
-        "tenant_id": ctx.tenant_id,
-        "service_account_id": ctx.actor_id,
-        "tool_call_id": ctx.tool_call_id,
-        "run_id": ctx.run_id,
-        "connection_id": ctx.connection_id or "",
-        "grant_id": ctx.grant_id or "",
-        "subject_id": ctx.subject_id or "",
-    }
-
-
-def claim_ref(row: ToolInvocation) -> str:
-    """What the audit sink needs to finish exactly this attempt of a claim."""
-    return f"{row.pk}:{row.attempt}"
-
-
-def parse_claim_ref(ref: str) -> tuple[int, int]:
-    pk, _, attempt = ref.partition(":")
-    return int(pk), int(attempt)
-
-
-def invocation_claim(
-    *, ctx: ToolInvocationContext, tool_id: str, args_sha256: str | None, lease_s: float
-) -> ToolInvocation | None:
-    """Reserve ctx.tool_call_id in its tenant with a pending row leased for `lease_s`; None if another row holds it.
-
-    The partial unique index on executed rows decides races: of concurrent
-    identical calls exactly one inserts, the others wait for its outcome.
-    """
-    now = timezone.now()
-    try:
-        with _savepoint_if_in_transaction():
-            return ToolInvocation.objects.create(
-                **_context_fields(ctx),
-                tool_id=tool_id,
-                decision=Decision.NOT_DECIDED.value,
-                executed=True,
-                state=ToolInvocation.State.PENDING,
-                args_sha256=args_sha256 or "",
-                started_at=now,
-                lease_expires_at=now + timedelta(seconds=lease_s),
-            )
-    except IntegrityError:
-        return None
-
-
-def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
-    """A savepoint inside a transaction, so a duplicate leaves it usable; nothing in autocommit.
-
-    In autocommit (a web request) the INSERT is its own transaction: one round
-    trip instead of BEGIN, INSERT, COMMIT.
-    """
-    return transaction.atomic() if connection.in_atomic_block else nullcontext()
-
-
-def invocation_take_over(*, row: ToolInvocation, lease_s: float) -> ToolInvocation | None:
-    """Take over a pending claim whose lease has run out (its process died); None if someone else did.
-
-    Compare-and-swap on `attempt`: of several repeats racing for one expired
-    claim exactly one wins, and the dead attempt can no longer finish the row.
-    """
-    now = timezone.now()
-    lease_expires_at = now + timedelta(seconds=lease_s)
-    taken = ToolInvocation.objects.filter(
-        pk=row.pk, attempt=row.attempt, state=ToolInvocation.State.PENDING, lease_expires_at__lte=now
-    ).update(attempt=row.attempt + 1, started_at=now, lease_expires_at=lease_expires_at)
-    if not taken:
-        return None
-    row.attempt, row.started_at, row.lease_expires_at = row.attempt + 1, now, lease_expires_at
-    return row
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Celery tasks of tools_app (found by Celery's autodiscovery under this name).
 
-The audit retention run by beat (settings.TOOLGATE_AUDIT_RETENTION_DAYS), and the upstream MCP
+The audit retention run by beat (settings.TOOLGATE_AUDIT_RETENTION_DAYS), the audit partitions made
+ahead of time (PostgreSQL, hourly), and the upstream MCP
 discovery task, defined beside its service in tools_app/upstream/tasks.py.
 """
 
@@ -12,9 +13,10 @@ from celery import shared_task
 from django.conf import settings
 
 from tools_app.audit import audit_prune
+from tools_app.partitions import audit_partitions_ensure
 from tools_app.upstream.tasks import discover_server
 
-__all__ = ["audit_retention", "discover_server"]
+__all__ = ["audit_partitions_ahead", "audit_retention", "discover_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,9 +29,23 @@ def audit_retention() -> int:
         return 0
     report = audit_prune(older_than_days=days)
     logger.info(
-        "audit retention: %d rows deleted in %d batches, %d kept in the idempotency window",
+        "audit retention: %d rows deleted in %d batches, %d kept in the idempotency window; "
+        "%d partitions dropped (about %d rows), %d claims deleted, busy: %s",
         report.deleted,
         report.batches,
         report.kept_in_window,
+        len(report.partitions_dropped),
+        report.rows_dropped,
+        report.claims_deleted,
+        ", ".join(report.partitions_busy) or "none",
     )
-    return report.deleted
+    return report.deleted + report.rows_dropped
+
+
+@shared_task(acks_late=True, soft_time_limit=300, time_limit=360)
+def audit_partitions_ahead() -> list[str]:
+    """Create the audit partitions of now and the next periods (idempotent; nothing to do on SQLite)."""
+    created = audit_partitions_ensure()
+    if created:
+        logger.info("audit partitions created: %s", ", ".join(created))
+    return created

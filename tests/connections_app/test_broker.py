@@ -319,16 +319,23 @@ def test_last_used_at_is_written_at_most_once_a_minute(github, call_tool, connec
 # --- the hot path's query budget ---------------------------------------------------------------
 
 
+# The audit row's INSERT: on PostgreSQL one statement that claims the call's tool_call_id in a CTE first
+# (the audit table is partitioned there; tools_app/audit.py).
+AUDIT_INSERT = (
+    "WITH tools_app_toolcallclaim" if db_connection.vendor == "postgresql" else "INSERT tools_app_toolinvocation"
+)
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
         # the grant comes from the governance cache; the connection row is read fresh (tokens rotate)
-        ({}, ["SELECT connections_app_connection", "INSERT tools_app_toolinvocation"]),
+        ({}, ["SELECT connections_app_connection", AUDIT_INSERT]),
         # a client id claims its row first and finishes it after
         (
             {"tool_call_id": "w1"},
-            ["INSERT tools_app_toolinvocation", "SELECT connections_app_connection", "UPDATE tools_app_toolinvocation"],
+            [AUDIT_INSERT, "SELECT connections_app_connection", "UPDATE tools_app_toolinvocation"],
         ),
     ],
 )

@@ -18,14 +18,14 @@ from runner.pipeline import args_digest
 from runner.types import Decision, ErrorCode, ToolInvocationContext, ToolInvocationRecord
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
-from tools_app.models import ToolInvocation
-from tools_app.services import (
+from tools_app.audit import (
     LEASE_LOST_MESSAGE,
     claim_ref,
     invocation_claim,
     invocation_record,
     invocation_take_over,
 )
+from tools_app.models import ToolInvocation
 
 pytestmark = pytest.mark.django_db
 

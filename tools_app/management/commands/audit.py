@@ -5,7 +5,8 @@
 
 Export writes to stdout unless `--output` names a file; it streams, so any
 range fits in constant memory. Prune reports what it deleted and what it
-kept because the row is still inside the idempotency window.
+kept because the row is still inside the idempotency window; on PostgreSQL it
+drops whole partitions first (tools_app/partitions.py).
 """
 
 from __future__ import annotations
@@ -81,3 +82,13 @@ class Command(BaseCommand):
             f"audit prune: {report.deleted} rows started before {report.cutoff.isoformat()} deleted "
             f"in {report.batches} batches; {report.kept_in_window} kept (pending or claim lease live)"
         )
+        if report.partitions_dropped or report.partitions_busy or report.claims_deleted:
+            self.stdout.write(
+                f"audit prune: {len(report.partitions_dropped)} partitions dropped "
+                f"(about {report.rows_dropped} rows), {report.claims_deleted} claims deleted"
+                + (
+                    f"; busy, left for the next run: {', '.join(report.partitions_busy)}"
+                    if report.partitions_busy
+                    else ""
+                )
+            )
