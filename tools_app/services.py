@@ -257,13 +257,19 @@ class ExecRequest:
 
 
 def tool_exec(
-    *, runner: ToolRunner, caller: Caller, request: ExecRequest, subject_token: str | None = None
+    *,
+    runner: ToolRunner,
+    caller: Caller,
+    request: ExecRequest,
+    subject_token: str | None = None,
+    tool_scope: frozenset[str] | None = None,
 ) -> ToolExecResult:
     """Run one call for an authenticated service account through the runner (the only path).
 
     `subject_token` is the person's token the caller sent beside its key (on
     whose behalf it calls); it is resolved here to the delegation it names and
     goes no further. The runner's authorization stage decides what it allows.
+    `tool_scope` (a toolset's ids, `/mcp/t/<name>`) makes every tool outside it unknown to the runner.
     """
     if request.connection_ids is not None:
         declared = tuple(request.connection_ids)
@@ -279,6 +285,7 @@ def tool_exec(
         grant_id=request.grant_id,
         declared_connection_ids=declared,
         delegation_id=_delegation_of(caller, subject_token),
+        tool_scope=tool_scope,
     )
     return runner.exec(request.tool_id, request.args, ctx)
 
@@ -301,6 +308,7 @@ def tool_catalog(
     caller: Caller,
     tags: Iterable[str] = (),
     subject_token: str | None = None,
+    tool_scope: frozenset[str] | None = None,
 ) -> list[ToolSpec]:
     """The specs this caller may run now (enabled and in its policy), carrying every tag in `tags`.
 
@@ -308,6 +316,7 @@ def tool_catalog(
     delegation's tool subset narrows the list; a token that cannot be used at
     all (forged, revoked, expired, another caller's) is refused as a call with
     it would be (`authz_denied`, the same message for every reason).
+    `tool_scope` (a toolset's ids) narrows the list further, as it narrows calls.
     """
     ctx = ToolInvocationContext(
         run_id="",
@@ -315,6 +324,7 @@ def tool_catalog(
         tenant_id=str(caller.tenant_id),
         actor_id=caller.service_account_id,
         delegation_id=_delegation_of(caller, subject_token),
+        tool_scope=tool_scope,
     )
     wanted = set(tags)
     specs = [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]

@@ -1,0 +1,139 @@
+"""Tool search: a caller's catalog ranked by relevance to a few words (issue 31).
+
+Search only ever ranks specs the caller already may see (its catalog, after
+policy, subject rules and toolset): it takes that list as input and returns a
+subset of it, so a search result can never reveal a tool the caller could not
+call. On PostgreSQL the database ranks: each tool row carries a stored
+`tsvector` (migration 0010, GIN-indexed), matched with an OR of the query's
+words (a task described in a sentence rarely repeats every word of a tool's
+description) and ranked by `ts_rank` with the id weighted above the tags and the
+description. The embedded SQLite default has no full-text engine, so a plain
+weighted word count stands in for it there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import reduce
+from operator import or_
+
+from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVectorField
+from django.db import connection
+from django.db.models.expressions import RawSQL
+
+from runner.types import ToolSpec
+from tools_app.models import Tool
+
+MAX_QUERY_WORDS = 16
+MAX_QUERY_LENGTH = 200
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 50
+WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
+# The English stop words that carry no meaning for a tool (PostgreSQL's dictionary drops its own).
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "please",
+        "that",
+        "the",
+        "this",
+        "to",
+        "what",
+        "with",
+    ]
+)
+SEARCH_DOCUMENT = RawSQL('"tools_app_tool"."search_document"', [], output_field=SearchVectorField())
+
+
+def query_words(query: str) -> list[str]:
+    """The words of a query, lower-cased, in order, without repeats or stop words; at most MAX_QUERY_WORDS."""
+    words = [word for word in WORD_RE.findall(query.lower()[:MAX_QUERY_LENGTH]) if word not in STOP_WORDS]
+    return list(dict.fromkeys(word for word in words if len(word) <= 64))[:MAX_QUERY_WORDS]
+
+
+def tool_search(*, specs: Sequence[ToolSpec], query: str, limit: int | None = None) -> list[ToolSpec]:
+    """The specs among `specs` that match `query`, most relevant first (ties by id); never a spec not given."""
+    words = query_words(query)
+    if not words or not specs:
+        return []
+    by_id = {spec.name: spec for spec in specs}
+    if connection.vendor == "postgresql":
+        ranked = _ranked_ids_postgresql(list(by_id), words, limit)
+    else:
+        ranked = _ranked_ids_plain(list(by_id.values()), words, limit)
+    return [by_id[tool_id] for tool_id in ranked if tool_id in by_id]
+
+
+def search_statement(*, tool_ids: Sequence[str], query: str, limit: int | None = None) -> str:
+    """The SQL PostgreSQL runs for a search (for EXPLAIN in the bench)."""
+    return str(_postgresql_queryset(list(tool_ids), query_words(query), limit).query)
+
+
+def _postgresql_queryset(tool_ids: list[str], words: list[str], limit: int | None):  # type: ignore[no-untyped-def]
+    match = reduce(or_, (SearchQuery(word, config="english", search_type="plain") for word in words))
+    rows = (
+        Tool.objects.filter(pk__in=tool_ids)
+        .alias(document=SEARCH_DOCUMENT)
+        .filter(document=match)
+        .annotate(rank=SearchRank(SEARCH_DOCUMENT, match))
+        .order_by("-rank", "id")
+        .values_list("id", flat=True)
+    )
+    return rows[:limit] if limit is not None else rows
+
+
+def _ranked_ids_postgresql(tool_ids: list[str], words: list[str], limit: int | None) -> list[str]:
+    return list(_postgresql_queryset(tool_ids, words, limit))
+
+
+# Weights of the plain fallback, in the order of PostgreSQL's: id and title, tags, description.
+PLAIN_WEIGHTS = (("name", 1.0), ("title", 1.0), ("tags", 0.4), ("description", 0.2))
+
+
+def _stem(word: str) -> str:
+    """A crude suffix cut so `files`/`file` and `searching`/`search` meet (SQLite has no stemmer)."""
+    for suffix in ("ing", "es", "s", "ed"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def _ranked_ids_plain(specs: list[ToolSpec], words: list[str], limit: int | None) -> list[str]:
+    stems = {_stem(word) for word in words}
+    scored = []
+    for spec in specs:
+        fields = {
+            "name": spec.name,
+            "title": spec.title or "",
+            "tags": " ".join(spec.tags),
+            "description": spec.description,
+        }
+        score = 0.0
+        for field, weight in PLAIN_WEIGHTS:
+            tokens = {_stem(token) for token in WORD_RE.findall(fields[field].lower())}
+            score += weight * len(stems & tokens)
+        if score > 0:
+            scored.append((-score, spec.name))
+    scored.sort()
+    ranked = [tool_id for _, tool_id in scored]
+    return ranked[:limit] if limit is not None else ranked
