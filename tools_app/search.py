@@ -14,16 +14,22 @@ weighted word count stands in for it there.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import reduce
 from operator import or_
+from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVectorField
 from django.db import connection
 from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
-from runner.types import ToolSpec
+from policies_app.selectors import Caller
+from runner.catalog import unknown_tool_message
+from runner.pipeline import args_digest
+from runner.types import Decision, ErrorCode, FieldError, ToolExecResult, ToolInvocationRecord, ToolSpec
 from tools_app.models import Tool
+from tools_app.services import ExecRequest, exec_context, invocation_record
 
 MAX_QUERY_WORDS = 16
 MAX_QUERY_LENGTH = 200
@@ -84,15 +90,22 @@ def tool_search(*, specs: Sequence[ToolSpec], query: str, limit: int | None = No
     return [by_id[tool_id] for tool_id in ranked if tool_id in by_id]
 
 
-def search_statement(*, tool_ids: Sequence[str], query: str, limit: int | None = None) -> str:
-    """The SQL PostgreSQL runs for a search (for EXPLAIN in the bench)."""
-    return str(_postgresql_queryset(list(tool_ids), query_words(query), limit).query)
+def search_statement(
+    *, tool_ids: Sequence[str] | None, query: str, limit: int | None = None
+) -> tuple[str, tuple[Any, ...]]:
+    """The SQL and parameters PostgreSQL runs for a search (for EXPLAIN in the bench and tests).
+
+    `tool_ids` None: the match alone, over every row (what the GIN index serves).
+    """
+    ids = None if tool_ids is None else list(tool_ids)
+    sql, params = _postgresql_queryset(ids, query_words(query), limit).query.sql_with_params()
+    return sql, tuple(params)
 
 
-def _postgresql_queryset(tool_ids: list[str], words: list[str], limit: int | None):  # type: ignore[no-untyped-def]
+def _postgresql_queryset(tool_ids: list[str] | None, words: list[str], limit: int | None):  # type: ignore[no-untyped-def]
     match = reduce(or_, (SearchQuery(word, config="english", search_type="plain") for word in words))
     rows = (
-        Tool.objects.filter(pk__in=tool_ids)
+        (Tool.objects.all() if tool_ids is None else Tool.objects.filter(pk__in=tool_ids))
         .alias(document=SEARCH_DOCUMENT)
         .filter(document=match)
         .annotate(rank=SearchRank(SEARCH_DOCUMENT, match))
@@ -137,3 +150,94 @@ def _ranked_ids_plain(specs: list[ToolSpec], words: list[str], limit: int | None
     scored.sort()
     ranked = [tool_id for _, tool_id in scored]
     return ranked[:limit] if limit is not None else ranked
+
+
+# --- the search as a call (MCP's `toolgate__search_tools`, search mode) -----------------------
+
+SEARCH_TOOL = "toolgate__search_tools"
+SEARCH_ARGUMENTS = ("query", "limit")
+
+
+def tool_search_call(
+    *,
+    caller: Caller,
+    request: ExecRequest,
+    specs: Sequence[ToolSpec],
+    present: Callable[[ToolSpec], dict[str, Any]],
+    subject_token: str | None = None,
+    tool_scope: frozenset[str] | None = None,
+) -> ToolExecResult:
+    """A search made as a tool call (`request.args` = {query, limit?}), audited like one.
+
+    `specs` is the caller's catalog as its interface lists it (policy ∩ subject
+    rules ∩ toolset): only those can be found. The audit row has the search's
+    own tool id, the args' hash and the found ids as its result; `present`
+    shapes each found tool for the caller's protocol.
+    """
+    started_at = timezone.now()
+    ctx = exec_context(caller=caller, request=request, subject_token=subject_token, tool_scope=tool_scope)
+    errors = _search_argument_errors(request.args)
+    found: list[ToolSpec] = []
+    if errors:
+        result = ToolExecResult(
+            tool_call_id=ctx.tool_call_id,
+            tool_id=SEARCH_TOOL,
+            ok=False,
+            error_code=ErrorCode.VALIDATION,
+            safe_message="the arguments are invalid",
+            errors=tuple(errors),
+        )
+    else:
+        found = tool_search(specs=specs, query=request.args["query"], limit=request.args.get("limit", DEFAULT_LIMIT))
+        result = ToolExecResult(
+            tool_call_id=ctx.tool_call_id, tool_id=SEARCH_TOOL, ok=True, value={"tools": [present(s) for s in found]}
+        )
+    invocation_record(
+        ToolInvocationRecord(
+            tool_call_id=ctx.tool_call_id,
+            tool_id=SEARCH_TOOL,
+            ok=result.ok,
+            value={"tools": [spec.name for spec in found]} if result.ok else None,
+            error_code=result.error_code,
+            safe_message=result.safe_message,
+            started_at=started_at,
+            ended_at=timezone.now(),
+            context=ctx,
+            decision=Decision.ALLOW,
+            args_sha256=args_digest(request.args),
+        )
+    )
+    return result
+
+
+def _search_argument_errors(arguments: Any) -> list[FieldError]:
+    if not isinstance(arguments, Mapping):
+        return [FieldError(path="arguments", message="must be an object")]
+    errors = [
+        FieldError(path=f"arguments.{key}", message="unknown argument")
+        for key in arguments
+        if key not in SEARCH_ARGUMENTS
+    ]
+    query = arguments.get("query")
+    if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_LENGTH:
+        rule = f"must be a string of 1..{MAX_QUERY_LENGTH} characters"
+        errors.append(FieldError(path="arguments.query", message=rule))
+    limit = arguments.get("limit", DEFAULT_LIMIT)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        errors.append(FieldError(path="arguments.limit", message=f"must be an integer from 1 to {MAX_LIMIT}"))
+    return errors
+
+
+def unknown_tool_refusal(*, tool_id: str, tool_call_id: str, catalog: Iterable[ToolSpec]) -> ToolExecResult:
+    """What a tool outside the caller's catalog answers through a meta-tool: the unknown id's answer.
+
+    The same whether the tool does not exist, is switched off, is outside the
+    policy or the toolset; the hint names only ids the caller may list.
+    """
+    return ToolExecResult(
+        tool_call_id=tool_call_id,
+        tool_id=tool_id,
+        ok=False,
+        error_code=ErrorCode.UNAVAILABLE,
+        safe_message=unknown_tool_message(tool_id, catalog),
+    )

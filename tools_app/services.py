@@ -271,11 +271,23 @@ def tool_exec(
     goes no further. The runner's authorization stage decides what it allows.
     `tool_scope` (a toolset's ids, `/mcp/t/<name>`) makes every tool outside it unknown to the runner.
     """
+    ctx = exec_context(caller=caller, request=request, subject_token=subject_token, tool_scope=tool_scope)
+    return runner.exec(request.tool_id, request.args, ctx)
+
+
+def exec_context(
+    *,
+    caller: Caller,
+    request: ExecRequest,
+    subject_token: str | None = None,
+    tool_scope: frozenset[str] | None = None,
+) -> ToolInvocationContext:
+    """The context of one call from a request: the one place a request becomes a context (see tool_exec)."""
     if request.connection_ids is not None:
         declared = tuple(request.connection_ids)
     else:
         declared = (request.connection_id,) if request.connection_id else ()
-    ctx = ToolInvocationContext(
+    return ToolInvocationContext(
         run_id=request.run_id or "",
         tool_call_id=request.tool_call_id or new_tool_call_id(),
         tool_call_id_generated=request.tool_call_id is None,
@@ -287,7 +299,6 @@ def tool_exec(
         delegation_id=_delegation_of(caller, subject_token),
         tool_scope=tool_scope,
     )
-    return runner.exec(request.tool_id, request.args, ctx)
 
 
 def _delegation_of(caller: Caller, subject_token: str | None) -> str | None:

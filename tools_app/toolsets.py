@@ -45,7 +45,7 @@ def toolset_save(
     with transaction.atomic():
         ids = sorted(dict.fromkeys(tool_ids))
         tag_list = sorted(dict.fromkeys(tags))
-        _check(name=name, tool_ids=ids, tags=tag_list, description=description)
+        toolset_check(name=name, tool_ids=ids, tags=tag_list, description=description)
         stored = (
             Toolset.objects.select_for_update().filter(pk=toolset.pk).order_by("pk").first()
             if toolset and toolset.pk
@@ -88,7 +88,8 @@ def toolset_delete(*, toolset: Toolset) -> None:
     governance_bump()
 
 
-def _check(*, name: str, tool_ids: list[str], tags: list[str], description: str) -> None:
+def toolset_check(*, name: str, tool_ids: list[str], tags: list[str], description: str) -> None:
+    """Raise AppError naming the first problem of a toolset's fields (forms call it to show it at the field)."""
     if not NAME_RE.fullmatch(name):
         raise AppError(f"name must be {NAME_RULE}", field_errors=[("name", f"must be {NAME_RULE}")])
     if len(description) > 500:

@@ -359,28 +359,20 @@ class ToolCatalogQuerySerializer(StrictQuerySerializer):
         error_messages={"invalid": "must be a toolset name: 1..64 lower-case letters, digits, '-' or '_'"},
         help_text="Only the tools of this toolset (the tenant's own, else a global one); unknown → 404 `not_found`.",
     )
-    q = StrictCharField(
+    q = StrictRegexField(
+        r"\A[^\x00]*[^\s\x00][^\x00]*\Z",
         required=False,
         max_length=200,
         trim_whitespace=False,
+        error_messages={"invalid": "must contain a word"},
         help_text="Words describing the task: only matching tools, most relevant first (id, title, description, tags).",
     )
     limit = serializers.IntegerField(
-        required=False, min_value=1, max_value=50, help_text="With `q`: at most this many tools (default: every match)."
+        required=False, min_value=1, max_value=50, help_text="At most this many tools (with `q`: the best matches)."
     )
 
     def validate_tags(self, value: str) -> list[str]:
         return list(dict.fromkeys(value.split(",")))  # a repeated tag asks for nothing more
-
-    def validate_q(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must contain a word")
-        return value
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "limit" in attrs and "q" not in attrs:
-            raise serializers.ValidationError({"limit": "only with q"})
-        return attrs
 
 
 class InvocationListQuerySerializer(PageQuerySerializer):

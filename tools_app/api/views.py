@@ -252,8 +252,11 @@ class ToolCatalogView(ToolsApiView):
             subject_token=request_subject_token(request),
             tool_scope=toolset_scope_or_404(caller=caller, name=query.validated_data.get("toolset")),
         )
+        limit = query.validated_data.get("limit")
         if "q" in query.validated_data:
-            specs = tool_search(specs=specs, query=query.validated_data["q"], limit=query.validated_data.get("limit"))
+            specs = tool_search(specs=specs, query=query.validated_data["q"], limit=limit)
+        elif limit is not None:
+            specs = specs[:limit]
         encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
         body: dict[str, Any] = {"tools": encoder(specs) if encoder else [spec.public_dict() for spec in specs]}
         if not specs and "q" not in query.validated_data:
