@@ -60,6 +60,7 @@ bench: install-dev
 	$(BIN)/python -m bench.mcp_vs_rest
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.mcp_gateway
 	$(BIN)/python -m bench.refresh_scale
+	$(BIN)/python -m bench.tool_search
 
 clean:
 	rm -rf $(VENV) $(MCP1_VENV) .pytest_cache .ruff_cache .mypy_cache
