@@ -49,10 +49,10 @@ def main() -> None:
 def measure(size: int, rounds: int) -> None:
     django.setup()
     from django.db import connection  # noqa: PLC0415 - after django.setup()
-    from tests.tools_app.test_search_retrieval import TASKS  # noqa: PLC0415
 
     from tests.data.mcp_catalog import CatalogTool, catalog, install, specs  # noqa: PLC0415
-    from tools_app.search import search_statement, tool_search  # noqa: PLC0415
+    from tests.tools_app.test_search_retrieval import TASKS  # noqa: PLC0415
+    from tools_app.search import tool_search  # noqa: PLC0415
 
     connection.close()  # the database was re-created under this process: a new connection
     base = catalog()
@@ -94,15 +94,24 @@ def measure(size: int, rounds: int) -> None:
         f"p95 {walls[int(len(walls) * 0.95)] * 1000:7.2f} ms wall; "
         f"{statistics.mean(cpus) * 1000:6.2f} ms CPU of this process per search ({len(walls)} searches)"
     )
-    sql, params = search_statement(tool_ids=[spec.name for spec in catalog_specs], query=queries[0], limit=5)
+    explain(connection, "the search as run (the caller's catalog = every tool)", catalog_specs, queries[0])
+    explain(connection, "the match alone (what the GIN index serves)", None, queries[0])
+    connection.close()
+
+
+def explain(connection, label: str, catalog_specs, query: str) -> None:  # type: ignore[no-untyped-def]
+    """EXPLAIN ANALYZE of one search; long lines (the catalog's id array) are cut."""
+    from tools_app.search import search_statement  # noqa: PLC0415
+
+    tool_ids = None if catalog_specs is None else [spec.name for spec in catalog_specs]
+    sql, params = search_statement(tool_ids=tool_ids, query=query, limit=5)
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}", params)
         plan = [row[0] for row in cursor.fetchall()]
     uses_index = any("tool_search_document_gin" in line for line in plan)
-    print(f"  EXPLAIN ANALYZE ({'uses' if uses_index else 'does NOT use'} tool_search_document_gin):")
+    print(f"  EXPLAIN ANALYZE, {label}: {'uses' if uses_index else 'does NOT use'} tool_search_document_gin")
     for line in plan:
-        print(f"    {line}")
-    connection.close()
+        print(f"    {line if len(line) <= 160 else line[:157] + '...'}")
 
 
 if __name__ == "__main__":
