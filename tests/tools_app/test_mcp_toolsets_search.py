@@ -21,7 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from policies_app.governance import governance_bump
-from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from policies_app.models import ServiceAccount
+from policies_app.services import delegation_create
+from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tools_app.models import Tool, ToolInvocation
 from tools_app.toolsets import toolset_save
 
@@ -247,3 +249,30 @@ def test_a_plain_tool_name_is_unknown_in_search_mode(acme):
     assert isinstance(refused, MCPError)
     assert refused.error.code == -32602
     assert not ToolInvocation.objects.filter(tool_id="core__wait").exists()
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_search_mode_follows_the_persons_delegation(acme, mode):
+    """On a person's behalf, search and call see only what the delegation lets the caller run for them."""
+    url, key = acme
+    account = ServiceAccount.objects.get(name="agent")
+    alice = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice"), role="member").user
+    _delegation, token = delegation_create(
+        tenant=account.tenant, user=alice, service_account=account, tools=["core__wait"]
+    )
+
+    async def run() -> tuple[Any, Any]:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}", "X-Toolgate-Subject": token})
+        async with Client(streamable_http_client(f"{url}/mcp?mode=search", http_client=http), mode=mode) as client:
+            found = await client.call_tool("toolgate__search_tools", {"query": "current time wait github user"})
+            outside = await client.call_tool(
+                "toolgate__call_tool", {"tool_id": "core__get_current_time", "arguments": {}}
+            )
+            return found, outside
+
+    found, outside = asyncio.run(run())
+
+    assert [tool["name"] for tool in found.structured_content["tools"]] == ["core__wait"]
+    # the runner's authorization stage refuses it, as on plain /mcp (the caller itself may list the tool)
+    assert outside.is_error is True
+    assert outside.content[0].text.startswith("authz_denied")
