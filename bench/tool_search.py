@@ -101,11 +101,14 @@ def measure(size: int, rounds: int) -> None:
 
 def explain(connection, label: str, catalog_specs, query: str) -> None:  # type: ignore[no-untyped-def]
     """EXPLAIN ANALYZE of one search; long lines (the catalog's id array) are cut."""
+    from django.db import transaction  # noqa: PLC0415
+
     from tools_app.search import search_statement  # noqa: PLC0415
 
     tool_ids = None if catalog_specs is None else [spec.name for spec in catalog_specs]
     sql, params = search_statement(tool_ids=tool_ids, query=query, limit=5)
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # as tool_search runs it
         cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}", params)
         plan = [row[0] for row in cursor.fetchall()]
     uses_index = any("tool_search_document_gin" in line for line in plan)
