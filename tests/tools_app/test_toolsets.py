@@ -45,8 +45,12 @@ def test_a_toolset_narrows_the_catalog_to_its_ids_and_tags(acme):
 def test_a_toolset_listing_a_tool_outside_the_policy_does_not_widen_it(acme):
     tenant, key = acme
     toolset_save(tenant_id=tenant.pk, name="gh", tags=["github"])  # github__create_issue: enabled, not allowed
+    toolset_save(tenant_id=tenant.pk, name="outside", tool_ids=["github__create_issue"])
 
     assert names(api_client(key).get("/api/v1/tools?toolset=gh")) == ["github__get_user"]
+    empty = api_client(key).get("/api/v1/tools?toolset=outside").json()
+    assert empty["tools"] == []
+    assert empty["hint"].startswith("the toolset 'outside' holds no tool that this caller may run now")
 
 
 def test_a_toolset_does_not_show_a_disabled_tool(acme):

@@ -260,7 +260,13 @@ class ToolCatalogView(ToolsApiView):
         encoder = CATALOG_ENCODERS.get(query.validated_data.get("format", ""))
         body: dict[str, Any] = {"tools": encoder(specs) if encoder else [spec.public_dict() for spec in specs]}
         if not specs and "q" not in query.validated_data:
-            body["hint"] = tool_catalog_empty_hint(caller=caller)
+            toolset = query.validated_data.get("toolset")
+            body["hint"] = (
+                f"the toolset {toolset!r} holds no tool that this caller may run now (a toolset only narrows the "
+                "policy's catalog)"
+                if toolset
+                else tool_catalog_empty_hint(caller=caller)
+            )
         return Response(body)
 
 
