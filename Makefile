@@ -64,6 +64,7 @@ bench: install-dev
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.mcp_gateway
 	$(BIN)/python -m bench.refresh_scale
 	$(BIN)/python -m bench.audit_scale
+	$(BIN)/python -m bench.tool_search
 
 clean:
 	rm -rf $(VENV) $(MCP1_VENV) .pytest_cache .ruff_cache .mypy_cache

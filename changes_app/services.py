@@ -22,6 +22,7 @@ from changes_app.models import Change
 
 RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
     "tools_app.tool": ("is_enabled", "effect", "consequence_level", "requires_confirmation", "tags"),
+    "tools_app.toolset": ("tenant", "name", "description", "tool_ids", "tags"),
     "tools_app.mcptool": ("status", "approved_hash", "approved_via", "effect", "effect_confirmed", "is_enabled"),
     "policies_app.toolpolicy": (
         "name",

@@ -16,7 +16,7 @@ from config.runtime import runtime
 from config.schema import SchemaView
 from connections_app.web.forms import AdminLoginForm
 from tools_app.api.urls import urlpatterns_for as tools_api_urlpatterns
-from tools_app.mcp_server.views import McpView
+from tools_app.mcp_server.gateway import McpGatewayView
 
 handler400 = api.bad_request
 handler403 = api.permission_denied
@@ -44,7 +44,8 @@ urlpatterns = [
     path("api/v1/", include(tools_api_urlpatterns(runtime))),
     path("api/v1/", include("connections_app.api.urls")),
     re_path(r"^api/", api.api_not_found),  # keep after every /api/ route
-    path("mcp", McpView.as_view(runtime_provider=runtime), name="mcp"),
+    path("mcp", McpGatewayView.as_view(runtime_provider=runtime), name="mcp"),
+    path("mcp/t/<str:toolset>", McpGatewayView.as_view(runtime_provider=runtime), name="mcp-toolset"),
     path("", include("connections_app.signin.urls")),  # MCP sign-in: discovery, authorize, token, register, revoke
     path("", include("connections_app.web.urls")),
 ]

@@ -19,9 +19,12 @@ VISIBLE_DECISIONS = frozenset({Decision.ALLOW, Decision.REQUIRE_APPROVAL})
 
 
 def catalog_for(ctx: ToolInvocationContext, source: ToolSource, policy: PolicyDecider) -> list[ToolSpec]:
-    """Specs the caller may run now, in id order."""
+    """Specs the caller may run now, in id order; a toolset's scope (`ctx.tool_scope`) only narrows them."""
     specs = []
+    scope = ctx.tool_scope
     for tool in source.list():
+        if scope is not None and tool.tool_id not in scope:
+            continue
         if not source.is_enabled(tool.tool_id):
             continue
         if policy.decide(ctx, tool.spec, args_sha256=None).decision in VISIBLE_DECISIONS:

@@ -294,9 +294,10 @@ class LookupStage:
     policy: PolicyDecider | None = None
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
-        call.tool = self.source.get(call.tool_id)
+        scope = call.ctx.tool_scope
+        call.tool = self.source.get(call.tool_id) if scope is None or call.tool_id in scope else None
         if call.tool is None:
-            if self.source.is_pending(call.tool_id):
+            if (scope is None or call.tool_id in scope) and self.source.is_pending(call.tool_id):
                 call.decision = Decision.DENY
                 return call.fail(ErrorCode.POLICY_DENIED, DISABLED_MESSAGE)
             catalog = catalog_for(call.ctx, self.source, self.policy) if self.policy is not None else []

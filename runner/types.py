@@ -149,6 +149,9 @@ class ToolInvocationContext:
     declared_connection_ids: tuple[str, ...] = ()
     # The boundary generated tool_call_id (the caller sent none): it cannot repeat, so no claim is needed.
     tool_call_id_generated: bool = False
+    # The tool ids the interface the call came through exposes (a toolset, `/mcp/t/<name>`); None: no
+    # narrowing. It only ever narrows: a tool outside it is looked up as an unknown one (stage 1).
+    tool_scope: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

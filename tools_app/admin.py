@@ -19,13 +19,14 @@ from django.utils.safestring import SafeString
 
 from policies_app.admin_display import count_of, short_datetime
 from policies_app.errors import AppError
+from tools_app import toolsets_admin  # registers the toolsets admin
 from tools_app.models import Tool, ToolInvocation
 from tools_app.selectors import tool_ids_known
 from tools_app.services import tool_metadata_set, tool_set_enabled
 from tools_app.upstream import admin as upstream_admin  # registers the MCP servers' and tools' admin
 from tools_app.upstream.services import mcp_tools_enable_check, schema_hash_label
 
-__all__ = ["ToolAdmin", "ToolInvocationAdmin", "upstream_admin"]
+__all__ = ["ToolAdmin", "ToolInvocationAdmin", "toolsets_admin", "upstream_admin"]
 
 
 @admin.register(Tool)

@@ -6,9 +6,10 @@ from django.db import models
 from django.db.models import Q
 
 from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
+from tools_app.toolset_models import Toolset
 from tools_app.upstream.models import McpServer, McpTool
 
-__all__ = ["McpServer", "McpTool", "Tool", "ToolCallClaim", "ToolInvocation"]
+__all__ = ["McpServer", "McpTool", "Tool", "ToolCallClaim", "ToolInvocation", "Toolset"]
 
 
 class Tool(models.Model):

@@ -38,6 +38,7 @@ from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
 from tools_app.services import tool_metadata_set, tool_switch_record, tool_sync
+from tools_app.toolset_io import ToolsetRow, toolsets_apply, toolsets_export, toolsets_validate
 from tools_app.upstream.services import SCHEMA_HASH_PREFIX, mcp_tool_approve, schema_hash_label
 
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
@@ -55,7 +56,7 @@ POLICY_FIELDS = (
 # "active" is ours, beyond the contract's shape: without it an export of an
 # inactive policy would come back active. A file without it means active.
 POLICY_KEYS = frozenset({*POLICY_FIELDS, "active"})
-TOP_LEVEL_KEYS = frozenset({"tools", "policies"})
+TOP_LEVEL_KEYS = frozenset({"tools", "policies", "toolsets"})
 # A tool's metadata: exported for review; on import an upstream MCP tool takes it (the operator's to
 # set), and a code tool's must equal its contract (set in code, so a different value is a mistake).
 TOOL_METADATA_KEYS = ("consequence_level", "requires_confirmation", "tags")
@@ -92,10 +93,16 @@ class ImportReport:
     tools_enabled: list[str] = field(default_factory=list)
     tools_disabled: list[str] = field(default_factory=list)
     tools_synced: bool = False
+    toolsets_created: list[str] = field(default_factory=list)
+    toolsets_updated: list[str] = field(default_factory=list)
+    toolsets_pruned: list[str] = field(default_factory=list)
 
     @property
     def changed_anything(self) -> bool:
-        return bool(self.created or self.updated or self.pruned or self.tools_enabled or self.tools_disabled)
+        toolsets = self.toolsets_created or self.toolsets_updated or self.toolsets_pruned
+        return bool(
+            self.created or self.updated or self.pruned or self.tools_enabled or self.tools_disabled or toolsets
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +143,7 @@ def policy_export() -> dict[str, Any]:
         _policy_document(policy)
         for policy in ToolPolicy.objects.select_related("tenant", "service_account").order_by("name")
     ]
-    return {"tools": tools, "policies": policies}
+    return {"tools": tools, "policies": policies, "toolsets": toolsets_export()}
 
 
 def _policy_document(policy: ToolPolicy) -> dict[str, Any]:
@@ -230,6 +237,10 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         _apply_policies(checked.rows, existing=existing, report=report)
     except IntegrityError as error:  # a concurrent writer took a scope we checked as free
         raise PolicyFileError([f"the database refused the policies: {error}"]) from None
+    if checked.toolsets is not None:
+        report.toolsets_created, report.toolsets_updated, report.toolsets_pruned = toolsets_apply(
+            checked.toolsets, prune=prune
+        )
     return report
 
 
@@ -308,6 +319,7 @@ class _Checked:
     rows: list[_PolicyRow]
     pins: dict[str, str]
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    toolsets: list[ToolsetRow] | None = None  # None: the file has no "toolsets" list (nothing of them changes)
 
 
 def _validate(document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool, problems: list[str]) -> _Checked:
@@ -337,7 +349,12 @@ def _validate(document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool,
     )
     rows = _validate_policies(document.get("policies", []), known_tools=known_tools, problems=problems)
     _check_scopes(rows, existing=existing, prune=prune, problems=problems)
-    return _Checked(switches=switches, rows=rows, pins=pins, metadata=metadata)
+    toolsets = (
+        toolsets_validate(document["toolsets"], known_tools=known_tools, problems=problems)
+        if "toolsets" in document
+        else None
+    )
+    return _Checked(switches=switches, rows=rows, pins=pins, metadata=metadata, toolsets=toolsets)
 
 
 def _validate_switches(

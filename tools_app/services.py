@@ -136,19 +136,37 @@ class ExecRequest:
 
 
 def tool_exec(
-    *, runner: ToolRunner, caller: Caller, request: ExecRequest, subject_token: str | None = None
+    *,
+    runner: ToolRunner,
+    caller: Caller,
+    request: ExecRequest,
+    subject_token: str | None = None,
+    tool_scope: frozenset[str] | None = None,
 ) -> ToolExecResult:
     """Run one call for an authenticated service account through the runner (the only path).
 
     `subject_token` is the person's token the caller sent beside its key (on
     whose behalf it calls); it is resolved here to the delegation it names and
     goes no further. The runner's authorization stage decides what it allows.
+    `tool_scope` (a toolset's ids, `/mcp/t/<name>`) makes every tool outside it unknown to the runner.
     """
+    ctx = exec_context(caller=caller, request=request, subject_token=subject_token, tool_scope=tool_scope)
+    return runner.exec(request.tool_id, request.args, ctx)
+
+
+def exec_context(
+    *,
+    caller: Caller,
+    request: ExecRequest,
+    subject_token: str | None = None,
+    tool_scope: frozenset[str] | None = None,
+) -> ToolInvocationContext:
+    """The context of one call from a request: the one place a request becomes a context (see tool_exec)."""
     if request.connection_ids is not None:
         declared = tuple(request.connection_ids)
     else:
         declared = (request.connection_id,) if request.connection_id else ()
-    ctx = ToolInvocationContext(
+    return ToolInvocationContext(
         run_id=request.run_id or "",
         tool_call_id=request.tool_call_id or new_tool_call_id(),
         tool_call_id_generated=request.tool_call_id is None,
@@ -158,8 +176,8 @@ def tool_exec(
         grant_id=request.grant_id,
         declared_connection_ids=declared,
         delegation_id=_delegation_of(caller, subject_token),
+        tool_scope=tool_scope,
     )
-    return runner.exec(request.tool_id, request.args, ctx)
 
 
 def _delegation_of(caller: Caller, subject_token: str | None) -> str | None:
@@ -180,6 +198,7 @@ def tool_catalog(
     caller: Caller,
     tags: Iterable[str] = (),
     subject_token: str | None = None,
+    tool_scope: frozenset[str] | None = None,
 ) -> list[ToolSpec]:
     """The specs this caller may run now (enabled and in its policy), carrying every tag in `tags`.
 
@@ -187,6 +206,7 @@ def tool_catalog(
     delegation's tool subset narrows the list; a token that cannot be used at
     all (forged, revoked, expired, another caller's) is refused as a call with
     it would be (`authz_denied`, the same message for every reason).
+    `tool_scope` (a toolset's ids) narrows the list further, as it narrows calls.
     """
     ctx = ToolInvocationContext(
         run_id="",
@@ -194,6 +214,7 @@ def tool_catalog(
         tenant_id=str(caller.tenant_id),
         actor_id=caller.service_account_id,
         delegation_id=_delegation_of(caller, subject_token),
+        tool_scope=tool_scope,
     )
     wanted = set(tags)
     specs = [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]

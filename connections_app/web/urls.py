@@ -3,7 +3,7 @@
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from connections_app.web import delegations, oauth, views
+from connections_app.web import delegations, oauth, toolsets, views
 
 app_name = "web"
 
@@ -45,6 +45,10 @@ urlpatterns = [
     path("approvals/", views.approvals, name="approval-list"),
     path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
     path("approvals/webhook/", views.webhook, name="webhook"),
+    path("toolsets/", toolsets.toolsets, name="toolset-list"),
+    path("toolsets/new/", toolsets.toolset_edit, name="toolset-new"),
+    path("toolsets/<int:toolset_id>/", toolsets.toolset_edit, name="toolset-edit"),
+    path("toolsets/<int:toolset_id>/delete/", toolsets.toolset_delete_confirm, name="toolset-delete"),
     path("activity/", views.activity, name="activity"),
     path("changes/", views.changes, name="change-list"),
 ]

@@ -31,6 +31,7 @@ PORTAL_PAGES = (
     "/service-accounts/",
     "/delegations/",
     "/approvals/",
+    "/toolsets/",
     "/activity/",
     "/changes/",
 )

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
+from changes_app.models import Change
 from policies_app.governance import governance_generation
 from policies_app.models import ToolPolicy
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
-from tools_app.models import Tool
+from tools_app.models import Tool, Toolset
 from tools_app.policy_io import (
     PolicyFileError,
     policy_document_dumps,
@@ -19,6 +20,7 @@ from tools_app.policy_io import (
 )
 from tools_app.registry import code_specs
 from tools_app.services import tool_sync
+from tools_app.toolsets import NAME_RULE, toolset_save
 
 pytestmark = pytest.mark.django_db
 
@@ -146,6 +148,7 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
                 "active": True,
             },
         ],
+        "toolsets": [],
     }
     assert list(document["tools"]) == BUILTIN_IDS
     assert policy_document_dumps(document).startswith('{\n  "tools": {\n    "core__get_current_time": {\n')
@@ -278,7 +281,7 @@ def test_invalid_policy_fields_are_refused(catalog, overrides, problem):
         ({}, ['the file has neither "tools" nor "policies": nothing to import']),
         (
             {"tools": {}, "policies": [], "extra": 1},
-            ["unknown top-level key 'extra' (the keys are policies, tools)"],
+            ["unknown top-level key 'extra' (the keys are policies, tools, toolsets)"],
         ),
         ({"tools": {"core__wait": True}, "policies": []}, ["tools: 'core__wait' must be {\"enabled\": true|false}"]),
         ({"tools": {}, "policies": {}}, ['"policies" must be a list of policy objects']),
@@ -354,7 +357,7 @@ def test_every_problem_of_a_file_is_reported_in_one_run(catalog):
         policy_import(document=document)
 
     assert refused.value.problems == [
-        "unknown top-level key 'extra' (the keys are policies, tools)",
+        "unknown top-level key 'extra' (the keys are policies, tools, toolsets)",
         "tools: unknown tool id 'core__wiat' (did you mean 'core__wait'?)",
         "tools: 'core__wait' must be {\"enabled\": true|false}",
         "policy 'bad-budget': max_runtime_ms must be a positive integer or null",
@@ -614,3 +617,65 @@ def test_malformed_tool_metadata_refuses_the_file(catalog, entry, problem):
 
     assert len(refused.value.problems) == 1
     assert refused.value.problems[0].startswith(f"tools: 'core__wait': {problem}")
+
+
+# --- toolsets (issue 31) --------------------------------------------------------------------
+
+
+def test_toolsets_round_trip_through_export_and_import(catalog):
+    acme = TenantFactory(slug="acme")
+    toolset_save(tenant_id=acme.pk, name="clock", tool_ids=["core__wait"], tags=["time"], description="d")
+    toolset_save(tenant_id=None, name="basics", tool_ids=["core__get_current_time"])
+    exported = policy_document_dumps(policy_export())
+    assert policy_export()["toolsets"] == [
+        {"name": "basics", "tenant": None, "description": "", "tool_ids": ["core__get_current_time"], "tags": []},
+        {"name": "clock", "tenant": "acme", "description": "d", "tool_ids": ["core__wait"], "tags": ["time"]},
+    ]
+
+    Toolset.objects.all().delete()
+    report = policy_import(document=policy_document_loads(exported))
+
+    assert (report.toolsets_created, report.toolsets_updated) == (["*/basics", "acme/clock"], [])
+    assert policy_document_dumps(policy_export()) == exported
+    again = policy_import(document=policy_document_loads(exported))
+    assert (again.toolsets_created, again.toolsets_updated, again.changed_anything) == ([], [], False)
+
+
+def test_a_toolset_import_updates_and_prunes_and_logs_each_write(catalog):
+    acme = TenantFactory(slug="acme")
+    toolset_save(tenant_id=acme.pk, name="clock", tool_ids=["core__wait"])
+    toolset_save(tenant_id=acme.pk, name="old", tool_ids=["core__wait"])
+    document = {
+        "policies": [],  # --prune needs the policies part: it prunes policies and toolsets alike
+        "toolsets": [{"name": "clock", "tenant": "acme", "tool_ids": ["core__get_current_time"]}],
+    }
+
+    report = policy_import(document=document, prune=True)
+
+    assert (report.toolsets_updated, report.toolsets_pruned) == (["acme/clock"], ["acme/old"])
+    assert list(Toolset.objects.values_list("name", "tool_ids")) == [("clock", ["core__get_current_time"])]
+    assert list(Change.objects.filter(object_type="tools_app.toolset").order_by("id").values_list("action", flat=True))[
+        -2:
+    ] == ["toolset.update", "toolset.delete"]
+
+
+def test_a_bad_toolset_refuses_the_whole_file(catalog):
+    TenantFactory(slug="acme")
+    document = {
+        "policies": [policy_entry("p")],
+        "toolsets": [
+            {"name": "ok", "tenant": "acme", "tool_ids": ["core__wiat"]},
+            {"name": "x", "tenant": "nobody", "tags": ["time"]},
+            {"name": "Bad Name", "tenant": None, "tags": ["time"]},
+        ],
+    }
+    with pytest.raises(PolicyFileError) as refused:
+        policy_import(document=document)
+
+    assert [error.message for error in refused.value.field_errors] == [
+        "toolset acme/ok: unknown tool id 'core__wiat'",
+        "toolset nobody/x: tenant 'nobody' does not exist",
+        f"toolset */Bad Name: name must be {NAME_RULE}",
+    ]
+    assert not ToolPolicy.objects.exists()
+    assert not Toolset.objects.exists()

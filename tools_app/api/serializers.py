@@ -350,6 +350,25 @@ class ToolCatalogQuerySerializer(StrictQuerySerializer):
         help_text="Comma-separated tags: only tools carrying every one of them (`?tags=github,issues`).",
     )
 
+    toolset = StrictRegexField(
+        r"\A[a-z0-9][a-z0-9_-]{0,63}\Z",
+        required=False,
+        trim_whitespace=False,
+        error_messages={"invalid": "must be a toolset name: 1..64 lower-case letters, digits, '-' or '_'"},
+        help_text="Only the tools of this toolset (the tenant's own, else a global one); unknown → 404 `not_found`.",
+    )
+    q = StrictRegexField(
+        r"\A[^\x00]*[^\s\x00][^\x00]*\Z",
+        required=False,
+        max_length=200,
+        trim_whitespace=False,
+        error_messages={"invalid": "must contain a word"},
+        help_text="Words describing the task: only matching tools, most relevant first (id, title, description, tags).",
+    )
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=50, help_text="At most this many tools (with `q`: the best matches)."
+    )
+
     def validate_tags(self, value: str) -> list[str]:
         return list(dict.fromkeys(value.split(",")))  # a repeated tag asks for nothing more
 

@@ -34,7 +34,7 @@ from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_er
 from policies_app.api.pagination import StrictLimitOffsetPagination
 from policies_app.api.parser import validated_body
 from policies_app.authentication import InvocationsScope, ToolsExecScope, request_caller, request_subject_token
-from policies_app.selectors import approval_for_caller, invocations_readable_by
+from policies_app.selectors import Caller, approval_for_caller, invocations_readable_by
 from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode
@@ -54,8 +54,10 @@ from tools_app.api.serializers import (
     ToolCatalogQuerySerializer,
     ToolSpecOutputSerializer,
 )
+from tools_app.search import tool_search
 from tools_app.selectors import invocation_get, invocation_list
 from tools_app.services import ExecRequest, tool_catalog, tool_catalog_empty_hint, tool_exec
+from tools_app.toolsets import UNKNOWN_TOOLSET, toolset_scope
 
 
 class ToolRuntime(Protocol):
@@ -142,6 +144,19 @@ EXEC_EXAMPLE = OpenApiExample(
 # --- views ----------------------------------------------------------------------------------
 
 
+def toolset_scope_or_404(*, caller: Caller, name: str | None) -> frozenset[str] | None:
+    """The tool ids of toolset `name` for this caller's tenant; None without a name; 404 `not_found` if unknown.
+
+    Another tenant's toolset is unknown here, exactly like a name nobody uses.
+    """
+    if name is None:
+        return None
+    scope = toolset_scope(tenant_id=caller.tenant_id, name=name)
+    if scope is None:
+        raise NotFound(UNKNOWN_TOOLSET)
+    return scope
+
+
 class ToolsApiView(APIView):
     """Base of the tools API views: the tools:exec scope and the injected runtime."""
 
@@ -198,29 +213,52 @@ class ToolExecView(ToolsApiView):
 
 
 class ToolCatalogView(ToolsApiView):
-    """The tools this caller may run now: enabled, and allowed by its policy."""
+    """The tools this caller may run now: enabled, and allowed by its policy.
+
+    `?toolset=` narrows the list to a toolset, `?q=` to the tools matching a few
+    words, most relevant first; neither ever adds a tool.
+    """
 
     @extend_schema(
         operation_id="tools_list",
         summary="The tools this caller may run now",
         parameters=[ToolCatalogQuerySerializer, CATALOG_SUBJECT_HEADER, *RESPONSE_HEADERS],
-        responses={200: ToolCatalogOutputSerializer, **COMMON_ERRORS, **QUERY_ERRORS, **SUBJECT_REFUSED_RESPONSE},
+        responses={
+            200: ToolCatalogOutputSerializer,
+            **COMMON_ERRORS,
+            **QUERY_ERRORS,
+            **SUBJECT_REFUSED_RESPONSE,
+            404: error_response("`not_found`: no toolset of that name for this caller's tenant (nor a global one)."),
+        },
     )
     def get(self, request: Request) -> Response:
         query = ToolCatalogQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         runtime = self.runtime()
+        caller = request_caller(request)
         specs = tool_catalog(
             source=runtime.source,
             policy=runtime.policy,
-            caller=request_caller(request),
+            caller=caller,
             tags=query.validated_data.get("tags", ()),
             subject_token=request_subject_token(request),
+            tool_scope=toolset_scope_or_404(caller=caller, name=query.validated_data.get("toolset")),
         )
+        limit = query.validated_data.get("limit")
+        if "q" in query.validated_data:
+            specs = tool_search(specs=specs, query=query.validated_data["q"], limit=limit)
+        elif limit is not None:
+            specs = specs[:limit]
         codec = CODECS.get(query.validated_data.get("format", ""))  # the catalog in a model API's own format
         body: dict[str, Any] = {"tools": codec.encode_tools(specs) if codec else [spec.public_dict() for spec in specs]}
-        if not specs:
-            body["hint"] = tool_catalog_empty_hint(caller=request_caller(request))
+        if not specs and "q" not in query.validated_data:
+            toolset = query.validated_data.get("toolset")
+            body["hint"] = (
+                f"the toolset {toolset!r} holds no tool that this caller may run now (a toolset only narrows the "
+                "policy's catalog)"
+                if toolset
+                else tool_catalog_empty_hint(caller=caller)
+            )
         return Response(body)
 
 

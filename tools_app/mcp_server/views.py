@@ -47,6 +47,7 @@ from runner.types import ErrorCode, FieldError, ToolExecResult, ToolSpec
 from tools_app.api.serializers import ExecInputSerializer
 from tools_app.api.views import ToolRuntime
 from tools_app.mcp_server.protocol import (
+    Backend,
     Reply,
     error_reply,
     handle,
@@ -172,17 +173,20 @@ class McpView(APIView):
             raise OriginRefused("this Origin may not use the MCP endpoint")
         super().initial(request, *args, **kwargs)
 
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request, **kwargs: Any) -> Response:
         if request.stream is None:  # DRF does not call the parser for an empty body
             raise exceptions.ParseError("request body is empty")
         if not request.content_type:  # nor without a content type: it would answer an empty dict
             raise exceptions.UnsupportedMediaType("")
         message = request.data
         headers = {name: request.headers[name] for name in ROUTING_HEADERS if name in request.headers}
-        backend = CallerBackend(
+        return _response(handle(message, headers, self.backend_for(request, **kwargs)))
+
+    def backend_for(self, request: Request, **kwargs: Any) -> Backend:
+        """The caller's backend; a subclass narrows it (`/mcp/t/<toolset>`) or swaps it (`?mode=search`)."""
+        return CallerBackend(
             runtime=self.runtime(), caller=request_caller(request), subject_token=request_subject_token(request)
         )
-        return _response(handle(message, headers, backend))
 
     def handle_exception(self, exc: Exception) -> Response:
         """Every refusal as a JSON-RPC error object with the HTTP status the transport expects."""
@@ -198,10 +202,18 @@ class CallerBackend:
     run on their behalf, and a call one made for them, exactly as over REST.
     """
 
-    def __init__(self, *, runtime: ToolRuntime, caller: Caller, subject_token: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        runtime: ToolRuntime,
+        caller: Caller,
+        subject_token: str | None = None,
+        tool_scope: frozenset[str] | None = None,
+    ) -> None:
         self._runtime = runtime
         self._caller = caller
         self._subject_token = subject_token
+        self.tool_scope = tool_scope  # a toolset's ids (`/mcp/t/<name>`): lists and calls see only these
 
     def list_tools(self, meta: Mapping[str, Any] | None = None) -> list[ToolSpec]:
         return tool_catalog(
@@ -209,6 +221,7 @@ class CallerBackend:
             policy=self._runtime.policy,
             caller=self._caller,
             subject_token=self._subject(meta or {}),
+            tool_scope=self.tool_scope,
         )
 
     def _subject(self, meta: Mapping[str, Any]) -> str | None:
@@ -225,20 +238,26 @@ class CallerBackend:
         the runner did run (a replay, or a policy change between the two looks)
         answers its result: the runner, not this check, is the authority.
         """
-        request = _exec_request(name, arguments, meta)
+        request = exec_request_of(name, arguments, meta)
         if isinstance(request, ToolExecResult):
             return request
-        own_catalog = tool_catalog(source=self._runtime.source, policy=self._runtime.policy, caller=self._caller)
+        own_catalog = tool_catalog(
+            source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
+        )
         visible = any(spec.name == name for spec in own_catalog)
         result = tool_exec(
-            runner=self._runtime.runner, caller=self._caller, request=request, subject_token=self._subject(meta)
+            runner=self._runtime.runner,
+            caller=self._caller,
+            request=request,
+            subject_token=self._subject(meta),
+            tool_scope=self.tool_scope,
         )
         if not visible and not result.ok and result.error_code in HIDDEN_REFUSALS:
             return None
         return result
 
 
-def _exec_request(name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ExecRequest | ToolExecResult:
+def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ExecRequest | ToolExecResult:
     """The REST exec body these params stand for, checked by the REST serializer (one set of rules)."""
     out_of_band = {field: meta[key] for key, field in META_FIELDS.items() if key in meta}
     serializer = ExecInputSerializer(data={"tool_id": name, "args": arguments, **out_of_band})

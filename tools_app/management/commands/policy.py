@@ -68,6 +68,9 @@ class Command(BaseCommand):
             ("pruned policy", report.pruned),
             ("enabled tool", report.tools_enabled),
             ("disabled tool", report.tools_disabled),
+            ("created toolset", report.toolsets_created),
+            ("updated toolset", report.toolsets_updated),
+            ("pruned toolset", report.toolsets_pruned),
         ):
             for name in names:
                 self.stdout.write(f"{label}: {name}")

@@ -1,0 +1,278 @@
+"""`/mcp/t/<toolset>` and `?mode=search` with real SDK clients in both protocol eras (issue 31).
+
+A live server on loopback; the SDK 2.x client in `legacy` (initialize handshake)
+and `2026-07-28` modes. What each endpoint shows and runs is compared with the
+audit rows: a toolset only narrows, a search only ranks what the caller could
+list anyway, and a call through `toolgate__call_tool` is the target's own call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from django.core.management import call_command
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from policies_app.governance import governance_bump
+from policies_app.models import ServiceAccount
+from policies_app.services import delegation_create
+from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
+from tools_app.models import Tool, ToolInvocation
+from tools_app.toolsets import toolset_save
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SDK_MODES = ("legacy", "2026-07-28")
+T = TypeVar("T")
+
+
+def session(url: str, key: str, mode: str, fn: Callable[[Client], Awaitable[T]]) -> T:
+    async def run() -> T:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            return await fn(client)
+
+    return asyncio.run(run())
+
+
+def leaf(error: BaseException) -> BaseException:
+    """The SDK may wrap a refusal in ExceptionGroups (its task groups): the leaf is the refusal."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+async def names(client: Client) -> list[str]:
+    return [tool.name for tool in (await client.list_tools()).tools]
+
+
+@pytest.fixture
+def acme(live_server):
+    """acme/agent may run core__get_current_time, core__wait and github__get_user; github__create_issue is
+    enabled but not allowed; acme has toolset `clock` (time tag + core__wait + github__create_issue)."""
+    call_command("sync_tools", stdout=io.StringIO())
+    Tool.objects.update(is_enabled=True)
+    governance_bump()
+    tenant = TenantFactory(slug="acme")
+    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time", "core__wait", "github__get_user"])
+    _account, key = service_account_with_key(tenant, name="agent")
+    toolset_save(tenant_id=tenant.pk, name="clock", tool_ids=["core__wait", "github__create_issue"], tags=["time"])
+    other = TenantFactory(slug="globex")
+    toolset_save(tenant_id=other.pk, name="theirs", tool_ids=["github__get_user"])
+    return live_server.url, key
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_toolset_endpoint_lists_and_runs_only_its_tools(acme, mode):
+    url, key = acme
+
+    async def scenario(client: Client) -> tuple[list[str], Any, BaseException]:
+        listed = await names(client)
+        ran = await client.call_tool("core__wait", {"ms": 0}, meta={"toolgate/tool_call_id": f"in-{mode}"})
+        try:
+            await client.call_tool("github__get_user", {}, meta={"toolgate/tool_call_id": f"out-{mode}"})
+        except BaseException as refused:
+            return listed, ran, leaf(refused)
+        raise AssertionError("a tool outside the toolset ran")
+
+    listed, ran, refused = session(f"{url}/mcp/t/clock", key, mode, scenario)
+
+    assert listed == ["core__get_current_time", "core__wait"]  # github__create_issue: in the set, not allowed
+    assert ran.is_error is False
+    assert isinstance(refused, MCPError)
+    assert refused.error.code == -32602
+    assert str(refused.error.message) == "unknown tool"
+    rows = dict(ToolInvocation.objects.values_list("tool_call_id", "error_code"))
+    assert rows == {f"in-{mode}": "", f"out-{mode}": "unavailable"}  # the refused call is audited too
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_tool_outside_the_toolset_answers_as_one_outside_the_catalog(acme, mode):
+    """Allowed-but-outside, not allowed, and nonexistent: one answer (-32602 `unknown tool`)."""
+    url, key = acme
+
+    async def scenario(client: Client) -> list[tuple[int, str]]:
+        answers = []
+        for name in ("github__get_user", "github__create_issue", "nothing__here"):
+            try:
+                await client.call_tool(name, {})
+            except BaseException as refused:
+                error = leaf(refused)
+                assert isinstance(error, MCPError)
+                answers.append((error.error.code, error.error.message))
+        return answers
+
+    assert session(f"{url}/mcp/t/clock", key, mode, scenario) == [(-32602, "unknown tool")] * 3
+
+
+@pytest.mark.parametrize("toolset", ["theirs", "nobody-uses-this"])
+def test_an_unknown_or_another_tenants_toolset_is_404_before_anything_else(acme, toolset):
+    url, key = acme
+    response = httpx.post(
+        f"{url}/mcp/t/{toolset}",
+        headers={"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        timeout=10,
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == "no such toolset"
+
+    with pytest.raises(BaseException) as raised:  # noqa: PT011 - the SDK's own transport error
+        session(f"{url}/mcp/t/{toolset}", key, "legacy", names)
+    assert "github__get_user" not in repr(raised.value)
+
+
+def test_an_unknown_mode_is_refused(acme):
+    url, key = acme
+    response = httpx.post(
+        f"{url}/mcp?mode=everything",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        timeout=10,
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("unknown mode")
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_search_mode_lists_the_two_meta_tools_and_finds_only_callable_tools(acme, mode):
+    url, key = acme
+
+    async def scenario(client: Client) -> tuple[list[str], Any, Any]:
+        listed = await names(client)
+        found = await client.call_tool(
+            "toolgate__search_tools",
+            {"query": "github user issue time", "limit": 10},
+            meta={"toolgate/tool_call_id": f"search-{mode}"},
+        )
+        scoped = None
+        return listed, found, scoped
+
+    listed, found, _ = session(f"{url}/mcp?mode=search", key, mode, scenario)
+
+    assert listed == ["toolgate__call_tool", "toolgate__search_tools"]
+    assert found.is_error is False
+    tools = found.structured_content["tools"]
+    # github__create_issue is enabled but not allowed: never found; every result carries its schema
+    assert sorted(tool["name"] for tool in tools) == ["core__get_current_time", "github__get_user"]
+    assert all(tool["inputSchema"]["type"] == "object" for tool in tools)
+    row = ToolInvocation.objects.get(tool_call_id=f"search-{mode}")
+    assert (row.tool_id, row.ok, row.result) == (
+        "toolgate__search_tools",
+        True,
+        {"tools": [tool["name"] for tool in tools]},
+    )
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_search_mode_on_a_toolset_searches_only_the_toolset(acme, mode):
+    url, key = acme
+
+    async def scenario(client: Client) -> Any:
+        return await client.call_tool("toolgate__search_tools", {"query": "github user time wait"})
+
+    found = session(f"{url}/mcp/t/clock?mode=search", key, mode, scenario)
+    assert sorted(tool["name"] for tool in found.structured_content["tools"]) == [
+        "core__get_current_time",
+        "core__wait",
+    ]
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_call_tool_runs_the_target_through_the_runner_with_the_same_ids(acme, mode):
+    url, key = acme
+
+    async def scenario(client: Client) -> tuple[Any, Any, Any]:
+        ran = await client.call_tool(
+            "toolgate__call_tool",
+            {"tool_id": "core__get_current_time", "arguments": {"timezone": "UTC"}},
+            meta={"toolgate/tool_call_id": f"meta-ok-{mode}", "toolgate/run_id": "run-7"},
+        )
+        hidden = await client.call_tool(
+            "toolgate__call_tool",
+            {"tool_id": "github__create_issue", "arguments": {}},
+            meta={"toolgate/tool_call_id": f"meta-hidden-{mode}"},
+        )
+        unknown = await client.call_tool("toolgate__call_tool", {"tool_id": "nothing__here", "arguments": {}})
+        return ran, hidden, unknown
+
+    ran, hidden, unknown = session(f"{url}/mcp?mode=search", key, mode, scenario)
+
+    assert ran.is_error is False
+    assert ran.structured_content["timezone"] == "UTC"
+    row = ToolInvocation.objects.get(tool_call_id=f"meta-ok-{mode}")
+    assert (row.tool_id, row.run_id, row.ok) == ("core__get_current_time", "run-7", True)
+    # a tool the policy does not allow and one that does not exist: the same refusal text
+    assert hidden.is_error is True
+    assert unknown.is_error is True
+    assert hidden.content[0].text.split(";")[0] == unknown.content[0].text.split(";")[0] == "unavailable: no such tool"
+    assert "github__create_issue" not in hidden.content[0].text
+    refused = ToolInvocation.objects.get(tool_call_id=f"meta-hidden-{mode}")
+    assert (refused.tool_id, refused.error_code) == ("github__create_issue", "policy_denied")
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_call_tool_on_a_toolset_endpoint_cannot_leave_the_toolset(acme, mode):
+    url, key = acme
+
+    async def scenario(client: Client) -> Any:
+        return await client.call_tool(
+            "toolgate__call_tool",
+            {"tool_id": "github__get_user", "arguments": {}},
+            meta={"toolgate/tool_call_id": f"leave-{mode}"},
+        )
+
+    answer = session(f"{url}/mcp/t/clock?mode=search", key, mode, scenario)
+    assert answer.is_error is True
+    assert answer.content[0].text.startswith("unavailable: no such tool")
+    assert ToolInvocation.objects.get(tool_call_id=f"leave-{mode}").error_code == "unavailable"
+
+
+def test_a_plain_tool_name_is_unknown_in_search_mode(acme):
+    url, key = acme
+
+    async def scenario(client: Client) -> BaseException:
+        try:
+            await client.call_tool("core__wait", {"ms": 0})
+        except BaseException as refused:
+            return leaf(refused)
+        raise AssertionError("search mode ran a catalog tool by its own name")
+
+    refused = session(f"{url}/mcp?mode=search", key, "legacy", scenario)
+    assert isinstance(refused, MCPError)
+    assert refused.error.code == -32602
+    assert not ToolInvocation.objects.filter(tool_id="core__wait").exists()
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_search_mode_follows_the_persons_delegation(acme, mode):
+    """On a person's behalf, search and call see only what the delegation lets the caller run for them."""
+    url, key = acme
+    account = ServiceAccount.objects.get(name="agent")
+    alice = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice"), role="member").user
+    _delegation, token = delegation_create(
+        tenant=account.tenant, user=alice, service_account=account, tools=["core__wait"]
+    )
+
+    async def run() -> tuple[Any, Any]:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}", "X-Toolgate-Subject": token})
+        async with Client(streamable_http_client(f"{url}/mcp?mode=search", http_client=http), mode=mode) as client:
+            found = await client.call_tool("toolgate__search_tools", {"query": "current time wait github user"})
+            outside = await client.call_tool(
+                "toolgate__call_tool", {"tool_id": "core__get_current_time", "arguments": {}}
+            )
+            return found, outside
+
+    found, outside = asyncio.run(run())
+
+    assert [tool["name"] for tool in found.structured_content["tools"]] == ["core__wait"]
+    # the runner's authorization stage refuses it, as on plain /mcp (the caller itself may list the tool)
+    assert outside.is_error is True
+    assert outside.content[0].text.startswith("authz_denied")
