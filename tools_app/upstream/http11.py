@@ -102,7 +102,10 @@ class _Connection(asyncio.Protocol):
                     raise ConnectionClosed("the connection to the upstream closed")
                 # h11.InformationalResponse (1xx): wait for the final answer
         except h11.RemoteProtocolError:
-            self._fail(MalformedAnswer("the upstream's answer is not HTTP/1.1"))
+            if not data:  # the upstream closed in the middle of its answer
+                self._fail(ConnectionClosed("the connection to the upstream closed"))
+            else:
+                self._fail(MalformedAnswer("the upstream's answer is not HTTP/1.1"))
         except (ResponseTooLarge, ConnectionClosed) as exc:
             self._fail(exc)
 
