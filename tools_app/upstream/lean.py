@@ -18,10 +18,11 @@ the answer into the SDK's own `CallToolResult`.
 What the SDK keeps: discovery, sessions (an upstream that issued an
 `Mcp-Session-Id` never gets a caller), event streams, and every upstream that
 refuses a plain POST. An answer that says the request did not run (404, 405,
-406, 415, or a 400 without a JSON-RPC error) raises `NotRun`: the session then
-drops its caller and sends the same call through the SDK. A request that may
-have run is never sent twice; an event-stream answer is read here (it is the
-call's answer) and the session goes back to the SDK for the next calls.
+406, 415, or a 400 whose JSON-RPC error, if any, is in REFUSED_BEFORE_DISPATCH)
+raises `NotRun`: the session then drops its caller and sends the same call
+through the SDK. A request that may have run is never sent twice; an
+event-stream answer is read here (it is the call's answer) and the session goes
+back to the SDK for the next calls.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from mcp.shared.inbound import (
     x_mcp_header_map,
 )
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -51,6 +53,9 @@ from tools_app.upstream.http11 import Answer, Http11Pool, MalformedAnswer, Respo
 # Statuses with which a server refuses a POST before dispatching it (unknown endpoint or
 # session, method, Accept or media type): the call did not run and may go through the SDK.
 NOT_RUN_STATUSES = frozenset({404, 405, 406, 415})
+# A 400 with no JSON-RPC error, with "invalid request" (the SDK's "Missing session ID") or with
+# a header that disagrees with the body (-32020) was refused before dispatch as well.
+REFUSED_BEFORE_DISPATCH = frozenset({None, INVALID_REQUEST, -32020})
 AUTH_STATUSES = frozenset({401, 403})
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
@@ -128,10 +133,10 @@ class JsonCaller:
             raise NotRun(status)
         if status >= 300:
             error = _jsonrpc_error(response.body) if content_type == JSON else None
+            if status == 400 and error in REFUSED_BEFORE_DISPATCH:  # a session required, a header it wants
+                raise NotRun(status)
             if error is not None:
                 raise UpstreamError(UpstreamError.PROTOCOL, f"the upstream answered a protocol error ({error})")
-            if status == 400:  # refused before dispatch (a session required, a header it wants)
-                raise NotRun(status)
             raise UpstreamError(UpstreamError.HTTP, "the upstream answered with an HTTP error")
         if content_type == JSON:
             return _result(_message(response.body), request_id)

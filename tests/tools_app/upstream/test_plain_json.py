@@ -124,9 +124,10 @@ def test_with_plain_calls_switched_off_every_call_goes_through_the_sdk(modern, s
     assert not sent.plain
 
 
-def test_a_refused_plain_post_runs_once_through_the_sdk_and_later_calls_go_there_directly(modern):
+@pytest.mark.parametrize("status", [406, 404, 400])
+def test_a_refused_plain_post_runs_once_through_the_sdk_and_later_calls_go_there_directly(modern, status):
     slug, key = _serve(modern)
-    modern.refuse_plain = 406
+    modern.refuse_plain = status
 
     first = call(key, f"mcp__{slug}__counted", {"tag": "one"})
     second = call(key, f"mcp__{slug}__counted", {"tag": "two"})
