@@ -116,7 +116,9 @@ class JsonCaller:
         params: dict[str, Any] = {"name": pinned.name, "arguments": dict(arguments)}
         if self._modern:
             params["_meta"] = self._meta
-        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+        # As httpx2 writes the SDK's requests: compact, and no NaN/Infinity (not JSON; a ValueError here).
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         try:
             response = await self._http.post(self._headers(pinned, arguments), body.encode())
         except ResponseTooLarge:
