@@ -145,8 +145,8 @@ def process_cpu_s(pid: int) -> float:
     return total
 
 
-def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, int, int]:
-    """(requests/s, p50 ms, non-2xx answers plus socket errors and timeouts, requests completed)."""
+def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, tuple[int, int], int]:
+    """(requests/s, p50 ms, (non-2xx answers, socket errors and timeouts), requests completed)."""
     threads = min(2, connections)
     out = subprocess.run(
         ["wrk", f"-t{threads}", f"-c{connections}", f"-d{DURATION_S}s", "--latency", "-s", str(script), url],
@@ -160,9 +160,10 @@ def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, int
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     # Requests wrk gave up on (timeouts, resets) cost the gateway CPU too: shown beside non-2xx.
     socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    failed = (int(errors.group(1)) if errors else 0) + (sum(map(int, socket_errors.groups())) if socket_errors else 0)
+    non_2xx = int(errors.group(1)) if errors else 0
+    broken = sum(map(int, socket_errors.groups())) if socket_errors else 0
     requests = int(re.search(r"(\d+) requests in", out).group(1))
-    return rate, float(p50.group(1)) * scale, failed, requests
+    return rate, float(p50.group(1)) * scale, (non_2xx, broken), requests
 
 
 def gunicorn(env: dict[str, str], port: int) -> subprocess.Popen:
@@ -265,7 +266,7 @@ def main() -> None:
             f"gunicorn sync x{WORKERS}, wrk {DURATION_S}s per row, {ROUNDS} round(s)"
         )
         # name, connections -> [(req/s, p50 ms, non-2xx, requests, gateway CPU s)] over the rounds
-        runs: dict[tuple[str, int], list[tuple[float, float, int, int, float]]] = {}
+        runs: dict[tuple[str, int], list[tuple[float, float, tuple[int, int], int, float]]] = {}
         for _round in range(ROUNDS):
             for connections in (32, 1):
                 for name, url, script, gateway in targets:
@@ -283,13 +284,15 @@ def main() -> None:
                 process.kill()
 
 
-def report(results: dict[tuple[str, int], tuple[float, float, int, float]]) -> None:
+def report(results: dict[tuple[str, int], tuple[float, float, tuple[int, int], float]]) -> None:
     """The table, then the figures of issue 28 (each against its same-run baseline)."""
-    print(f"{'target':<18} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'failed':>8} {'x direct':>9} {'CPU ms/call':>12}")
-    for (name, connections), (rate, p50, errors, cpu_ms) in results.items():
+    header = f"{'target':<18} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'non-2xx':>8} {'sock err':>8} {'x direct':>9}"
+    print(f"{header} {'CPU ms/call':>12}")
+    for (name, connections), (rate, p50, (non_2xx, broken), cpu_ms) in results.items():
         ratio = rate / results[("direct upstream", connections)][0]
         shown = f"{cpu_ms:>12.2f}" if name != "direct upstream" else f"{'-':>12}"
-        print(f"{name:<18} {connections:>5} {rate:>9.0f} {p50:>8.2f} {errors:>8} {ratio:>9.3f} {shown}")
+        row = f"{name:<18} {connections:>5} {rate:>9.0f} {p50:>8.2f} {non_2xx:>8} {broken:>8} {ratio:>9.3f}"
+        print(f"{row} {shown}")
     direct_p50 = results[("direct upstream", 1)][1]
     for name in ("mcp exec", "mcp exec (sdk)"):
         added = results[(name, 1)][1] - direct_p50
@@ -309,13 +312,16 @@ def report(results: dict[tuple[str, int], tuple[float, float, int, float]]) -> N
     print(f"stdio exec (via the MCP host) / mcp exec at c32: {stdio_vs_http:.3f}; added at c1: {stdio_added:.2f} ms")
 
 
-def _summary(rows: list[tuple[float, float, int, int, float]]) -> tuple[float, float, int, float]:
-    """Over the rounds: mean req/s, median p50, non-2xx summed, CPU ms per completed request."""
+def _summary(
+    rows: list[tuple[float, float, tuple[int, int], int, float]],
+) -> tuple[float, float, tuple[int, int], float]:
+    """Over the rounds: mean req/s, median p50, non-2xx and socket errors summed, CPU ms per completed request."""
     rates = sorted(row[0] for row in rows)
     p50s = sorted(row[1] for row in rows)
     requests = sum(row[3] for row in rows)
     cpu_ms = 1000 * sum(row[4] for row in rows) / requests if requests else 0.0
-    return sum(rates) / len(rates), p50s[len(p50s) // 2], sum(row[2] for row in rows), cpu_ms
+    failed = (sum(row[2][0] for row in rows), sum(row[2][1] for row in rows))
+    return sum(rates) / len(rates), p50s[len(p50s) // 2], failed, cpu_ms
 
 
 def run_wrk_short(url: str, script: Path) -> None:
