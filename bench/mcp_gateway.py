@@ -3,21 +3,34 @@
 Starts an SDK MCPServer upstream (one uvicorn process), registers it in
 Toolgate, approves and enables its `add` tool; registers the same server as a
 stdio server run by Toolgate's MCP host (`manage.py mcp_host`, one child, no
-sandbox: bubblewrap costs only at spawn); serves Toolgate with gunicorn (sync
-workers, 2 x cores), and drives four targets with wrk at 32 and 1 connections:
+sandbox: bubblewrap costs only at spawn); serves Toolgate with two gunicorns
+(sync workers, 2 x cores, one at a time under load): one as configured, whose
+calls to these stateless JSON upstreams go out as plain POSTs
+(tools_app/upstream/lean.py), and one with TOOLGATE_MCP_PLAIN_JSON_CALLS=false,
+whose calls all go through the SDK client: the same-run baseline of that
+path. wrk drives each target at 32 and 1 connections:
 
-  direct     tools/call straight to the upstream (2026-07-28, stateless)
-  mcp exec   POST /api/v1/tools/exec of mcp__bench__add (pooled session upstream)
-  stdio exec POST /api/v1/tools/exec of mcp__benchstdio__add (pooled session to the host, one child)
-  builtin    POST /api/v1/tools/exec of core__get_current_time
+  direct          tools/call straight to the upstream (2026-07-28, stateless)
+  mcp exec        POST /api/v1/tools/exec of mcp__bench__add (plain JSON over the pooled session)
+  mcp exec (sdk)  the same through the SDK client
+  stdio exec      POST /api/v1/tools/exec of mcp__benchstdio__add (via the MCP host, one child)
+  stdio exec (sdk)
+  builtin exec    POST /api/v1/tools/exec of core__get_current_time
+
+For each Toolgate target it prints the gateway's CPU per call: user + system
+time of the gunicorn master and its workers, read from /proc before and after
+the wrk run, divided by the requests wrk completed (the upstream, the MCP host
+and wrk are other processes, not counted).
 
     DATABASE_URL=postgres://... REDIS_URL=redis://... python -m bench.mcp_gateway
 
-Uses the database and Redis of the environment (a scratch SQLite file when
-DATABASE_URL is unset: its single writer then dominates exec). The database
-is migrated and gets a `bench` tenant, 64 service accounts (the API's
-per-account fairness throttle is 100/s) and a policy. Prints req/s, p50 and
-the ratios; nothing passes or fails.
+Uses the database and Redis of the environment, as issue 28's figures were
+taken (PostgreSQL + Redis); a scratch SQLite file and no Redis when they are
+unset (SQLite's single writer then dominates exec). The database is migrated
+and gets a `bench` tenant, 64 service accounts (the API's per-account fairness
+throttle is 100/s) and a policy. BENCH_SECONDS (10) sets each wrk run,
+BENCH_ROUNDS (1) how often the targets alternate. Prints req/s, p50, CPU per
+call and the ratios; nothing passes or fails.
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DURATION_S = int(os.environ.get("BENCH_SECONDS", "10"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1"))
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 KEYS = 64
 WORKERS = 2 * (os.cpu_count() or 1)
 
@@ -114,8 +129,24 @@ def wrk_script(path: Path, *, body: dict, headers: dict[str, str], keys: list[st
     return path
 
 
-def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, int]:
-    """(requests/s, p50 ms, non-2xx count)."""
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its live children (gunicorn: the master and its workers)."""
+    total = 0.0
+    for candidate in Path("/proc").iterdir():
+        if not candidate.name.isdigit():
+            continue
+        try:
+            stat = (candidate / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        if int(candidate.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+    return total
+
+
+def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, tuple[int, int], int]:
+    """(requests/s, p50 ms, (non-2xx answers, socket errors and timeouts), requests completed)."""
     threads = min(2, connections)
     out = subprocess.run(
         ["wrk", f"-t{threads}", f"-c{connections}", f"-d{DURATION_S}s", "--latency", "-s", str(script), url],
@@ -127,11 +158,25 @@ def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, int
     p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
     scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p50.group(2)]
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    return rate, float(p50.group(1)) * scale, int(errors.group(1)) if errors else 0
+    # Requests wrk gave up on (timeouts, resets) cost the gateway CPU too: shown beside non-2xx.
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    non_2xx = int(errors.group(1)) if errors else 0
+    broken = sum(map(int, socket_errors.groups())) if socket_errors else 0
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    return rate, float(p50.group(1)) * scale, (non_2xx, broken), requests
+
+
+def gunicorn(env: dict[str, str], port: int) -> subprocess.Popen:
+    command = [str(BIN / "gunicorn"), "config.wsgi", "--workers", str(WORKERS), "--bind", f"127.0.0.1:{port}"]
+    return subprocess.Popen(
+        [*command, "--log-level", "warning"],
+        cwd=ROOT,
+        env={**env, "LOG_LEVEL": "WARNING"},
+    )
 
 
 def main() -> None:
-    upstream_port, web_port, host_port = free_port(), free_port(), free_port()
+    upstream_port, web_port, sdk_port, host_port = free_port(), free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -154,23 +199,11 @@ def main() -> None:
         wait_http(upstream_url)
         wait_http(f"http://127.0.0.1:{host_port}/")
         keys = setup(env, upstream_url)
-        processes.append(
-            subprocess.Popen(
-                [
-                    str(BIN / "gunicorn"),
-                    "config.wsgi",
-                    "--workers",
-                    str(WORKERS),
-                    "--bind",
-                    f"127.0.0.1:{web_port}",
-                    "--log-level",
-                    "warning",
-                ],
-                cwd=ROOT,
-                env={**env, "LOG_LEVEL": "WARNING"},
-            )
-        )
-        wait_http(f"http://127.0.0.1:{web_port}/healthz")
+        plain = gunicorn(env, web_port)
+        sdk = gunicorn({**env, "TOOLGATE_MCP_PLAIN_JSON_CALLS": "false"}, sdk_port)
+        processes += [plain, sdk]
+        wait_http(f"http://127.0.0.1:{web_port}/healthz", timeout=180)
+        wait_http(f"http://127.0.0.1:{sdk_port}/healthz", timeout=180)
         direct = wrk_script(
             scratch / "direct.lua",
             body={
@@ -216,38 +249,32 @@ def main() -> None:
             keys=keys,
         )
         exec_url = f"http://127.0.0.1:{web_port}/api/v1/tools/exec"
+        sdk_exec_url = f"http://127.0.0.1:{sdk_port}/api/v1/tools/exec"
+        # (name, url, script, gateway process whose CPU is read, or None for the upstream itself)
         targets = [
-            ("direct upstream", upstream_url, direct),
-            ("mcp exec", exec_url, mcp_exec),
-            ("stdio exec", exec_url, stdio_exec),
-            ("builtin exec", exec_url, builtin),
+            ("direct upstream", upstream_url, direct, None),
+            ("mcp exec", exec_url, mcp_exec, plain),
+            ("mcp exec (sdk)", sdk_exec_url, mcp_exec, sdk),
+            ("stdio exec", exec_url, stdio_exec, plain),
+            ("stdio exec (sdk)", sdk_exec_url, stdio_exec, sdk),
+            ("builtin exec", exec_url, builtin, plain),
         ]
-        for _name, url, script in targets:  # warm every gunicorn worker's pooled session and caches
+        for _name, url, script, _gateway in targets:  # warm every gunicorn worker's pooled session and caches
             run_wrk_short(url, script)
         print(
             f"database: {env['DATABASE_URL'].split(':', 1)[0]}, redis: {'yes' if env.get('REDIS_URL') else 'no'}, "
-            f"gunicorn sync x{WORKERS}, wrk {DURATION_S}s per row"
+            f"gunicorn sync x{WORKERS}, wrk {DURATION_S}s per row, {ROUNDS} round(s)"
         )
-        results = {}
-        for connections in (32, 1):
-            for name, url, script in targets:
-                results[(name, connections)] = run_wrk(url, script, connections)
-        print(f"{'target':<16} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'non-2xx':>8} {'x direct':>9}")
-        for (name, connections), (rate, p50, errors) in results.items():
-            ratio = rate / results[("direct upstream", connections)][0]
-            print(f"{name:<16} {connections:>5} {rate:>9.0f} {p50:>8.2f} {errors:>8} {ratio:>9.3f}")
-        added = results[("mcp exec", 1)][1] - results[("direct upstream", 1)][1]
-        over_builtin = results[("mcp exec", 1)][1] - results[("builtin exec", 1)][1]
-        print(
-            f"added per call at c1 (p50, mcp exec - direct): {added:.2f} ms; over a builtin exec: {over_builtin:.2f} ms"
-        )
-        throughput = results[("mcp exec", 32)][0] / results[("direct upstream", 32)][0]
-        print(f"throughput at c32, mcp exec / direct: {throughput:.3f}")
-        stdio_vs_http = results[("stdio exec", 32)][0] / results[("mcp exec", 32)][0]
-        stdio_added = results[("stdio exec", 1)][1] - results[("mcp exec", 1)][1]
-        print(
-            f"stdio exec (via the MCP host) / mcp exec at c32: {stdio_vs_http:.3f}; added at c1: {stdio_added:.2f} ms"
-        )
+        # name, connections -> [(req/s, p50 ms, non-2xx, requests, gateway CPU s)] over the rounds
+        runs: dict[tuple[str, int], list[tuple[float, float, tuple[int, int], int, float]]] = {}
+        for _round in range(ROUNDS):
+            for connections in (32, 1):
+                for name, url, script, gateway in targets:
+                    cpu_before = process_cpu_s(gateway.pid) if gateway is not None else 0.0
+                    rate, p50, errors, requests = run_wrk(url, script, connections)
+                    cpu = process_cpu_s(gateway.pid) - cpu_before if gateway is not None else 0.0
+                    runs.setdefault((name, connections), []).append((rate, p50, errors, requests, cpu))
+        report({key: _summary(rows) for key, rows in runs.items()})
     finally:
         for process in reversed(processes):
             process.terminate()
@@ -255,6 +282,46 @@ def main() -> None:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def report(results: dict[tuple[str, int], tuple[float, float, tuple[int, int], float]]) -> None:
+    """The table, then the figures of issue 28 (each against its same-run baseline)."""
+    header = f"{'target':<18} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'non-2xx':>8} {'sock err':>8} {'x direct':>9}"
+    print(f"{header} {'CPU ms/call':>12}")
+    for (name, connections), (rate, p50, (non_2xx, broken), cpu_ms) in results.items():
+        ratio = rate / results[("direct upstream", connections)][0]
+        shown = f"{cpu_ms:>12.2f}" if name != "direct upstream" else f"{'-':>12}"
+        row = f"{name:<18} {connections:>5} {rate:>9.0f} {p50:>8.2f} {non_2xx:>8} {broken:>8} {ratio:>9.3f}"
+        print(f"{row} {shown}")
+    direct_p50 = results[("direct upstream", 1)][1]
+    for name in ("mcp exec", "mcp exec (sdk)"):
+        added = results[(name, 1)][1] - direct_p50
+        over_builtin = results[(name, 1)][1] - results[("builtin exec", 1)][1]
+        print(f"{name}: added p50 at c1 over direct {added:.2f} ms; over a builtin exec {over_builtin:.2f} ms")
+    for connections in (32, 1):
+        plain_cpu, sdk_cpu = results[("mcp exec", connections)][3], results[("mcp exec (sdk)", connections)][3]
+        builtin_cpu = results[("builtin exec", connections)][3]
+        print(
+            f"gateway CPU per proxied call at c{connections}: plain {plain_cpu:.2f} ms, sdk {sdk_cpu:.2f} ms "
+            f"(plain / sdk {plain_cpu / sdk_cpu:.2f}); builtin exec {builtin_cpu:.2f} ms"
+        )
+    throughput = results[("mcp exec", 32)][0] / results[("direct upstream", 32)][0]
+    print(f"throughput at c32, mcp exec / direct: {throughput:.3f}")
+    stdio_vs_http = results[("stdio exec", 32)][0] / results[("mcp exec", 32)][0]
+    stdio_added = results[("stdio exec", 1)][1] - results[("mcp exec", 1)][1]
+    print(f"stdio exec (via the MCP host) / mcp exec at c32: {stdio_vs_http:.3f}; added at c1: {stdio_added:.2f} ms")
+
+
+def _summary(
+    rows: list[tuple[float, float, tuple[int, int], int, float]],
+) -> tuple[float, float, tuple[int, int], float]:
+    """Over the rounds: mean req/s, median p50, non-2xx and socket errors summed, CPU ms per completed request."""
+    rates = sorted(row[0] for row in rows)
+    p50s = sorted(row[1] for row in rows)
+    requests = sum(row[3] for row in rows)
+    cpu_ms = 1000 * sum(row[4] for row in rows) / requests if requests else 0.0
+    failed = (sum(row[2][0] for row in rows), sum(row[2][1] for row in rows))
+    return sum(rates) / len(rates), p50s[len(p50s) // 2], failed, cpu_ms
 
 
 def run_wrk_short(url: str, script: Path) -> None:

@@ -304,6 +304,9 @@ TOOLGATE_MCP_ALLOWED_ORIGINS = env.list("TOOLGATE_MCP_ALLOWED_ORIGINS", default=
 TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 # Upstream MCP servers on loopback/private addresses (tests, single-host installs); refused by default.
 TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS", default=False)
+# Calls to upstreams that negotiated without a session and answer JSON go out as one plain POST
+# (tools_app/upstream/lean.py) instead of through the SDK client; false keeps every call on the SDK.
+TOOLGATE_MCP_PLAIN_JSON_CALLS = env.bool("TOOLGATE_MCP_PLAIN_JSON_CALLS", default=True)
 # The MCP host (`manage.py mcp_host`) runs stdio MCP servers and serves them on this loopback URL
 # (trusted configuration: the private-address guard is for operator-entered URLs only). Its token is
 # generated into var/ in development and required in production (the host refuses to start without it).

@@ -9,9 +9,12 @@
 `legacy=True` serves sessions (stateful streamable HTTP) and answers the
 2026-07-28 probe `server/discover` with "method not found", as servers built
 on the 2025 SDKs do, so clients fall back to the `initialize` handshake.
-`legacy=False` is a stateless 2026-07-28 server with JSON responses.
-Every HTTP request is recorded (method, JSON-RPC method, tool name,
-Authorization) before it reaches the SDK. `restart()` stops the server and
+`legacy=False` is a stateless 2026-07-28 server with JSON responses;
+`legacy=True, stateless=True` a 2025-11-25 one without sessions.
+Every HTTP request is recorded (method, JSON-RPC method and id, tool name,
+`_meta`, Authorization) before it reaches the SDK. `refuse_plain = 406` answers
+that status to Toolgate's plain-JSON calls (tools_app/upstream/lean.py) before
+they run; `stream_calls = True` answers every tools/call as an event stream. `restart()` stops the server and
 serves a fresh app (new session table) on the same port.
 """
 
@@ -30,6 +33,8 @@ import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+
+from tools_app.upstream.lean import PLAIN_ID_BASE
 
 
 class PagedMCPServer(MCPServer):
@@ -53,6 +58,13 @@ class UpstreamRequest:
     tool: str | None
     authorization: str | None
     headers: dict[str, str]
+    rpc_id: Any = None
+    meta: Any = None
+
+    @property
+    def plain(self) -> bool:
+        """Sent by Toolgate's plain-JSON path (its ids start at PLAIN_ID_BASE), not through the SDK client."""
+        return isinstance(self.rpc_id, int) and self.rpc_id >= PLAIN_ID_BASE
 
 
 class _Recorder:
@@ -81,7 +93,16 @@ class _Recorder:
         rpc_method = payload.get("method") if isinstance(payload, dict) else None
         params = payload.get("params") if isinstance(payload, dict) else None
         tool = params.get("name") if rpc_method == "tools/call" and isinstance(params, dict) else None
-        self._owner._record(UpstreamRequest(scope["method"], rpc_method, tool, headers.get("authorization"), headers))
+        rpc_id = payload.get("id") if isinstance(payload, dict) else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        request = UpstreamRequest(
+            scope["method"], rpc_method, tool, headers.get("authorization"), headers, rpc_id=rpc_id, meta=meta
+        )
+        self._owner._record(request)
+        if self._owner.refuse_plain is not None and request.plain:
+            await send({"type": "http.response.start", "status": self._owner.refuse_plain, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
         if self._owner.status_override is not None:
             status = self._owner.status_override
             await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
@@ -113,14 +134,40 @@ class _Recorder:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        if self._owner.stream_calls and rpc_method == "tools/call":
+            await self._app(scope, replay, _as_event_stream(send))
+            return
         await self._app(scope, replay, send)
+
+
+def _as_event_stream(send: Callable) -> Callable:
+    """Re-sends a JSON answer as one `message` event of a text/event-stream."""
+    start: dict = {}
+    chunks: list[bytes] = []
+
+    async def streamed(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        body = b"event: message\r\ndata: " + b"".join(chunks) + b"\r\n\r\n"
+        headers = [(b"content-type", b"text/event-stream"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": start["status"], "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return streamed
 
 
 class McpUpstream:
     """An MCPServer served by uvicorn on 127.0.0.1:<free port>, in a thread."""
 
-    def __init__(self, *, legacy: bool, name: str = "upstream") -> None:
+    def __init__(self, *, legacy: bool, name: str = "upstream", stateless: bool | None = None) -> None:
         self.legacy = legacy
+        self.stateless = not legacy if stateless is None else stateless
+        self.refuse_plain: int | None = None
+        self.stream_calls = False
         self.server = PagedMCPServer(name=name, warn_on_duplicate_tools=False)
         self.status_override: int | None = None
         self._lock = threading.Lock()
@@ -143,7 +190,7 @@ class McpUpstream:
             allowed_origins=[],
         )
         app = self.server.streamable_http_app(
-            stateless_http=not self.legacy, json_response=True, transport_security=security
+            stateless_http=self.stateless, json_response=True, transport_security=security
         )
         return _Recorder(self, app)
 

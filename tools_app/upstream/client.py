@@ -4,7 +4,11 @@ Everything here runs on the runner's background event loop (see
 `runner.pipeline.BackgroundLoop`). An SDK client must be entered and exited in
 the same task, so each pooled session has an owner task that holds it open
 until it is closed (idle, lost, or replaced); calls from other tasks on the
-loop share it (MCP multiplexes requests over one session).
+loop share it (MCP multiplexes requests over one session). When the session's
+negotiation shows a stateless upstream answering JSON, its calls go out as
+plain POSTs instead (`lean.JsonCaller`, on keep-alive connections of its own
+to the same checked address); the SDK client stays for discovery, sessions,
+event streams and as the fallback.
 
 Failures become `UpstreamError`s with a kind and a message written here:
 nothing an upstream says (error text, stack traces, bodies) is passed on.
@@ -24,10 +28,14 @@ from typing import Any
 
 import httpx2
 import mcp_types as types
+from django.conf import settings
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 
+from tools_app.upstream.errors import UpstreamError
+from tools_app.upstream.http11 import Http11Pool
+from tools_app.upstream.lean import JsonCaller, NotRun, SwitchToSdk
 from tools_app.upstream.netguard import PinnedTransport, UpstreamAddressRefused, parse_endpoint, resolve_checked
 
 logger = logging.getLogger(__name__)
@@ -39,24 +47,6 @@ CLOSE_TIMEOUT_S = 5.0
 SESSION_TERMINATED = "Session terminated"
 # A flood of `notifications/tools/list_changed` from one server within this window is reported once.
 LIST_CHANGED_WINDOW_S = 0.5
-
-
-class UpstreamError(Exception):
-    """A failed exchange with an upstream. `kind` says which; the message is Toolgate's own."""
-
-    UNREACHABLE = "unreachable"
-    REFUSED = "refused"  # the address check refused the URL
-    AUTH = "auth"  # HTTP 401/403
-    PROTOCOL = "protocol"  # a JSON-RPC error
-    HTTP = "http"  # another HTTP error status
-    TIMEOUT = "timeout"
-    TOO_LARGE = "too_large"
-    LOST = "lost"  # the session is gone (restart, 404); the request did not run
-
-    def __init__(self, kind: str, safe_message: str) -> None:
-        super().__init__(safe_message)
-        self.kind = kind
-        self.safe_message = safe_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +222,7 @@ class UpstreamSession:
         self._list_changed = list_changed
         self.client: Client | None = None
         self.transport: PinnedTransport | None = None
+        self.json_caller: JsonCaller | None = None
         self.dead = False
         self.last_used = time.monotonic()
         self._absorbed: set[str] = set()
@@ -257,6 +248,7 @@ class UpstreamSession:
             transport = await pinned_transport(self.target)
             async with connected(self.target, transport, message_handler=self._on_message) as client:
                 self.client, self.transport = client, transport
+                self.json_caller = plain_json_caller(self.target, client, transport)
                 self._ready.set()
                 await self._closing.wait()
         except Exception as exc:
@@ -264,6 +256,8 @@ class UpstreamSession:
             logger.debug("mcp session for server %s ended: %s", self.target.server_id, self._error.kind)
         finally:
             self.dead = True
+            if self.json_caller is not None:
+                self.json_caller.close()
             self._ready.set()
 
     async def _on_message(self, message: Any) -> None:
@@ -282,10 +276,45 @@ class UpstreamSession:
                     await asyncio.shield(self._task)
 
     async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        """`tools/call` of a pinned tool; the SDK validates nothing against a live listing."""
+        """`tools/call` of a pinned tool: a plain POST when the upstream allows, else the SDK's way."""
         client, transport = self.client, self.transport
         if client is None or transport is None or self.dead:
             raise UpstreamError(UpstreamError.LOST, "the session is closed")
+        self.last_used = time.monotonic()
+        try:
+            if self.json_caller is not None:
+                result = await self._call_plain(self.json_caller, transport, pinned, arguments)
+                if result is not None:
+                    return result
+            return await self._call_sdk(client, transport, pinned, arguments)
+        finally:
+            self.last_used = time.monotonic()
+
+    async def _call_plain(
+        self, caller: JsonCaller, transport: PinnedTransport, pinned: types.Tool, arguments: Mapping[str, Any]
+    ) -> types.CallToolResult | None:
+        """The plain-JSON call, or None when the upstream refused it unrun (the SDK then sends it)."""
+        before = counters(transport)
+        try:
+            return await caller.call(pinned, arguments)
+        except NotRun:
+            logger.info("mcp server %s: plain JSON calls refused; calls go through the SDK", self.target.server_id)
+        except SwitchToSdk as streamed:
+            logger.info("mcp server %s answers event streams; calls go through the SDK", self.target.server_id)
+            self.json_caller = None
+            return streamed.result
+        except Exception as exc:
+            error = classify(exc, transport, before)
+            if self.dead and error.kind == UpstreamError.UNREACHABLE:
+                error = UpstreamError(UpstreamError.LOST, error.safe_message)
+            raise error from None
+        self.json_caller = None
+        return None
+
+    async def _call_sdk(
+        self, client: Client, transport: PinnedTransport, pinned: types.Tool, arguments: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        """`tools/call` through the SDK client; it validates nothing against a live listing."""
         if pinned.name not in self._absorbed:
             # The SDK lists tools after a first call to validate output against the *live* schema.
             # Absorbing the pinned definition (without its output schema: Toolgate validates
@@ -293,7 +322,6 @@ class UpstreamSession:
             blank = pinned.model_copy(update={"output_schema": None})
             client.session._absorb_tool_listing(types.ListToolsResult(tools=[blank]), complete=False)
             self._absorbed.add(pinned.name)
-        self.last_used = time.monotonic()
         before = counters(transport)
         try:
             return await client.call_tool(pinned.name, dict(arguments))
@@ -303,8 +331,26 @@ class UpstreamSession:
                 # The session itself died (restart, connection refused): the request never ran.
                 error = UpstreamError(UpstreamError.LOST, error.safe_message)
             raise error from None
-        finally:
-            self.last_used = time.monotonic()
+
+
+def plain_json_caller(target: UpstreamTarget, client: Client, transport: PinnedTransport) -> JsonCaller | None:
+    """A plain-JSON caller when the negotiation showed a stateless upstream answering JSON, else None.
+
+    `TOOLGATE_MCP_PLAIN_JSON_CALLS=false` keeps every call on the SDK's path (an operator's way
+    out should an upstream misread plain calls; the benchmark compares both paths with it).
+    """
+    version = client.protocol_version
+    if not version or transport.session_ids or transport.event_streams or not settings.TOOLGATE_MCP_PLAIN_JSON_CALLS:
+        return None
+    http = Http11Pool(
+        url=target.url,
+        address=transport.address,
+        hostname=transport.hostname,
+        max_response_bytes=transport.max_response_bytes,
+        connect_timeout_s=CONNECT_TIMEOUT_S,
+        headers=target.headers,
+    )
+    return JsonCaller(http=http, protocol_version=str(version), client_info=CLIENT_INFO)
 
 
 class SessionPool:

@@ -196,6 +196,10 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         self.auth_rejections = 0
         self.not_found = 0
         self.oversized = 0
+        # What the upstream showed of itself (read once a session is open): a session id it
+        # issued, an event stream it answered with. Either keeps calls on the SDK's path.
+        self.session_ids = 0
+        self.event_streams = 0
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.url = request.url.copy_with(host=self._address)
@@ -205,6 +209,10 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
             self.auth_rejections += 1
         elif response.status_code == 404:
             self.not_found += 1
+        if "mcp-session-id" in response.headers:
+            self.session_ids += 1
+        if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+            self.event_streams += 1
         return httpx2.Response(
             status_code=response.status_code,
             headers=response.headers,
@@ -212,6 +220,18 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
             extensions=response.extensions,
             request=request,
         )
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def hostname(self) -> str:
+        return self._hostname
+
+    @property
+    def max_response_bytes(self) -> int:
+        return self._max_response_bytes
 
     def _count_oversized(self) -> None:
         self.oversized += 1

@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import mcp_types as types
@@ -49,6 +52,9 @@ OPERATOR_TOKEN = "op-token-fidelity-5d4c3b2a1f0e"
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 CHIRP = base64.b64encode(b"RIFF....WAVEfmt ").decode()
 
+ROOT = Path(__file__).resolve().parents[3]
+MCP1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
+MCP1_CLIENT = ROOT / "tests" / "support" / "mcp1_client.py"
 GALLERY: list[types.ContentBlock] = [
     types.TextContent(
         type="text", text="Here is the chart", annotations=types.Annotations(audience=["user"], priority=0.5)
@@ -136,9 +142,11 @@ def sent(blocks: list[types.ContentBlock]) -> list[dict[str, Any]]:
     return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
 
 
-@pytest.fixture
-def upstream(settings) -> Iterator[McpUpstream]:
+@pytest.fixture(params=["plain", "sdk"])
+def upstream(request, settings) -> Iterator[McpUpstream]:
+    """A stateless JSON upstream, called as plain POSTs (tools_app/upstream/lean.py) or through the SDK client."""
     settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True
+    settings.TOOLGATE_MCP_PLAIN_JSON_CALLS = request.param == "plain"
     with McpUpstream(legacy=False) as server:
         app = server.server
         for fn in (gallery, forecast, refuse, leak, nul, echo_blocks):
@@ -289,6 +297,34 @@ def test_mcp_clients_receive_a_tool_error_as_is_error_with_its_blocks(live_serve
     assert received(result) == sent(REFUSAL)
     assert result.meta is not None
     assert result.meta["toolgate/error_code"] == "tool_error"
+
+
+def test_a_1x_client_receives_the_upstreams_structured_content_and_tool_errors(live_server, key, upstream):
+    if not MCP1_PYTHON.exists():
+        pytest.fail(f"{MCP1_PYTHON} is missing: `make install-dev` builds it from requirements-mcp1.txt")
+    plan = {
+        "calls": [
+            {"name": "mcp__acme__forecast", "arguments": {"city": "Oslo"}},
+            {"name": "mcp__acme__refuse", "arguments": {"city": "Atlantis"}},
+        ]
+    }
+
+    completed = subprocess.run(
+        [str(MCP1_PYTHON), str(MCP1_CLIENT)],
+        input=json.dumps(plan),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", ""), "MCP_URL": f"{live_server.url}/mcp", "TOOLGATE_MCP_KEY": key},
+        check=False,
+    )
+
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    forecast_call, refusal = json.loads(completed.stdout)["calls"]
+    assert (forecast_call["is_error"], forecast_call["structured"]) == (False, {"city": "Oslo", "celsius": 21.5})
+    assert forecast_call["text"] == "Oslo: 21.5 C"
+    assert (refusal["is_error"], refusal["text"]) == (True, "unknown city; send one of: Paris, Oslo")
+    assert upstream.calls() == 2
 
 
 def test_tools_list_passes_title_annotations_icons_and_output_schema(live_server, key, upstream):

@@ -1,0 +1,209 @@
+"""`tools/call` as one plain HTTP POST, for upstreams that answer JSON without a session.
+
+Why: through the SDK client a pooled call crosses its dispatcher, memory
+streams, task groups and a per-request writer task: about half of the gateway's
+CPU per proxied call went there, for what is one POST and one JSON answer when
+the upstream is stateless and answers `application/json` (the SDK's own
+`stateless_http=True, json_response=True`, and the MCP host's stdio servers).
+
+A `JsonCaller` is made by a pooled session once the SDK has negotiated: it
+posts over its own keep-alive HTTP/1.1 connections (`http11.Http11Pool`) to the
+address the session checked, with the session's credential headers and the same
+response cap, stamped as the SDK
+stamps a request of the negotiated era (2025-11-25: the `MCP-Protocol-Version`
+header; 2026-07-28: `params._meta` plus `MCP-Protocol-Version`, `Mcp-Method`,
+`Mcp-Name` and any `Mcp-Param-*` the pinned input schema declares), and reads
+the answer into the SDK's own `CallToolResult`.
+
+What the SDK keeps: discovery, sessions (an upstream that issued an
+`Mcp-Session-Id` never gets a caller), event streams, and every upstream that
+refuses a plain POST. An answer that says the request did not run (404, 405,
+406, 415, or a 400 whose JSON-RPC error, if any, is in REFUSED_BEFORE_DISPATCH)
+raises `NotRun`: the session then drops its caller and sends the same call
+through the SDK. A request that may have run is never sent twice; an
+event-stream answer is read here (it is the call's answer) and the session goes
+back to the SDK for the next calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import h11
+import mcp_types as types
+from mcp.shared.inbound import (
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    encode_header_value,
+    mcp_param_headers,
+    x_mcp_header_map,
+)
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.jsonrpc import INVALID_REQUEST
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from tools_app.upstream.errors import UpstreamError
+from tools_app.upstream.http11 import Answer, Http11Pool, MalformedAnswer, ResponseTooLarge
+
+# Statuses with which a server refuses a POST before dispatching it (unknown endpoint or
+# session, method, Accept or media type): the call did not run and may go through the SDK.
+NOT_RUN_STATUSES = frozenset({404, 405, 406, 415})
+# A 400 with no JSON-RPC error, with "invalid request" (the SDK's "Missing session ID") or with
+# a header that disagrees with the body (-32020) was refused before dispatch as well.
+REFUSED_BEFORE_DISPATCH = frozenset({None, INVALID_REQUEST, -32020})
+AUTH_STATUSES = frozenset({401, 403})
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+ACCEPT = f"{JSON}, {EVENT_STREAM}"
+# Ids of their own (a stateless upstream correlates nothing across requests), far above the SDK's.
+PLAIN_ID_BASE = 1 << 30
+
+
+class NotRun(Exception):
+    """The upstream refused the plain POST before running anything: send the call the SDK's way."""
+
+
+class SwitchToSdk(Exception):
+    """Wraps the call's answer when the upstream streamed it: later calls should use the SDK."""
+
+    def __init__(self, result: types.CallToolResult) -> None:
+        super().__init__("event stream")
+        self.result = result
+
+
+class JsonCaller:
+    """Plain-JSON `tools/call` over a pooled session's HTTP client, in the era that session negotiated."""
+
+    def __init__(self, *, http: Http11Pool, protocol_version: str, client_info: types.Implementation) -> None:
+        self._http = http
+        self._version = protocol_version
+        self._modern = protocol_version in MODERN_PROTOCOL_VERSIONS
+        self._meta = {
+            PROTOCOL_VERSION_META_KEY: protocol_version,
+            CLIENT_INFO_META_KEY: client_info.model_dump(by_alias=True, mode="json", exclude_none=True),
+            # The pooled SDK client registers no sampling, elicitation or roots callbacks: it
+            # advertises no capabilities, and neither does this path.
+            CLIENT_CAPABILITIES_META_KEY: {},
+        }
+        self._ids = itertools.count(PLAIN_ID_BASE)
+        self._param_headers: dict[str, tuple[types.Tool, dict[tuple[str, ...], str]]] = {}
+
+    def _headers(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> dict[str, str]:
+        headers = {"accept": ACCEPT, "content-type": JSON, MCP_PROTOCOL_VERSION_HEADER: self._version}
+        if self._modern:
+            headers[MCP_METHOD_HEADER] = "tools/call"
+            headers[MCP_NAME_HEADER] = encode_header_value(pinned.name)
+            headers.update(mcp_param_headers(self._header_map(pinned), arguments))
+        return headers
+
+    def _header_map(self, pinned: types.Tool) -> dict[tuple[str, ...], str]:
+        """`Mcp-Param-*` mirrors declared by the PINNED input schema (computed once per definition)."""
+        known = self._param_headers.get(pinned.name)
+        if known is None or known[0] is not pinned:
+            known = self._param_headers[pinned.name] = (pinned, x_mcp_header_map(pinned.input_schema))
+        return known[1]
+
+    def close(self) -> None:
+        self._http.close()
+
+    async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        request_id = next(self._ids)
+        params: dict[str, Any] = {"name": pinned.name, "arguments": dict(arguments)}
+        if self._modern:
+            params["_meta"] = self._meta
+        # As httpx2 writes the SDK's requests: compact, and no NaN/Infinity (not JSON; a ValueError here).
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        try:
+            response = await self._http.post(self._headers(pinned, arguments), body.encode())
+        except ResponseTooLarge:
+            raise UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large") from None
+        except MalformedAnswer:
+            raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood") from None
+        except h11.LocalProtocolError:  # a header value h11 will not send (a control character)
+            raise UpstreamError(UpstreamError.PROTOCOL, "the request could not be written") from None
+        content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        status = response.status
+        if status in AUTH_STATUSES:
+            raise UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
+        if status in NOT_RUN_STATUSES:
+            raise NotRun(status)
+        if status >= 300:
+            error = _jsonrpc_error(response.body) if content_type == JSON else None
+            if status == 400 and error in REFUSED_BEFORE_DISPATCH:  # a session required, a header it wants
+                raise NotRun(status)
+            if error is not None:
+                raise UpstreamError(UpstreamError.PROTOCOL, f"the upstream answered a protocol error ({error})")
+            raise UpstreamError(UpstreamError.HTTP, "the upstream answered with an HTTP error")
+        if content_type == JSON:
+            return _result(_message(response.body), request_id)
+        if content_type == EVENT_STREAM and status == 200:
+            raise SwitchToSdk(_streamed_result(response, request_id))
+        raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+
+
+def _message(raw: bytes | str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood") from None
+
+
+def _jsonrpc_error(raw: bytes) -> int | None:
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    error = message.get("error") if isinstance(message, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _result(message: Any, request_id: int) -> types.CallToolResult:
+    """The JSON-RPC answer to `request_id` as the SDK's CallToolResult (its validation, by alias only)."""
+    if not isinstance(message, dict) or message.get("id") != request_id:
+        raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+    error = message.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+        shown = int(code) if isinstance(code, int) and not isinstance(code, bool) else 0
+        raise UpstreamError(UpstreamError.PROTOCOL, f"the upstream answered a protocol error ({shown})")
+    try:
+        return types.CallToolResult.model_validate(message.get("result"), by_name=False)
+    except ValidationError:
+        raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood") from None
+
+
+def _streamed_result(answer: Answer, request_id: int) -> types.CallToolResult:
+    """The answer to `request_id` among the events of a stream (already read, within the response cap)."""
+    for event, data in _events(answer.body.decode("utf-8", errors="replace")):
+        if event != "message" or not data:
+            continue
+        message = _message(data)
+        if isinstance(message, dict) and message.get("id") == request_id and "method" not in message:
+            return _result(message, request_id)
+    raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+
+
+def _events(text: str) -> Iterator[tuple[str, str]]:
+    """(event type, data) of each event in a complete text/event-stream body (the WHATWG parsing rules)."""
+    event, data = "message", []
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", []
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value or "message"
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)
