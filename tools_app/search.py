@@ -228,6 +228,7 @@ def tool_search_call(
             ended_at=timezone.now(),
             context=ctx,
             decision=Decision.ALLOW,
+            executed=False,  # a search claims no tool_call_id: repeating it searches again
             args_sha256=args_digest(request.args),
         )
     )
