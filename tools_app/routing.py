@@ -34,7 +34,12 @@ class CallRouting:
     @classmethod
     def of(cls, validated: Mapping[str, Any]) -> CallRouting:
         """From a request's validated fields (CallRoutingInput's); absent fields stay None."""
-        return cls(**{name: validated.get(name) for name in CALL_ROUTING_FIELDS})
+        return cls(
+            run_id=validated.get("run_id"),
+            connection_id=validated.get("connection_id"),
+            connection_ids=validated.get("connection_ids"),
+            grant_id=validated.get("grant_id"),
+        )
 
     @property
     def declared_connection_ids(self) -> tuple[str, ...]:

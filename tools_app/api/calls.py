@@ -15,9 +15,10 @@ from rest_framework.response import Response
 
 from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from policies_app.api.parser import validated_body
+from policies_app.api.serializers import StrictInputSerializer
 from policies_app.authentication import request_caller, request_subject_token
 from runner.wire.turns import MAX_CALLS_PER_TURN, WireFormat
-from tools_app.api.serializers import ERROR_CODES, ONE_CALL_ROUTING_HELP, CallRoutingInput, StrictInputSerializer
+from tools_app.api.serializers import ERROR_CODES, ONE_CALL_ROUTING_HELP, CallRoutingInput
 from tools_app.api.views import ToolsApiView
 from tools_app.calls import CallsRequest, tool_calls_run
 from tools_app.routing import CallRouting

@@ -27,7 +27,8 @@ from policies_app.api.serializers import (
     StrictQuerySerializer,
     StrictRegexField,
 )
-from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
+from policies_app.errors import AppError
+from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect, ToolExecResult
 from tools_app.models import ToolInvocation
 from tools_app.routing import CALL_ROUTING_FIELDS
 from tools_app.tools import BUILTIN_TOOLS
@@ -276,6 +277,20 @@ class ExecFailureOutputSerializer(PrototypeFieldsSerializer):
         if instance.error_code != ErrorCode.TOOL_ERROR or instance.content is None:
             data.pop("content", None)
         return data
+
+
+_SUCCESS_SHAPE = ExecSuccessOutputSerializer()
+
+
+def exec_succeeded(result: ToolExecResult) -> dict[str, Any]:
+    """The body of a call that ran, as ExecSuccessOutputSerializer shapes it (one instance: it keeps no state)."""
+    return _SUCCESS_SHAPE.to_representation(result)
+
+
+def exec_failed(result: ToolExecResult) -> AppError:
+    """A call that ended without a value, as the AppError the API's handler answers: this body, its code's status."""
+    body = ExecFailureOutputSerializer(result).data
+    return AppError(body["safe_message"], code=body["error_code"], extra=body, retry_after_s=result.retry_after_s)
 
 
 @extend_schema_serializer(component_name="ExecToolError")
