@@ -15,7 +15,7 @@ takes the sum of the calls' runtimes, bounded by `MAX_CALLS_PER_TURN` calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from policies_app.errors import AppError
 from policies_app.selectors import Caller
@@ -23,6 +23,7 @@ from runner.pipeline import ToolRunner
 from runner.types import ToolExecResult
 from runner.wire.common import WireCodec, WireFormatError
 from runner.wire.turns import ModelCall, decode_turn, encode_results
+from tools_app.routing import CallRouting
 from tools_app.services import ExecRequest, tool_exec
 
 
@@ -32,10 +33,7 @@ class CallsRequest:
 
     wire_format: WireCodec
     message: object
-    run_id: str | None = None
-    connection_id: str | None = None
-    connection_ids: list[str] | None = None
-    grant_id: str | None = None
+    routing: CallRouting = field(default_factory=CallRouting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +61,7 @@ def tool_calls_run(
             runner=runner,
             caller=caller,
             request=ExecRequest(
-                tool_id=call.tool_id,
-                args=call.args,
-                tool_call_id=call.tool_call_id,
-                run_id=request.run_id,
-                connection_id=request.connection_id,
-                connection_ids=request.connection_ids,
-                grant_id=request.grant_id,
+                tool_id=call.tool_id, args=call.args, tool_call_id=call.tool_call_id, routing=request.routing
             ),
             subject_token=subject_token,
         )

@@ -29,6 +29,7 @@ from runner.types import (
     new_tool_call_id,
 )
 from tools_app.models import Tool
+from tools_app.routing import CallRouting
 
 
 @dataclass
@@ -112,26 +113,16 @@ class ExecRequest:
     tool_id: str
     args: Any
     tool_call_id: str | None = None
-    run_id: str | None = None
-    connection_id: str | None = None
-    connection_ids: list[str] | None = None
-    grant_id: str | None = None
+    routing: CallRouting = field(default_factory=CallRouting)
 
     @classmethod
     def of(cls, fields: Mapping[str, Any]) -> ExecRequest:
-        """From ExecInputSerializer's validated data (REST, MCP).
-
-        Absent (or null) `connection_ids` means `[connection_id]`; an explicit `[]` declares
-        no connection, so a call naming one is refused (the seed's empty intersection).
-        """
+        """From ExecInputSerializer's validated data (REST, MCP)."""
         return cls(
             tool_id=fields["tool_id"],
             args=fields["args"],
             tool_call_id=fields.get("tool_call_id"),
-            run_id=fields.get("run_id"),
-            connection_id=fields.get("connection_id"),
-            connection_ids=fields.get("connection_ids"),
-            grant_id=fields.get("grant_id"),
+            routing=CallRouting.of(fields),
         )
 
 
@@ -162,19 +153,16 @@ def exec_context(
     tool_scope: frozenset[str] | None = None,
 ) -> ToolInvocationContext:
     """The context of one call from a request: the one place a request becomes a context (see tool_exec)."""
-    if request.connection_ids is not None:
-        declared = tuple(request.connection_ids)
-    else:
-        declared = (request.connection_id,) if request.connection_id else ()
+    routing = request.routing
     return ToolInvocationContext(
-        run_id=request.run_id or "",
+        run_id=routing.run_id or "",
         tool_call_id=request.tool_call_id or new_tool_call_id(),
         tool_call_id_generated=request.tool_call_id is None,
         tenant_id=str(caller.tenant_id),
         actor_id=caller.service_account_id,
-        connection_id=request.connection_id,
-        grant_id=request.grant_id,
-        declared_connection_ids=declared,
+        connection_id=routing.connection_id,
+        grant_id=routing.grant_id,
+        declared_connection_ids=routing.declared_connection_ids,
         delegation_id=_delegation_of(caller, subject_token),
         tool_scope=tool_scope,
     )

@@ -386,12 +386,13 @@ MCP_SERVER_DIR = PROJECT_ROOT / "tools_app" / "mcp_server"
 PROJECT_PACKAGES = frozenset({"config", "runner", "changes_app", "tools_app", "policies_app", "connections_app"})
 # What the MCP interface may use of the project besides runner types and wording and its own package: the caller's
 # catalog and the runner (through the services REST uses), the REST exec serializer (one set of rules
-# for the out-of-band ids), and the API-key authentication.
+# for the out-of-band ids) and their names (its `_meta` keys), and the API-key authentication.
 MCP_ALLOWED_NAMES = frozenset(
     {
         "tools_app.services.tool_catalog",
         "tools_app.services.tool_exec",
         "tools_app.services.ExecRequest",
+        "tools_app.routing.CALL_ROUTING_FIELDS",
         "tools_app.api.serializers.ExecInputSerializer",
         "tools_app.api.views.ToolRuntime",
         "policies_app.authentication.SCHEME",

@@ -1,4 +1,4 @@
-"""The exec answer built directly is what its declared fields render, field for field."""
+"""The exec answer built directly is what its declared fields render; the call inputs share one routing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from hypothesis import strategies as st
 from rest_framework import serializers
 
 from runner.types import ToolExecResult
+from tools_app.api.calls import CallsInputSerializer
 from tools_app.api.serializers import ExecInputSerializer, ExecSuccessOutputSerializer, plain_exec_fields
+from tools_app.mcp_server.wire import CALL_META_FIELDS
+from tools_app.routing import CALL_ROUTING_FIELDS, CallRouting
+from tools_app.services import ExecRequest
 
 STARTED = datetime(2026, 11, 23, 1, 2, 3, 456789, tzinfo=UTC)
 
@@ -149,3 +153,44 @@ def test_the_grant_rule_holds_on_the_plain_path_too():
     assert plain_exec_fields(serializer.initial_data) is not None
     assert not serializer.is_valid()
     assert serializer.errors == {"grant_id": ["required whenever connection_id is given"]}
+
+
+def test_the_call_inputs_take_the_routing_fields_after_their_own_in_the_contracts_order():
+    assert CALL_ROUTING_FIELDS == ("run_id", "connection_id", "connection_ids", "grant_id")
+    assert list(ExecInputSerializer().fields) == ["tool_id", "args", "tool_call_id", *CALL_ROUTING_FIELDS]
+    assert list(CallsInputSerializer().fields) == ["format", "message", *CALL_ROUTING_FIELDS]
+
+
+def test_mcp_carries_the_out_of_band_fields_under_the_contracts_meta_keys():
+    assert CALL_META_FIELDS == {
+        "toolgate/tool_call_id": "tool_call_id",
+        "toolgate/run_id": "run_id",
+        "toolgate/connection_id": "connection_id",
+        "toolgate/connection_ids": "connection_ids",
+        "toolgate/grant_id": "grant_id",
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "declared"),
+    [
+        ({}, ()),
+        ({"connection_id": "c1", "grant_id": "g1"}, ("c1",)),
+        ({"connection_id": "c1", "grant_id": "g1", "connection_ids": None}, ("c1",)),
+        ({"connection_id": "c1", "grant_id": "g1", "connection_ids": []}, ()),
+        ({"connection_id": "c1", "grant_id": "g1", "connection_ids": ["c2", "c1"]}, ("c2", "c1")),
+    ],
+)
+def test_an_exec_body_becomes_its_routing_with_the_declared_default(body, declared):
+    serializer = ExecInputSerializer(data={"tool_id": "core__get_current_time", "run_id": "run_9", **body})
+    assert serializer.is_valid(), serializer.errors
+
+    request = ExecRequest.of(serializer.validated_data)
+
+    assert request.routing == CallRouting(
+        run_id="run_9",
+        connection_id=body.get("connection_id"),
+        connection_ids=body.get("connection_ids"),
+        grant_id=body.get("grant_id"),
+    )
+    assert request.routing.declared_connection_ids == declared

@@ -15,19 +15,14 @@ from rest_framework.response import Response
 
 from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from policies_app.api.parser import validated_body
+from policies_app.api.serializers import StrictInputSerializer
 from policies_app.authentication import request_caller, request_subject_token
 from runner.wire.codecs import CODECS, FORMAT_NAMES, FORMAT_NAMES_IN_WORDS, TURN_FORMATS_HELP
 from runner.wire.turns import MAX_CALLS_PER_TURN
-from tools_app.api.serializers import (
-    ERROR_CODES,
-    MAX_CONNECTION_IDS,
-    GrantWithConnectionRule,
-    StrictInputSerializer,
-    _id_field,
-    _reference_field,
-)
+from tools_app.api.serializers import ERROR_CODES, ONE_CALL_ROUTING_HELP, CallRoutingInput
 from tools_app.api.views import ToolsApiView
 from tools_app.calls import CallsRequest, tool_calls_run
+from tools_app.routing import CallRouting
 
 
 @extend_schema_field({"type": ["object", "array"]})
@@ -43,8 +38,17 @@ class TurnField(serializers.JSONField):
 
 
 @extend_schema_serializer(component_name="ToolCalls")
-class CallsInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
+class CallsInputSerializer(CallRoutingInput, StrictInputSerializer):
     """The model's turn as its API returned it, and the out-of-band fields every call of it uses."""
+
+    ROUTING_HELP = {
+        **ONE_CALL_ROUTING_HELP,
+        "run_id": "The agent run the calls belong to.",
+        "connection_id": "The connection the calls use.",
+        "connection_ids": (
+            "The connections the caller declares for its run; absent means [connection_id]; [] declares none."
+        ),
+    }
 
     format = serializers.ChoiceField(
         choices=list(FORMAT_NAMES),
@@ -52,18 +56,6 @@ class CallsInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
         help_text="The API the turn comes from, and the shape the results are answered in.",
     )
     message = TurnField(help_text=f"{TURN_FORMATS_HELP}. At most {MAX_CALLS_PER_TURN} tool calls.")
-    run_id = _id_field(help_text="The agent run the calls belong to.")
-    connection_id = _reference_field(required=False, allow_null=True, help_text="The connection the calls use.")
-    connection_ids = serializers.ListField(
-        child=_reference_field(),
-        max_length=MAX_CONNECTION_IDS,
-        required=False,
-        allow_null=True,
-        help_text="The connections the caller declares for its run; absent means [connection_id]; [] declares none.",
-    )
-    grant_id = _reference_field(
-        required=False, allow_null=True, help_text="The execution grant; required with a connection_id."
-    )
 
 
 class CallOutcomeOutputSerializer(serializers.Serializer):
@@ -149,12 +141,7 @@ class ToolCallsView(ToolsApiView):
     def post(self, request: Request) -> Response:
         data = validated_body(request, CallsInputSerializer)
         calls_request = CallsRequest(
-            wire_format=CODECS[data["format"]],
-            message=data["message"],
-            run_id=data.get("run_id"),
-            connection_id=data.get("connection_id"),
-            connection_ids=data.get("connection_ids"),
-            grant_id=data.get("grant_id"),
+            wire_format=CODECS[data["format"]], message=data["message"], routing=CallRouting.of(data)
         )
         outcome = tool_calls_run(
             runner=self.runtime().runner,

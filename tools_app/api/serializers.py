@@ -27,9 +27,11 @@ from policies_app.api.serializers import (
     StrictQuerySerializer,
     StrictRegexField,
 )
-from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
+from policies_app.errors import AppError
+from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect, ToolExecResult
 from runner.wire.codecs import CATALOG_FORMATS_HELP, FORMAT_NAMES, FORMAT_NAMES_IN_WORDS
 from tools_app.models import ToolInvocation
+from tools_app.routing import CALL_ROUTING_FIELDS
 from tools_app.tools import BUILTIN_TOOLS
 
 ID_PATTERN = r"\A[A-Za-z0-9_-]{1,128}\Z"
@@ -61,14 +63,53 @@ def _reference_field(**kwargs: Any) -> serializers.CharField:
     return StrictCharField(max_length=64, trim_whitespace=False, **kwargs)
 
 
-@extend_schema_serializer(component_name="Exec")
-class GrantWithConnectionRule:
-    """Inputs that name a connection out of band must name the grant that allows it (and say so in the schema)."""
+# How the routing fields are described for a request of one call (exec, MCP's tools/call).
+ONE_CALL_ROUTING_HELP: Mapping[str, str] = {
+    "run_id": "The agent run this call belongs to.",
+    "connection_id": "The connection this call uses.",
+    "connection_ids": (
+        "The connections the caller declares for its run; absent (or null) means [connection_id]; "
+        "[] declares none, so a call naming a connection is refused (policy_denied)."
+    ),
+    "grant_id": "The execution grant; required with a connection_id.",
+}
+
+
+def call_routing_fields(help_texts: Mapping[str, str]) -> dict[str, serializers.Field]:
+    """The input fields of CallRouting (tools_app/routing.py), in its order, each described by `help_texts`."""
+    return {
+        "run_id": _id_field(help_text=help_texts["run_id"]),
+        "connection_id": _reference_field(required=False, allow_null=True, help_text=help_texts["connection_id"]),
+        "connection_ids": serializers.ListField(
+            child=_reference_field(),
+            max_length=MAX_CONNECTION_IDS,
+            required=False,
+            allow_null=True,
+            help_text=help_texts["connection_ids"],
+        ),
+        "grant_id": _reference_field(required=False, allow_null=True, help_text=help_texts["grant_id"]),
+    }
+
+
+class CallRoutingInput:
+    """Mixin of the input serializers that run calls: the out-of-band fields, declared once, and their rule.
+
+    A request's serializer lists it before its base and declares only its own
+    fields; the routing fields follow them, in the contract's order, described
+    by `ROUTING_HELP`. A connection named out of band must come with the grant
+    that allows it: `validate`, and `SCHEMA_RULES` in the schema.
+    """
 
     SCHEMA_RULES: Mapping[str, Any] = {  # the rule of `validate` below
         "if": {"properties": {"connection_id": {"type": "string"}}, "required": ["connection_id"]},
         "then": {"properties": {"grant_id": {"type": "string"}}, "required": ["grant_id"]},
     }
+    ROUTING_HELP: Mapping[str, str] = ONE_CALL_ROUTING_HELP
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Add the routing fields after those DRF's metaclass has just collected from the class body."""
+        super().__init_subclass__(**kwargs)
+        cls._declared_fields.update(call_routing_fields(cls.ROUTING_HELP))  # type: ignore[attr-defined]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("connection_id") and not attrs.get("grant_id"):
@@ -83,11 +124,12 @@ BUILTIN_TOOLS_WITHOUT_CONNECTION = sorted(
 )
 
 
-class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
+@extend_schema_serializer(component_name="Exec")
+class ExecInputSerializer(CallRoutingInput, StrictInputSerializer):
     """`POST /api/v1/tools/exec`. Absent `connection_ids` means `[connection_id]`; `[]` declares no connection."""
 
     SCHEMA_RULES: Mapping[str, Any] = {
-        **GrantWithConnectionRule.SCHEMA_RULES,
+        **CallRoutingInput.SCHEMA_RULES,
         "allOf": [
             {  # the connection gate's "this tool takes no connection"
                 "if": {"properties": {"tool_id": {"enum": BUILTIN_TOOLS_WITHOUT_CONNECTION}}, "required": ["tool_id"]},
@@ -101,21 +143,6 @@ class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
         required=False, default=dict, help_text=f"The tool's arguments; at most {MAX_ARGS_BYTES} bytes serialized."
     )
     tool_call_id = _id_field(help_text="Idempotency key of this call; generated when absent.")
-    run_id = _id_field(help_text="The agent run this call belongs to.")
-    connection_id = _reference_field(required=False, allow_null=True, help_text="The connection this call uses.")
-    connection_ids = serializers.ListField(
-        child=_reference_field(),
-        max_length=MAX_CONNECTION_IDS,
-        required=False,
-        allow_null=True,
-        help_text=(
-            "The connections the caller declares for its run; absent (or null) means [connection_id]; "
-            "[] declares none, so a call naming a connection is refused (policy_denied)."
-        ),
-    )
-    grant_id = _reference_field(
-        required=False, allow_null=True, help_text="The execution grant; required with a connection_id."
-    )
 
     def run_validation(self, data: Any = serializers.empty) -> Any:
         """A plainly valid body skips DRF's per-field machinery (a tenth of the exec view's CPU).
@@ -139,7 +166,7 @@ class ExecInputSerializer(GrantWithConnectionRule, StrictInputSerializer):
         return value
 
 
-EXEC_FIELDS = ("tool_id", "args", "tool_call_id", "run_id", "connection_id", "connection_ids", "grant_id")
+EXEC_FIELDS = ("tool_id", "args", "tool_call_id", *CALL_ROUTING_FIELDS)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -154,6 +181,23 @@ def _plain_text(value: Any, max_length: int) -> bool:
     )
 
 
+def plain_routing(data: Mapping[str, Any]) -> bool:
+    """Whether CallRoutingInput's fields accept the routing fields of `data` as they are."""
+    run_id = data.get("run_id")
+    if run_id is not None and not (isinstance(run_id, str) and ID_RE.match(run_id)):
+        return False
+    for name in ("connection_id", "grant_id"):
+        value = data.get(name)
+        if value is not None and not _plain_text(value, 64):
+            return False
+    declared = data.get("connection_ids")
+    return declared is None or (
+        type(declared) is list
+        and len(declared) <= MAX_CONNECTION_IDS
+        and all(_plain_text(connection_id, 64) for connection_id in declared)
+    )
+
+
 def plain_exec_fields(data: Any) -> dict[str, Any] | None:
     """ExecInputSerializer's fields' answer for a body they all accept as it is, else None."""
     if type(data) is not dict or not data.keys() <= _EXEC_FIELD_SET:
@@ -163,25 +207,15 @@ def plain_exec_fields(data: Any) -> dict[str, Any] | None:
     args = data.get("args", {})
     if type(args) is not dict or _serialized_size(args) > MAX_ARGS_BYTES:
         return None
-    for name in ("tool_call_id", "run_id"):
-        value = data.get(name)
-        if value is not None and not (isinstance(value, str) and ID_RE.match(value)):
-            return None
-    for name in ("connection_id", "grant_id"):
-        value = data.get(name)
-        if value is not None and not _plain_text(value, 64):
-            return None
-    declared = data.get("connection_ids")
-    if declared is not None and not (
-        type(declared) is list
-        and len(declared) <= MAX_CONNECTION_IDS
-        and all(_plain_text(connection_id, 64) for connection_id in declared)
-    ):
+    tool_call_id = data.get("tool_call_id")
+    if tool_call_id is not None and not (isinstance(tool_call_id, str) and ID_RE.match(tool_call_id)):
+        return None
+    if not plain_routing(data):
         return None
     fields = {name: data[name] for name in EXEC_FIELDS if name in data}
     fields["args"] = dict(args)
-    if declared is not None:
-        fields["connection_ids"] = list(declared)
+    if fields.get("connection_ids") is not None:
+        fields["connection_ids"] = list(fields["connection_ids"])
     return fields
 
 
@@ -244,6 +278,20 @@ class ExecFailureOutputSerializer(PrototypeFieldsSerializer):
         if instance.error_code != ErrorCode.TOOL_ERROR or instance.content is None:
             data.pop("content", None)
         return data
+
+
+_SUCCESS_SHAPE = ExecSuccessOutputSerializer()
+
+
+def exec_succeeded(result: ToolExecResult) -> dict[str, Any]:
+    """The body of a call that ran, as ExecSuccessOutputSerializer shapes it (one instance: it keeps no state)."""
+    return _SUCCESS_SHAPE.to_representation(result)
+
+
+def exec_failed(result: ToolExecResult) -> AppError:
+    """A call that ended without a value, as the AppError the API's handler answers: this body, its code's status."""
+    body = ExecFailureOutputSerializer(result).data
+    return AppError(body["safe_message"], code=body["error_code"], extra=body, retry_after_s=result.retry_after_s)
 
 
 @extend_schema_serializer(component_name="ExecToolError")

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -30,6 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from policies_app.api.negotiation import PlainAcceptNegotiation
 from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
 from policies_app.api.pagination import StrictLimitOffsetPagination
 from policies_app.api.parser import validated_body
@@ -39,7 +39,6 @@ from runner.pipeline import ToolRunner
 from runner.ports import PolicyDecider, ToolSource
 from runner.types import ErrorCode
 from runner.wire.codecs import CODECS
-from tools_app.api.direct import exec_directly, exec_failed
 from tools_app.api.serializers import (
     ID_RE,
     ID_SCHEMA_PATTERN,
@@ -53,6 +52,8 @@ from tools_app.api.serializers import (
     ToolCatalogOutputSerializer,
     ToolCatalogQuerySerializer,
     ToolSpecOutputSerializer,
+    exec_failed,
+    exec_succeeded,
 )
 from tools_app.search import tool_search
 from tools_app.selectors import invocation_get, invocation_list
@@ -180,16 +181,7 @@ class ToolExecView(ToolsApiView):
     """
 
     throttle_classes = ()
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        """A plain call is answered by the direct path (tools_app/api/direct.py); any other, by DRF."""
-        response = exec_directly(self, request)
-        if response is not None:
-            return response
-        return super().dispatch(request, *args, **kwargs)
-
-    def exec_runner(self) -> ToolRunner:
-        return self.runtime().runner
+    content_negotiation_class = PlainAcceptNegotiation  # the hot path's Accept values, without parsing them
 
     @extend_schema(
         operation_id="tools_exec",
@@ -202,13 +194,13 @@ class ToolExecView(ToolsApiView):
     def post(self, request: Request) -> Response:
         exec_request = ExecRequest.of(validated_body(request, ExecInputSerializer))
         result = tool_exec(
-            runner=self.exec_runner(),
+            runner=self.runtime().runner,
             caller=request_caller(request),
             request=exec_request,
             subject_token=request_subject_token(request),
         )
         if result.ok:
-            return Response(ExecSuccessOutputSerializer(result).data)
+            return Response(exec_succeeded(result))
         raise exec_failed(result)
 
 

@@ -46,7 +46,14 @@ from mcp_types import (
 
 from runner.types import ToolExecResult, ToolSpec
 from runner.wording import JSON_STRING_HINT, is_json_object_text
-from tools_app.mcp_server.wire import META_PREFIX, call_result, decode_cursor, page_after, tool_entry
+from tools_app.mcp_server.wire import (
+    CALL_META_FIELDS,
+    META_PREFIX,
+    call_result,
+    decode_cursor,
+    page_after,
+    tool_entry,
+)
 
 HANDSHAKE_VERSIONS: Final = ("2025-06-18", "2025-11-25")
 MODERN_VERSIONS: Final = ("2026-07-28",)
@@ -54,10 +61,9 @@ SUPPORTED_VERSIONS: Final = (*HANDSHAKE_VERSIONS, *MODERN_VERSIONS)
 SERVER_INFO: Final = {"name": "toolgate", "version": "1.0.0"}
 CAPABILITIES: Final = {"tools": {"listChanged": False}}
 INSTRUCTIONS: Final = (
-    "Tools governed by Toolgate. Out-of-band ids travel in params._meta: toolgate/tool_call_id, "
-    "toolgate/run_id, toolgate/connection_id, toolgate/grant_id, toolgate/connection_ids; a person's "
-    "subject token in toolgate/subject (or the X-Toolgate-Subject header) makes the call, and the list, "
-    "one on their behalf."
+    f"Tools governed by Toolgate. Out-of-band ids travel in params._meta: {', '.join(CALL_META_FIELDS)}; "
+    f"a person's subject token in {META_PREFIX}subject (or the X-Toolgate-Subject header) makes the call, "
+    "and the list, one on their behalf."
 )
 PAGE_SIZE = 100  # tools per tools/list page
 MAX_ID_LENGTH: Final = 256  # a JSON-RPC id is echoed back: bound what we echo

@@ -55,26 +55,18 @@ from tools_app.mcp_server.protocol import (
     not_a_request_reply,
     parse_error_reply,
 )
-from tools_app.mcp_server.wire import META_PREFIX
+from tools_app.mcp_server.wire import CALL_META_FIELDS, META_PREFIX
 from tools_app.services import ExecRequest, tool_catalog, tool_exec
 
 logger = logging.getLogger(__name__)
 
 ROUTING_HEADERS = (MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER)
-# The out-of-band fields of `POST /api/v1/tools/exec`, as tools/call carries them in params._meta.
-META_FIELDS: Mapping[str, str] = {
-    f"{META_PREFIX}tool_call_id": "tool_call_id",
-    f"{META_PREFIX}run_id": "run_id",
-    f"{META_PREFIX}connection_id": "connection_id",
-    f"{META_PREFIX}grant_id": "grant_id",
-    f"{META_PREFIX}connection_ids": "connection_ids",
-}
 # The person a call is made for: their subject token, beside the caller's key (never in `arguments`).
 SUBJECT_META_KEY = f"{META_PREFIX}subject"
 MCP_PATH_OF_FIELD: Mapping[str, str] = {
     "tool_id": "name",
     "args": "arguments",
-    **{field: f"_meta.{key}" for key, field in META_FIELDS.items()},
+    **{field: f"_meta.{key}" for key, field in CALL_META_FIELDS.items()},
 }
 # Refusals that would tell a caller a tool outside its catalog exists: answered as unknown.
 HIDDEN_REFUSALS = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.POLICY_DENIED})
@@ -259,10 +251,10 @@ class CallerBackend:
 
 def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ExecRequest | ToolExecResult:
     """The REST exec body these params stand for, checked by the REST serializer (one set of rules)."""
-    out_of_band = {field: meta[key] for key, field in META_FIELDS.items() if key in meta}
+    out_of_band = {field: meta[key] for key, field in CALL_META_FIELDS.items() if key in meta}
     serializer = ExecInputSerializer(data={"tool_id": name, "args": arguments, **out_of_band})
     errors = [] if serializer.is_valid() else _field_errors(serializer.errors, "")
-    if any(key not in META_FIELDS and key != SUBJECT_META_KEY for key in meta):  # a typo must not drop an id
+    if any(key not in CALL_META_FIELDS and key != SUBJECT_META_KEY for key in meta):  # a typo must not drop an id
         errors.append(FieldError(path="_meta", message=f"unknown {META_PREFIX} key"))
     if errors:
         tool_call_id = out_of_band.get("tool_call_id")

@@ -15,9 +15,15 @@ from typing import Any
 
 from runner.types import ErrorCode, ToolEffect, ToolExecResult, ToolSpec
 from runner.wording import refusal_for_model
+from tools_app.routing import CALL_ROUTING_FIELDS
 
 META_PREFIX = "toolgate/"
 TOOL_CALL_ID_META = "toolgate/tool_call_id"
+# The out-of-band fields of `POST /api/v1/tools/exec` as tools/call carries them in params._meta: key -> field.
+CALL_META_FIELDS: Mapping[str, str] = {
+    TOOL_CALL_ID_META: "tool_call_id",
+    **{f"{META_PREFIX}{name}": name for name in CALL_ROUTING_FIELDS},
+}
 ERROR_CODE_META = "toolgate/error_code"
 APPROVAL_ID_META = "toolgate/approval_id"
 RETRY_AFTER_META = "toolgate/retry_after_s"

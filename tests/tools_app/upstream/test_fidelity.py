@@ -510,9 +510,9 @@ def test_a_missing_argument_is_named_in_the_text_a_model_reads(key, upstream):
     assert upstream.calls("refuse") == 0
 
 
-def test_drf_and_the_direct_path_answer_a_tool_error_alike(key, upstream):
+def test_plain_and_negotiated_accept_answer_a_tool_error_alike(key, upstream):
     direct = exec_rest(key, "refuse", {"city": "Atlantis"}, tool_call_id="refuse-direct")
-    # an Accept with parameters is left to DRF's own negotiation (tools_app/api/direct.py)
+    # an Accept with parameters is left to DRF's own negotiation (policies_app/api/negotiation.py)
     via_drf = api_client(key).post(
         "/api/v1/tools/exec",
         {"tool_id": "mcp__acme__refuse", "args": {"city": "Atlantis"}, "tool_call_id": "refuse-drf"},

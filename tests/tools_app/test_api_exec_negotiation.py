@@ -1,10 +1,10 @@
-"""The exec endpoint's direct path (tools_app/api/direct.py) answers exactly as DRF's view does.
+"""The exec endpoint's plain-Accept negotiation (policies_app/api/negotiation.py) answers exactly as DRF's does.
 
 Every request is sent twice through the whole stack (middleware included):
-once as served, once with the direct path switched off, so DRF answers it.
+once as served, once with DRF's DefaultContentNegotiation in its place.
 Status, headers and body must match, once the per-call values (ids, times,
-the clock's reading) are set aside. A spy records which path answered, so
-each case also proves it exercised the path it is meant to.
+the clock's reading) are set aside. A spy records whether the shortcut chose
+the renderer, so each case also proves it exercised the path it is meant to.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from rest_framework.negotiation import DefaultContentNegotiation
 
+from policies_app.api.negotiation import PlainAcceptNegotiation
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import delegation_create, delegation_revoke
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.api import enable_tools
-from tools_app.api import direct, views
+from tools_app.api import views
 from tools_app.models import Tool, ToolInvocation
 
 pytestmark = pytest.mark.django_db
@@ -45,16 +47,16 @@ def keys():
 
 @pytest.fixture
 def served_by(monkeypatch):
-    """Which path answered each request: 'direct' or 'drf'."""
+    """How the renderer of each negotiation was chosen: 'plain' (the shortcut) or 'drf' (DRF's parsing)."""
     answers: list[str] = []
-    original = direct.exec_directly
+    original = PlainAcceptNegotiation.plain_choice
 
-    def spy(view: Any, request: Any) -> Any:
-        response = original(view, request)
-        answers.append("drf" if response is None else "direct")
-        return response
+    def spy(self: PlainAcceptNegotiation, *args: Any) -> Any:
+        choice = original(self, *args)
+        answers.append("drf" if choice is None else "plain")
+        return choice
 
-    monkeypatch.setattr(views, "exec_directly", spy)
+    monkeypatch.setattr(PlainAcceptNegotiation, "plain_choice", spy)
     return answers
 
 
@@ -78,7 +80,7 @@ def both_paths(monkeypatch, served_by, body_of, **request) -> tuple[tuple, tuple
     """(the answer as served, DRF's answer to the same request); `body_of(n)` gives the body of attempt n."""
     served = comparable(send(body_of(1), **request))
     with monkeypatch.context() as switched_off:
-        switched_off.setattr(views, "exec_directly", lambda view, request: None)
+        switched_off.setattr(views.ToolExecView, "content_negotiation_class", DefaultContentNegotiation)
         by_drf = comparable(send(body_of(2), **request))
     return served, by_drf
 
@@ -100,8 +102,8 @@ def bearer(key: str) -> dict[str, str]:
     return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
 
 
-# Answered by the direct path: every outcome of a call the runner decides.
-DIRECT_CASES = {
+# The shortcut chooses: every outcome of a call the runner decides...
+RUNNER_CASES = {
     "ok": (call(args={"timezone": "UTC"}), {}),
     "ok, generated id": (fixed(json.dumps({"tool_id": "core__get_current_time"})), {}),
     "ok, charset and Accept": (call(), {"content_type": "application/json; charset=UTF-8", "HTTP_ACCEPT": "*/*"}),
@@ -114,19 +116,17 @@ DIRECT_CASES = {
     "forged subject token": (call(), {"HTTP_X_TOOLGATE_SUBJECT": "tgs_forged"}),
     "empty subject token": (call(), {"HTTP_X_TOOLGATE_SUBJECT": ""}),
     "explicitly no connection declared": (call(connection_ids=[]), {}),
+    "another charset": (call(), {"content_type": "application/json; charset=latin-1"}),
 }
 
-# Left to DRF: nothing runs on the direct path; DRF refuses them in its words, or (two) accepts them.
-DRF_CASES = {
+# ...and every refusal before the runner (nothing runs).
+REFUSED_CASES = {
     "no key": (call(), {"no_auth": True}),
     "unknown key": (call(), {"key": "tg_abcdefgh_" + "x" * 32}),
     "Token scheme": (call(), {"scheme": "Token"}),
     "X-API-Key": (call(), {"no_auth": True, "HTTP_X_API_KEY": "whatever"}),
     "key without tools:exec": (call(), {"key_name": "no scope"}),
     "text/plain": (call(), {"content_type": "text/plain"}),
-    "latin-1 charset": (call(), {"content_type": "application/json; charset=latin-1"}),
-    "Accept: text/html": (call(), {"HTTP_ACCEPT": "text/html"}),
-    "Accept with indent": (call(), {"HTTP_ACCEPT": "application/json; indent=4"}),
     "not JSON": (fixed(b"{nope"), {}),
     "duplicate keys": (fixed('{"tool_id": "a", "tool_id": "core__get_current_time"}'), {}),
     "an array": (fixed("[]"), {}),
@@ -136,6 +136,15 @@ DRF_CASES = {
     "connection without grant": (call(connection_id="c1"), {}),
     "over 64 KiB": (call(args={"padding": "x" * (64 * 1024)}), {}),
     "NUL in a string": (call(run_id="r\u0000"), {}),
+}
+
+# Left to DRF's negotiation: any other Accept.
+NEGOTIATED_CASES = {
+    "Accept: text/html": (call(), {"HTTP_ACCEPT": "text/html"}),
+    "Accept with indent": (call(), {"HTTP_ACCEPT": "application/json; indent=4"}),
+    "Accept: application/*": (call(), {"HTTP_ACCEPT": "application/*"}),
+    "Accept: a list": (call(), {"HTTP_ACCEPT": "text/html, application/json;q=0.9"}),
+    "Accept: text/html, no key": (call(), {"HTTP_ACCEPT": "text/html", "no_auth": True}),
 }
 
 
@@ -148,67 +157,77 @@ def request_options(keys: dict[str, str], options: dict[str, Any]) -> dict[str, 
     return options
 
 
-@pytest.mark.parametrize("case", DIRECT_CASES)
-def test_a_plain_call_is_answered_directly_exactly_as_drf_answers_it(case, keys, served_by, monkeypatch):
-    body_of, options = DIRECT_CASES[case]
+@pytest.mark.parametrize("case", RUNNER_CASES)
+def test_a_call_is_answered_as_drfs_negotiation_answers_it(case, keys, served_by, monkeypatch):
+    body_of, options = RUNNER_CASES[case]
 
     served, by_drf = both_paths(monkeypatch, served_by, body_of, **request_options(keys, options))
 
-    assert served_by == ["direct"]
+    assert served_by == ["plain"]
     assert served == by_drf
 
 
-@pytest.mark.parametrize("case", DRF_CASES)
-def test_anything_else_is_left_to_drf_before_anything_runs(case, keys, served_by, monkeypatch):
-    body_of, options = DRF_CASES[case]
+@pytest.mark.parametrize("case", REFUSED_CASES)
+def test_a_refusal_is_answered_as_drfs_negotiation_answers_it_and_nothing_runs(case, keys, served_by, monkeypatch):
+    body_of, options = REFUSED_CASES[case]
     rows_before = ToolInvocation.objects.count()
 
     served, by_drf = both_paths(monkeypatch, served_by, body_of, **request_options(keys, options))
 
-    assert served_by == ["drf"]
+    assert served_by == ["plain"]
     assert served == by_drf
-    ran = ToolInvocation.objects.count() - rows_before
-    assert ran == (2 if served[0] == 200 else 0)  # DRF runs what it accepts (another charset, indenting)
+    assert served[0] >= 400
+    assert ToolInvocation.objects.count() == rows_before
 
 
-def test_a_get_is_left_to_drf(keys, served_by):
+@pytest.mark.parametrize("case", NEGOTIATED_CASES)
+def test_any_other_accept_is_left_to_drfs_negotiation(case, keys, served_by, monkeypatch):
+    body_of, options = NEGOTIATED_CASES[case]
+
+    served, by_drf = both_paths(monkeypatch, served_by, body_of, **request_options(keys, options))
+
+    assert set(served_by) == {"drf"}
+    assert served == by_drf
+
+
+def test_a_get_is_refused_with_the_method_not_allowed_envelope(keys, served_by):
     response = send("", method="get", **bearer(keys["exec"]))
 
-    assert served_by == ["drf"]
+    assert served_by == ["plain"]
     assert response.status_code == 405
     assert response.json()["error_code"] == "method_not_allowed"
 
 
-def test_the_direct_path_signs_the_caller_in_as_authentication_does(keys, served_by):
+def test_a_call_signs_the_caller_in(keys, served_by):
     ServiceAccount.objects.filter(name="agent").update(last_used_at=None)
     governance_bump()
 
     response = send(call()(1), **bearer(keys["exec"]))
 
-    assert (served_by, response.status_code) == (["direct"], 200)
+    assert (served_by, response.status_code) == (["plain"], 200)
     assert ServiceAccount.objects.get(name="agent").last_used_at is not None
     row = ToolInvocation.objects.get(tool_call_id="call_1")
     assert (row.service_account.name, row.executed) == ("agent", True)
 
 
-def test_an_error_inside_the_call_is_answered_by_the_api_handler_not_retried_by_drf(keys, served_by, monkeypatch):
+def test_an_error_inside_the_call_is_answered_by_the_api_handler(keys, served_by, monkeypatch):
     calls = []
 
     def failing_exec(**kwargs: Any):
         calls.append(kwargs)
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(direct, "tool_exec", failing_exec)
+    monkeypatch.setattr(views, "tool_exec", failing_exec)
 
     response = send(call()(1), **bearer(keys["exec"]))
 
-    assert served_by == ["direct"]
+    assert served_by == ["plain"]
     assert len(calls) == 1
     assert response.status_code == 500
     assert response.json() == {"error_code": "internal", "safe_message": "internal error"}
 
 
-def test_a_call_on_a_persons_behalf_is_authorized_on_the_direct_path_too(keys, served_by):
+def test_a_call_on_a_persons_behalf_is_authorized(keys, served_by):
     account = ServiceAccount.objects.get(name="agent")
     person = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice")).user
     delegation, token = delegation_create(tenant=account.tenant, user=person, service_account=account)
@@ -217,7 +236,7 @@ def test_a_call_on_a_persons_behalf_is_authorized_on_the_direct_path_too(keys, s
     delegation_revoke(delegation=delegation)
     refused = send(call()(2), **bearer(keys["exec"]), HTTP_X_TOOLGATE_SUBJECT=token)
 
-    assert served_by == ["direct", "direct"]
+    assert served_by == ["plain", "plain"]
     assert allowed.status_code == 200
     assert ToolInvocation.objects.get(tool_call_id="call_1").subject_id == f"user:{person.pk}"
     assert (refused.status_code, refused.json()["error_code"]) == (403, "authz_denied")
