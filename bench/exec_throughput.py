@@ -71,6 +71,7 @@ class Run:
     requests: int
     non_2xx: int
     audit_rows: int | None = None
+    cpu_ms_per_answer: float = 0.0  # the gateway's (gunicorn master and workers), read from /proc
 
 
 def main() -> None:
@@ -98,7 +99,9 @@ def main() -> None:
         try:
             base = f"http://127.0.0.1:{port}"
             _wait_until_up(base)
-            runs = _measure(wrk, base, accounts, options.seconds, options.rounds, only=_targets(options.only))
+            runs = _measure(
+                wrk, base, accounts, options.seconds, options.rounds, only=_targets(options.only), server_pid=server.pid
+            )
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -230,7 +233,14 @@ def _script(directory: Path, name: str, method: str, path: str, calls: list[tupl
 
 
 def _measure(
-    wrk: str, base: str, accounts: list[dict[str, str]], seconds: int, rounds: int, *, only: frozenset[str] | None
+    wrk: str,
+    base: str,
+    accounts: list[dict[str, str]],
+    seconds: int,
+    rounds: int,
+    *,
+    only: frozenset[str] | None,
+    server_pid: int,
 ) -> list[Run]:
     time_body = json.dumps({"tool_id": "core__get_current_time", "args": {}})
     with tempfile.TemporaryDirectory() as tmp:
@@ -273,7 +283,9 @@ def _measure(
                         _wrk_run(wrk, base, script, connections, 2)  # warm every worker's caches and pools
                     time.sleep(0.5)  # let answers still in flight land before counting
                     before = ToolInvocation.objects.count()
+                    cpu_before = _gateway_cpu_s(server_pid)
                     run = _wrk_run(wrk, base, script, connections, seconds)
+                    run.cpu_ms_per_answer = (_gateway_cpu_s(server_pid) - cpu_before) * 1000 / max(run.requests, 1)
                     run.name = name
                     if name.startswith("exec"):
                         time.sleep(0.5)  # answers in flight when wrk stopped
@@ -299,7 +311,29 @@ def _median_of(taken: list[Run]) -> Run:
         requests=sum(run.requests for run in taken),
         non_2xx=sum(run.non_2xx for run in taken),
         audit_rows=sum(audit) if audit else None,
+        cpu_ms_per_answer=statistics.median(run.cpu_ms_per_answer for run in taken),
     )
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _gateway_cpu_s(master_pid: int) -> float:
+    """CPU seconds (user + system) of gunicorn's master and its live workers, from /proc.
+
+    CPU per answer holds on a busy machine where throughput does not: other
+    processes take turns on the cores, not instructions from the gateway.
+    """
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        pid, parent = int(stat.parent.name), int(fields[1])
+        if master_pid in (pid, parent):
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _CLOCK_TICKS
 
 
 def _wrk_run(wrk: str, base: str, script: Path, connections: int, seconds: int) -> Run:
@@ -330,7 +364,7 @@ def _report(runs: list[Run]) -> None:
     print()
     print(
         f"{'endpoint':<20}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'x healthz':>11}{'x bare':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
+        f"{'x healthz':>11}{'x bare':>8}{'cpu ms':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
     )
     for connections in (32, 1):
         group = {run.name: run for run in runs if run.connections == connections}
@@ -340,7 +374,7 @@ def _report(runs: list[Run]) -> None:
             print(
                 f"{run.name:<20}{connections:>6}{run.requests_per_s:>10,.0f}{run.p50_ms:>9.2f}{run.p99_ms:>9.2f}"
                 f"{run.requests_per_s / healthz.requests_per_s:>11.2f}{run.requests_per_s / bare.requests_per_s:>8.2f}"
-                f"{run.non_2xx:>9}{audit:>21}"
+                f"{run.cpu_ms_per_answer:>8.2f}{run.non_2xx:>9}{audit:>21}"
             )
         if "exec" in group:
             print(f"  c{connections}: exec p50 is {group['exec'].p50_ms / healthz.p50_ms:.1f}x healthz's")

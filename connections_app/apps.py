@@ -14,7 +14,7 @@ class ConnectionsAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Model-importing modules load once the app registry is ready, hence here and not above.
-        from connections_app.models import ExecutionGrant  # noqa: PLC0415
+        from connections_app.models import Connection, ExecutionGrant  # noqa: PLC0415
         from connections_app.selectors import connection_ids_usable  # noqa: PLC0415
         from connections_app.tasks import approval_webhook_listener  # noqa: PLC0415
         from policies_app.services import approval_listener_add  # noqa: PLC0415
@@ -23,6 +23,9 @@ class ConnectionsAppConfig(AppConfig):
         # Grants are governance: a grant or its connections changing reaches every process's cache.
         govern(ExecutionGrant)
         govern(ExecutionGrant.connections.through)
+        # The broker caches connection rows too: a saved row (admin, OAuth re-authorisation) bumps the
+        # generation; the services that write with UPDATE (revoke, refresh, resume) bump it themselves.
+        govern(Connection)
 
         install_token_vault(KeyRingTokenVault())  # MCP servers' operator tokens, sealed like connections
         install_args_vault(KeyRingArgsVault())  # the call args kept for approvers while a request is pending
