@@ -1,6 +1,7 @@
 """`POST /api/v1/tools/exec` against `/healthz` and a bare DRF view, in one run, under gunicorn.
 
-What issue 11 measures: gunicorn sync x4 on PostgreSQL and Redis (loopback),
+What issue 11 measures: gunicorn as config/gunicorn.conf.py starts it (or
+`--worker-class`, `--workers`, `--threads`) on PostgreSQL and Redis (loopback),
 wrk -t2 -c32 and -c1, 64 service accounts rotated, `core__get_current_time`
 with a policy and no connection; then `github__get_user` with a connection and
 a grant (decrypt, broker, a loopback GitHub answering a fixed user). Each
@@ -8,7 +9,8 @@ figure is compared with the baselines measured in the same run, since
 machines differ. After every exec run the audit rows written are compared with
 the answers wrk received: the audit row is durable, one per answer.
 
-    make bench        (or: python -m bench.exec_throughput [--seconds N] [--rounds N])
+    make bench        (or: python -m bench.exec_throughput [--seconds N] [--rounds N] [--only exec,...]
+                       [--worker-class sync|gthread|uvicorn.workers.UvicornWorker] [--workers N] [--threads N])
 
 The targets take turns, round after round, and each figure is the median of
 its rounds: on a machine of two cores a baseline alone moved by a third
@@ -46,7 +48,6 @@ from bench.database import fresh_database, manage, production_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
-WORKERS = 4
 USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
 
 
@@ -70,12 +71,19 @@ class Run:
     requests: int
     non_2xx: int
     audit_rows: int | None = None
+    cpu_ms_per_answer: float = 0.0  # the gateway's (gunicorn master and workers), read from /proc
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10, help="duration of each measured run")
     parser.add_argument("--rounds", type=int, default=3, help="turns each target takes; figures are medians")
+    parser.add_argument(
+        "--worker-class", default=None, help="gunicorn worker class (default: config/gunicorn.conf.py's)"
+    )
+    parser.add_argument("--workers", type=int, default=None, help="gunicorn workers (default: the config's)")
+    parser.add_argument("--threads", type=int, default=None, help="threads per gthread worker")
+    parser.add_argument("--only", default="", help="comma-separated targets to run (default: all)")
     options = parser.parse_args()
     wrk = _wrk()
     env = dict(os.environ)
@@ -87,26 +95,13 @@ def main() -> None:
         env["TOOLGATE_GITHUB_API_URL"] = github.url
         accounts = _seed()
         port = _free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "config.wsgi:application",
-                "--workers",
-                str(WORKERS),
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-        )
+        server = subprocess.Popen(_gunicorn_command(options, port), cwd=ROOT, env=env)
         try:
             base = f"http://127.0.0.1:{port}"
             _wait_until_up(base)
-            runs = _measure(wrk, base, accounts, options.seconds, options.rounds)
+            runs = _measure(
+                wrk, base, accounts, options.seconds, options.rounds, only=_targets(options.only), server_pid=server.pid
+            )
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -114,6 +109,28 @@ def main() -> None:
 
 
 # --- set-up --------------------------------------------------------------------------------
+
+
+def _gunicorn_command(options: argparse.Namespace, port: int) -> list[str]:
+    """gunicorn as production starts it (config/gunicorn.conf.py), on a free port, overridden as asked.
+
+    An ASGI worker class (uvicorn's) serves config.asgi instead of config.wsgi.
+    """
+    worker_class = options.worker_class or ""
+    application = "config.asgi:application" if "uvicorn" in worker_class.lower() else "config.wsgi:application"
+    command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "config" / "gunicorn.conf.py"), application]
+    command += ["--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
+    if worker_class:
+        command += ["--worker-class", worker_class]
+    if options.workers:
+        command += ["--workers", str(options.workers)]
+    if options.threads:
+        command += ["--threads", str(options.threads)]
+    return command
+
+
+def _targets(only: str) -> frozenset[str] | None:
+    return frozenset(name.strip() for name in only.split(",") if name.strip()) or None
 
 
 def _wrk() -> str:
@@ -215,7 +232,16 @@ def _script(directory: Path, name: str, method: str, path: str, calls: list[tupl
     return script
 
 
-def _measure(wrk: str, base: str, accounts: list[dict[str, str]], seconds: int, rounds: int) -> list[Run]:
+def _measure(
+    wrk: str,
+    base: str,
+    accounts: list[dict[str, str]],
+    seconds: int,
+    rounds: int,
+    *,
+    only: frozenset[str] | None,
+    server_pid: int,
+) -> list[Run]:
     time_body = json.dumps({"tool_id": "core__get_current_time", "args": {}})
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -246,6 +272,8 @@ def _measure(wrk: str, base: str, accounts: list[dict[str, str]], seconds: int, 
                 ],
             ),
         }
+        if only:  # the baselines stay: every figure is a ratio to them
+            targets = {name: script for name, script in targets.items() if name in only | {"healthz", "bare DRF"}}
         runs = []
         for connections in (32, 1):
             turns: dict[str, list[Run]] = {name: [] for name in targets}
@@ -255,7 +283,9 @@ def _measure(wrk: str, base: str, accounts: list[dict[str, str]], seconds: int, 
                         _wrk_run(wrk, base, script, connections, 2)  # warm every worker's caches and pools
                     time.sleep(0.5)  # let answers still in flight land before counting
                     before = ToolInvocation.objects.count()
+                    cpu_before = _gateway_cpu_s(server_pid)
                     run = _wrk_run(wrk, base, script, connections, seconds)
+                    run.cpu_ms_per_answer = (_gateway_cpu_s(server_pid) - cpu_before) * 1000 / max(run.requests, 1)
                     run.name = name
                     if name.startswith("exec"):
                         time.sleep(0.5)  # answers in flight when wrk stopped
@@ -281,7 +311,29 @@ def _median_of(taken: list[Run]) -> Run:
         requests=sum(run.requests for run in taken),
         non_2xx=sum(run.non_2xx for run in taken),
         audit_rows=sum(audit) if audit else None,
+        cpu_ms_per_answer=statistics.median(run.cpu_ms_per_answer for run in taken),
     )
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _gateway_cpu_s(master_pid: int) -> float:
+    """CPU seconds (user + system) of gunicorn's master and its live workers, from /proc.
+
+    CPU per answer holds on a busy machine where throughput does not: other
+    processes take turns on the cores, not instructions from the gateway.
+    """
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        pid, parent = int(stat.parent.name), int(fields[1])
+        if master_pid in (pid, parent):
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _CLOCK_TICKS
 
 
 def _wrk_run(wrk: str, base: str, script: Path, connections: int, seconds: int) -> Run:
@@ -312,7 +364,7 @@ def _report(runs: list[Run]) -> None:
     print()
     print(
         f"{'endpoint':<20}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'x healthz':>11}{'x bare':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
+        f"{'x healthz':>11}{'x bare':>8}{'cpu ms':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
     )
     for connections in (32, 1):
         group = {run.name: run for run in runs if run.connections == connections}
@@ -322,10 +374,10 @@ def _report(runs: list[Run]) -> None:
             print(
                 f"{run.name:<20}{connections:>6}{run.requests_per_s:>10,.0f}{run.p50_ms:>9.2f}{run.p99_ms:>9.2f}"
                 f"{run.requests_per_s / healthz.requests_per_s:>11.2f}{run.requests_per_s / bare.requests_per_s:>8.2f}"
-                f"{run.non_2xx:>9}{audit:>21}"
+                f"{run.cpu_ms_per_answer:>8.2f}{run.non_2xx:>9}{audit:>21}"
             )
-        exec_run = group["exec"]
-        print(f"  c{connections}: exec p50 is {exec_run.p50_ms / healthz.p50_ms:.1f}x healthz's")
+        if "exec" in group:
+            print(f"  c{connections}: exec p50 is {group['exec'].p50_ms / healthz.p50_ms:.1f}x healthz's")
 
 
 if __name__ == "__main__":

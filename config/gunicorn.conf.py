@@ -1,9 +1,31 @@
 """gunicorn's settings for the web process (Procfile, Dockerfile, docker-compose.yml: `-c config/gunicorn.conf.py`).
 
-Sync workers, 2 per core (measured: gthread and uvicorn cost more here). A
-sync worker serves one connection from its first byte to its last, so it
-must never face clients directly: config/nginx.conf waits for slow clients
-and hands over complete requests (README, "Production").
+Sync workers, 2 per core. A sync worker serves one connection from its first
+byte to its last, so it must never face clients directly: config/nginx.conf
+waits for slow clients and hands over complete requests (README, "Production").
+
+Measured (issue 28), `python -m bench.exec_throughput --only exec --seconds 5
+--rounds 1 --worker-class K --workers N [--threads T]`, configurations taking
+turns, two rounds, on 2 cores shared with other busy processes (so
+throughput was noise; the gateway's CPU per answer, read from /proc for
+master and workers, held): CPU ms per built-in exec answer, round 1 / round 2
+
+    worker           c32           c1
+    sync x2          6.8 / 6.2     4.7 / 5.1
+    sync x4          7.5 / 7.3     4.7 / 5.4   <- this default
+    sync x6          6.9 / 6.5     4.6 / 5.3
+    gthread 2x4      5.2 / 4.2     4.2 / 5.1
+    uvicorn x2      10.9 / 11.7   10.5 / 8.8   (ASGI; 503s at c32: 98 and 186)
+    uvicorn x4      14.9 / -      15.3 / -     (59 503s at c32)
+
+uvicorn (Django's sync ORM behind the ASGI adapter's thread hop) costs twice
+the CPU and ran out of database connections. gthread 2x4 spent the least
+CPU at c32; it is not the default yet because its gunicorn timeout only
+watches the worker's main loop, not a request stuck in a thread (the
+replacement of a stuck worker below is a sync worker's guarantee). sync x2
+spent less than x4 at c32 but leaves no worker free while an upstream
+(GitHub, an MCP server) takes its time. To be measured again on a quiet
+machine.
 
 The limits are set so that nginx, or the application, answers first with the
 API's JSON envelope: gunicorn's own answers to oversized request lines and

@@ -53,7 +53,10 @@ def bind_tools(definitions: Mapping[str, ToolDefinition], base_urls: Mapping[str
             base_url = base_urls.get(definition.contract.provider or "")
             if base_url is None:
                 raise ContractError(f"{tool_id}: no base URL is configured for provider {definition.contract.provider}")
-            http = HttpCapability(base_url, upstream=definition.contract.provider or "")
+            # httpx's own transport when tracing is on: the OpenTelemetry instrumentation patches that one.
+            http = HttpCapability(
+                base_url, upstream=definition.contract.provider or "", keep_alive_transport=tracing_provider() is None
+            )
         bound[tool_id] = bind_tool(definition, http=http)
     return bound
 

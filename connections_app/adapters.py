@@ -13,7 +13,7 @@ from django.utils import timezone
 from connections_app.credentials import capability_for
 from connections_app.models import Connection
 from connections_app.refresh import RefreshOutcome, connection_refresh
-from connections_app.selectors import connection_for_use, grant_for_gate
+from connections_app.selectors import UsableConnection, connection_for_use, grant_for_gate
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
 from policies_app.crypto import CredentialError
 from policies_app.outages import outage_guard
@@ -40,6 +40,9 @@ class DatabaseConnectionBroker:
     Runs after the grant gate (pipeline stage 6), so a refusal here is defence
     in depth: the connection must still be the caller's tenant's, for the
     tool's provider, not revoked, not awaiting re-authorisation, not expired.
+    The row comes from this process's governance cache (connection_for_use):
+    every write that changes what is checked here bumps the generation, so a
+    revocation or a refresh elsewhere applies from the next call on.
     An OAuth token that has expired is refreshed here, synchronously and within
     TOOLGATE_SYNC_REFRESH_TIMEOUT_MS, through the same function as the
     background refresher (so 20 calls at once still refresh once).
@@ -81,7 +84,7 @@ def _deny(ctx: ToolInvocationContext, spec: ToolSpec, code: ErrorCode, reason: s
 
 
 def _refusal(
-    connection: Connection, ctx: ToolInvocationContext, spec: ToolSpec, now: datetime
+    connection: Connection | UsableConnection, ctx: ToolInvocationContext, spec: ToolSpec, now: datetime
 ) -> tuple[ErrorCode, str] | None:
     if str(connection.tenant_id) != ctx.tenant_id:
         return ErrorCode.CONNECTION_UNAVAILABLE, NOT_AVAILABLE
@@ -105,7 +108,7 @@ def _refusal(
     return None
 
 
-def _needs_sync_refresh(connection: Connection, now: datetime) -> bool:
+def _needs_sync_refresh(connection: Connection | UsableConnection, now: datetime) -> bool:
     """Only a token that is expired (or about to be, within the skew) is refreshed during a call;
     everything earlier is the background refresher's job."""
     return (
@@ -115,7 +118,7 @@ def _needs_sync_refresh(connection: Connection, now: datetime) -> bool:
     )
 
 
-def _refresh_now(ctx: ToolInvocationContext, spec: ToolSpec, connection: Connection) -> Connection:
+def _refresh_now(ctx: ToolInvocationContext, spec: ToolSpec, connection: UsableConnection) -> Connection:
     """Refresh through the one refresh function, bounded by TOOLGATE_SYNC_REFRESH_TIMEOUT_MS in all."""
     bound_ms = settings.TOOLGATE_SYNC_REFRESH_TIMEOUT_MS
     result = connection_refresh(

@@ -69,10 +69,61 @@ def connections_of_tenant(*, tenant: Tenant, connection_ids: Iterable[object]) -
     return [found[str(pk)] for pk in wanted.values() if pk and str(pk) in found], missing
 
 
-def connection_for_use(*, connection_id: str) -> Connection | None:
-    """The row the broker checks (any tenant: the broker compares tenants itself and says why)."""
+@dataclass(frozen=True, slots=True)
+class UsableConnection:
+    """What the broker decides on and decrypts, read once per process like a grant.
+
+    Connections are governance rows to the broker: every write that changes
+    what it decides (revocation, status, new tokens, new credentials) bumps the
+    governance generation in its transaction, so a cached row is dropped on the
+    next call in every process (the push, or the re-read within MAX_STALENESS_S
+    when a push is lost). The credentials stay sealed here: they are opened
+    for each call, never cached in the clear. `last_used_at` is as it was when
+    read; connection_touch remembers this process's own touches beside it.
+    """
+
+    id: uuid.UUID
+    tenant_id: int
+    provider: str
+    credential_type: str
+    status: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    owner_id: int | None
+    encrypted_credentials: bytes
+    last_used_at: datetime | None
+
+    @property
+    def pk(self) -> uuid.UUID:
+        return self.id
+
+    def binding(self) -> dict[str, str]:
+        """What the credential envelope is bound to, as Connection.binding says."""
+        return {"tenant": str(self.tenant_id), "connection": str(self.id), "provider": self.provider}
+
+
+_USABLE_FIELDS = tuple(UsableConnection.__dataclass_fields__)
+
+
+def connection_for_use(*, connection_id: str) -> UsableConnection | None:
+    """The row the broker checks (any tenant: the broker compares tenants itself and says why).
+
+    From the governance cache when warm. Unknown ids are not remembered: a
+    caller guessing ids costs queries, not this process's memory.
+    """
     pk = uuid_or_none(connection_id)
-    return Connection.objects.filter(pk=pk).first() if pk else None
+    if pk is None:
+        return None
+    return governance_cache.get(("connection", pk), lambda: _load_usable_connection(pk), remember_missing=False)
+
+
+def _load_usable_connection(pk: uuid.UUID) -> UsableConnection | None:
+    rows = list(Connection.objects.filter(pk=pk).order_by().values_list(*_USABLE_FIELDS))
+    if not rows:
+        return None
+    values = dict(zip(_USABLE_FIELDS, rows[0], strict=True))
+    values["encrypted_credentials"] = bytes(values["encrypted_credentials"])  # PostgreSQL hands back memoryview
+    return UsableConnection(**values)
 
 
 def connection_ids_usable(connection_ids: Iterable[str]) -> set[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -20,14 +20,20 @@ from django.utils import timezone
 from changes_app.services import ObjectRef, change_record, change_snapshot
 from connections_app.credentials import MANUAL_TYPES, SHAPES, CredentialsInvalid, credentials_validate
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
+from connections_app.selectors import UsableConnection
 from policies_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from policies_app.errors import AppError
+from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount, Tenant, TenantMembership
 from policies_app.services import revoke_once
 from runner import wording
 from tools_app.selectors import tool_providers
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+# This process's own touches (connection id -> when), beside the cached rows' older last_used_at;
+# bounded like the governance cache, so made-up ids cannot grow it.
+_TOUCHED_MAX = 20_000
+_touched: dict[Any, datetime] = {}
 MAX_SCOPES = 50
 MAX_SCOPE_LENGTH = 200
 # A path segment of a credentials error that is not a field of any credential shape is a key the
@@ -123,7 +129,16 @@ def seal_credentials_into(connection: Connection, credentials: Mapping[str, Any]
     connection.encryption_key_id = sealed.key_id
 
 
-def connection_credentials_open(connection: Connection, *, ring: KeyRing | None = None) -> dict[str, Any]:
+class SealedConnection(Protocol):
+    """A connection row or the broker's cached UsableConnection: what opening its envelope needs."""
+
+    @property
+    def encrypted_credentials(self) -> bytes: ...
+
+    def binding(self) -> dict[str, str]: ...
+
+
+def connection_credentials_open(connection: SealedConnection, *, ring: KeyRing | None = None) -> dict[str, Any]:
     """The decrypted credentials; raises CredentialError (never returns a fallback)."""
     return open_json(
         connection.encrypted_credentials, binding=connection.binding(), ring=ring or KeyRing.from_settings()
@@ -167,6 +182,7 @@ def connection_refresh_resume(*, connection: Connection, actor: AbstractBaseUser
     if updated:
         event = connection_event_record(connection, ConnectionEvent.Kind.REFRESH_RESUMED, actor=actor)
         connection_change_record(connection, "connection.resume_refresh", before=before, event=event)
+        governance_bump()  # the status the broker reads changed
     return bool(updated)
 
 
@@ -183,10 +199,23 @@ def connection_change_record(
     )
 
 
-def connection_touch(*, connection: Connection, now: datetime) -> None:
-    """Record use at most once a minute: the broker calls this on every resolve."""
-    if connection.last_used_at is not None and now - connection.last_used_at < LAST_USED_RESOLUTION:
+def connection_touch(*, connection: Connection | UsableConnection, now: datetime) -> None:
+    """Record use at most once a minute: the broker calls this on every resolve.
+
+    The broker's row may be cached from before this process last touched it, so
+    the process remembers its own touches: a warm connection costs no UPDATE
+    within the minute. Not a governance write (no generation bump): last use
+    decides nothing.
+    """
+    last = connection.last_used_at
+    mine = _touched.get(connection.pk)
+    if mine is not None and (last is None or mine > last):
+        last = mine
+    if last is not None and now - last < LAST_USED_RESOLUTION:
         return
+    if len(_touched) >= _TOUCHED_MAX:
+        _touched.clear()
+    _touched[connection.pk] = now
     Connection.objects.filter(pk=connection.pk).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
     ).update(last_used_at=now)
@@ -290,6 +319,9 @@ def key_rotation_record(*, primary_key_id: str, connections: RotationCounts, pro
             "providers_skipped": providers.skipped,
             "providers_failed": providers.failed,
         }
+    # Rows were rewrapped one by one; processes holding a row's old envelope could still open it (the
+    # old key is in the ring while it rotates), but they drop it now, before the old key can go.
+    governance_bump()
     change_record(
         action="keys.rotate",
         obj=ObjectRef(type="connections_app.keyring", id=primary_key_id, label=f"key ring, primary {primary_key_id}"),

@@ -20,6 +20,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from runner.errors import CapabilityError
+from runner.http1 import KeepAliveTransport, proxy_applies
 
 MAX_REDIRECTS = 5
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
@@ -111,7 +112,10 @@ class HttpCapability:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         user_agent: str = "toolgate",
         upstream: str = "",
+        keep_alive_transport: bool = True,
     ) -> None:
+        """`keep_alive_transport=False` (or a proxy in the environment) keeps httpx's own transport:
+        the composition root asks for it when OpenTelemetry instruments httpx (runner/http1.py)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"base URL must be absolute http(s): {base_url!r}")
@@ -123,6 +127,7 @@ class HttpCapability:
         self._timeout = timeout
         self._max_response_bytes = max_response_bytes
         self._user_agent = user_agent
+        self._lean = keep_alive_transport and not proxy_applies(self._base_url)
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
@@ -183,9 +188,16 @@ class HttpCapability:
         """One pooled client per event loop: building one costs an SSL context (~10 ms)."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(timeout=self._timeout)
+            transport = KeepAliveTransport() if self._lean else None
+            self._client = httpx.AsyncClient(timeout=self._timeout, transport=transport)
             self._client_loop = loop
         return self._client
+
+    async def aclose(self) -> None:
+        """Close the running loop's client and its idle connections (a loop that ends closes it first)."""
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._client.aclose()
+            self._client = None
 
     async def _read_bounded(self, response: httpx.Response) -> bytes:
         chunks: list[bytes] = []

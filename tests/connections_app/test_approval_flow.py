@@ -17,6 +17,7 @@ from django.utils import timezone
 from config.runtime import runtime
 from connections_app.models import Connection
 from policies_app.approval_args import MAX_KEPT_ARGS_BYTES, approval_args_view
+from policies_app.governance import governance_bump
 from policies_app.models import ApprovalRequest, Approver
 from policies_app.services import approval_decide
 from policies_app.tasks import approval_expiry_sweep
@@ -116,6 +117,12 @@ def test_approve_then_the_repeat_runs_exactly_once(github, caller, create_issue)
     assert (final["status"], final["reason"], final["decided_at"] is not None) == ("consumed", "ok", True)
 
 
+def _set_status(connection: Connection, status: str) -> None:
+    """As the refresh sets it: the UPDATE and the generation bump that drops the broker's cached row."""
+    Connection.objects.filter(pk=connection.pk).update(status=status)
+    governance_bump()
+
+
 def test_a_refused_repeat_does_not_consume_the_approval(github, caller, create_issue, granted):
     connection, _grant = granted
     github.route("POST", "/repos/octo/hello/issues", status=201, json={"number": 8, "html_url": "https://x/8"})
@@ -123,10 +130,10 @@ def test_a_refused_repeat_does_not_consume_the_approval(github, caller, create_i
     approval_decide(approval=ApprovalRequest.objects.get(), approve=True, decided_by=None, decided_by_name="os:ops")
 
     # the connection needs re-authorisation for a while: the approved repeat is refused by the broker
-    Connection.objects.filter(pk=connection.pk).update(status=Connection.Status.NEEDS_REAUTH)
+    _set_status(connection, Connection.Status.NEEDS_REAUTH)
     refused = create_issue()
     still = ApprovalRequest.objects.get().status
-    Connection.objects.filter(pk=connection.pk).update(status=Connection.Status.ACTIVE)
+    _set_status(connection, Connection.Status.ACTIVE)
     ran = create_issue()
 
     assert (refused.status_code, refused.json()["error_code"]) == (409, "connection_unavailable")

@@ -1,0 +1,167 @@
+"""The keep-alive transport behind HttpCapability, against real sockets on loopback.
+
+tests/runner/test_capabilities.py holds the capability to its contract through
+this transport (its loopback server closes every connection); these tests
+hold what only a keep-alive server shows: connections are reused, one the
+server closed while idle is not, chunked bodies are read, and a proxy in the
+environment keeps httpx's own transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from runner.capabilities import HttpCapability
+from runner.http1 import proxy_applies
+from tests.support.loopback import LoopbackServer
+
+BODY = json.dumps({"login": "octocat"}).encode()
+
+
+class KeepAliveServer:
+    """HTTP/1.1 on loopback that keeps connections open (or closes them after each answer, silently)."""
+
+    def __init__(self, *, close_after_answer: bool = False, chunked: bool = False) -> None:
+        self.close_after_answer = close_after_answer
+        self.chunked = chunked
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> KeepAliveServer:
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+        ).result()
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    async def _stop(self) -> None:
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _answer(self) -> bytes:
+        if self.chunked:
+            half = len(BODY) // 2
+            chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (BODY[:half], BODY[half:]))
+            return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + (
+                chunks + b"0\r\n\r\n"
+            )
+        return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(BODY),
+            BODY,
+        )
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._tasks.add(asyncio.current_task())
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                self.requests.append(head.split(b"\r\n", 1)[0])
+                writer.write(self._answer())
+                await writer.drain()
+                if self.close_after_answer:  # an idle timeout, without saying `Connection: close`
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+def keep_alive() -> Iterator[KeepAliveServer]:
+    with KeepAliveServer() as server:
+        yield server
+
+
+async def _get_many(http: HttpCapability, count: int, pause_s: float = 0.0) -> list[int]:
+    statuses = []
+    try:
+        for _ in range(count):
+            response = await http.get("/user")
+            assert response.json() == {"login": "octocat"}
+            statuses.append(response.status_code)
+            await asyncio.sleep(pause_s)
+    finally:
+        await http.aclose()
+    return statuses
+
+
+async def _get_once(http: HttpCapability):
+    try:
+        return await http.get("/user")
+    finally:
+        await http.aclose()
+
+
+def test_successive_requests_share_one_connection(keep_alive: KeepAliveServer) -> None:
+    statuses = asyncio.run(_get_many(HttpCapability(keep_alive.url), 3))
+
+    assert statuses == [200, 200, 200]
+    assert keep_alive.requests == [b"GET /user HTTP/1.1"] * 3
+    assert keep_alive.connections == 1
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    with KeepAliveServer(close_after_answer=True) as server:
+        statuses = asyncio.run(_get_many(HttpCapability(server.url), 3, pause_s=0.05))
+
+    assert statuses == [200, 200, 200]  # no request failed on, or was sent twice to, a closed connection
+    assert len(server.requests) == 3
+    assert server.connections == 3
+
+
+def test_a_chunked_body_is_read_whole_and_the_connection_kept() -> None:
+    with KeepAliveServer(chunked=True) as server:
+        statuses = asyncio.run(_get_many(HttpCapability(server.url), 2))
+
+    assert statuses == [200, 200]
+    assert server.connections == 1
+
+
+def test_a_proxy_in_the_environment_is_used_as_httpx_uses_it(keep_alive, monkeypatch) -> None:
+    with LoopbackServer() as proxy:
+        proxy.route("GET", f"{keep_alive.url}/user", json={"login": "octocat"})
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "")
+
+        response = asyncio.run(_get_once(HttpCapability(keep_alive.url)))
+
+    assert response.json() == {"login": "octocat"}
+    assert [request.target for request in proxy.requests] == [f"{keep_alive.url}/user"]
+    assert keep_alive.requests == []
+
+
+@pytest.mark.parametrize(
+    ("environ", "applies"),
+    [
+        ({}, False),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, True),
+        ({"ALL_PROXY": "http://proxy:3128"}, True),
+        ({"HTTP_PROXY": "http://proxy:3128"}, False),  # another scheme's proxy
+        ({"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "api.github.com"}, False),
+    ],
+)
+def test_proxy_applies_reads_the_variables_httpx_reads(monkeypatch, environ, applies) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+
+    assert proxy_applies("https://api.github.com/") is applies
