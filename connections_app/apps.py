@@ -12,17 +12,17 @@ class ConnectionsAppConfig(AppConfig):
     def ready(self) -> None:
         # Model-importing modules load once the app registry is ready, hence here and not above.
         from connections_app.models import Connection, ExecutionGrant  # noqa: PLC0415
-        from connections_app.selectors import connection_ids_usable  # noqa: PLC0415
+        from connections_app.selectors import CONNECTION_ROW, connection_ids_usable  # noqa: PLC0415
         from connections_app.tasks import approval_webhook_listener  # noqa: PLC0415
         from policies_app.services import approval_listener_add  # noqa: PLC0415
-        from policies_app.signals import govern  # noqa: PLC0415
+        from policies_app.signals import cache_rows, govern  # noqa: PLC0415
 
         # Grants are governance: a grant or its connections changing reaches every process's cache.
         govern(ExecutionGrant)
         govern(ExecutionGrant.connections.through)
-        # The broker caches connection rows too: a saved row (admin, OAuth re-authorisation) bumps the
-        # generation; the services that write with UPDATE (revoke, refresh, resume) bump it themselves.
-        govern(Connection)
+        # The broker caches connection rows one by one: a saved row (admin, OAuth re-authorisation) is
+        # forgotten everywhere; the services that write with UPDATE (revoke, refresh, resume) say so themselves.
+        cache_rows(Connection, kind=CONNECTION_ROW)
 
         approval_listener_add(approval_webhook_listener)  # tenants' webhooks hear of approvals
         install_connection_check(connection_ids_usable)  # the MCP host stops revoked connections' children

@@ -41,7 +41,7 @@ from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.oauth import TokenRequestFailed, oauth_client, token_credentials, token_expiry, token_request
 from connections_app.services import connection_credentials_open, connection_event_record, seal_credentials_into
 from policies_app.crypto import CredentialError
-from policies_app.governance import governance_bump
+from policies_app.signals import row_changed
 from policies_app.tracing import tracer
 
 logger = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def _store(
     )
     if not updated:  # revoked meanwhile (impossible under the lock; kept as the no-un-revoke guarantee)
         return RefreshResult(RefreshOutcome.NOT_REFRESHABLE, _reload(row))
-    governance_bump()  # every process's broker drops the row it cached with the old token
+    row_changed(row)  # every process's broker drops the row it cached with the old token
     connection_event_record(row, ConnectionEvent.Kind.REFRESHED)
     _count_on_commit(row.provider, "success")
     return RefreshResult(RefreshOutcome.REFRESHED, _reload(row))
@@ -206,7 +206,7 @@ def _fail(row: Connection, error: str, *, now: datetime, terminal: bool) -> Refr
         kind, counted = ConnectionEvent.Kind.REFRESH_FAILED, error
     Connection.objects.filter(pk=row.pk, revoked_at__isnull=True).update(**changes)
     if changes.get("status", row.status) != row.status:
-        governance_bump()  # the broker reads the status: cached rows go
+        row_changed(row)  # the broker reads the status: every process drops the row it cached
     connection_event_record(row, kind, detail=error)
     _count_on_commit(row.provider, counted)
     if gives_up and row.status != Connection.Status.NEEDS_ATTENTION:

@@ -105,6 +105,10 @@ class UsableConnection:
 _USABLE_FIELDS = tuple(UsableConnection.__dataclass_fields__)
 
 
+# How connection rows are named in the governance cache (`cached_row_changed(kind=CONNECTION_ROW, key=<id>)`).
+CONNECTION_ROW = "connection"
+
+
 def connection_for_use(*, connection_id: str) -> UsableConnection | None:
     """The row the broker checks (any tenant: the broker compares tenants itself and says why).
 
@@ -114,7 +118,7 @@ def connection_for_use(*, connection_id: str) -> UsableConnection | None:
     pk = uuid_or_none(connection_id)
     if pk is None:
         return None
-    return governance_cache.get(("connection", pk), lambda: _load_usable_connection(pk), remember_missing=False)
+    return governance_cache.get_row(CONNECTION_ROW, str(pk), lambda: _load_usable_connection(pk))
 
 
 def _load_usable_connection(pk: uuid.UUID) -> UsableConnection | None:

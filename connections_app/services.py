@@ -26,6 +26,7 @@ from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount, Tenant, TenantMembership
 from policies_app.services import revoke_once
+from policies_app.signals import row_changed
 from runner import wording
 from tools_app.selectors import tool_providers
 
@@ -182,7 +183,7 @@ def connection_refresh_resume(*, connection: Connection, actor: AbstractBaseUser
     if updated:
         event = connection_event_record(connection, ConnectionEvent.Kind.REFRESH_RESUMED, actor=actor)
         connection_change_record(connection, "connection.resume_refresh", before=before, event=event)
-        governance_bump()  # the status the broker reads changed
+        row_changed(connection)  # the status the broker reads changed: every process drops the row it cached
     return bool(updated)
 
 

@@ -14,6 +14,14 @@ publisher that died between commit and publish), so a process also re-reads
 the generation at least every MAX_STALENESS_S, and on every request while its
 subscription is down. Without Redis (the embedded default, one process) the
 generation is read on every request, as it always was.
+
+Some cached rows change far more often than governance: a connection's tokens
+change with every OAuth refresh. Dropping every process's whole cache for each
+would cost every call its warm keys and policies, so such rows have a lane of
+their own: `cached_row_changed` pushes the one row's name (every process
+forgets just that row) and bumps a second counter, read in the same query as
+the generation, so a process that missed the push drops all such rows within
+MAX_STALENESS_S.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import select
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis
@@ -48,29 +57,62 @@ REDIS_TIMEOUT_S = 0.5
 # Entries a process keeps at most (keys, policies, grants): beyond it the cache starts over, so
 # a flood of made-up keys or grant ids cannot grow a worker's memory.
 MAX_ENTRIES = 20_000
+# The GovernanceState rows: the generation of governance, and the counter of changes to cached rows.
+GENERATION_PK, ROW_CHANGES_PK = 1, 2
+BUMP_MESSAGE = b"bump"
+ROW_MESSAGE_PREFIX = b"row:"  # row:<kind>:<key>
 
 
 def governance_bump() -> None:
     """Mark every process's cache stale; call inside the transaction of the change."""
-    updated = GovernanceState.objects.filter(pk=1).update(generation=F("generation") + 1)
-    if not updated:
-        GovernanceState.objects.get_or_create(pk=1, defaults={"generation": 1})
+    _count(GENERATION_PK)
     governance_cache.mark_stale()  # this process, now: it may read its own uncommitted change
-    transaction.on_commit(_publish)
+    transaction.on_commit(lambda: _publish(BUMP_MESSAGE))
+
+
+def cached_row_changed(*, kind: str, key: str) -> None:
+    """One row served by `GovernanceCache.get_row` changed: every process forgets that row, and only it.
+
+    Call inside the transaction of the change.
+    """
+    _count(ROW_CHANGES_PK)
+    governance_cache.forget_row(kind, key)  # this process, now
+    message = ROW_MESSAGE_PREFIX + f"{kind}:{key}".encode()
+    transaction.on_commit(lambda: _publish(message))
+
+
+def _count(pk: int) -> None:
+    if not GovernanceState.objects.filter(pk=pk).update(generation=F("generation") + 1):
+        GovernanceState.objects.get_or_create(pk=pk, defaults={"generation": 1})
 
 
 def governance_generation() -> int:
-    row = GovernanceState.objects.filter(pk=1).values_list("generation", flat=True).first()
-    return 0 if row is None else row
+    return governance_generations()[0]
 
 
-def _publish() -> None:
+def governance_generations() -> tuple[int, int]:
+    """(the governance generation, the count of cached-row changes), in one query."""
+    counts = dict(
+        GovernanceState.objects.filter(pk__in=(GENERATION_PK, ROW_CHANGES_PK)).values_list("pk", "generation")
+    )
+    return counts.get(GENERATION_PK, 0), counts.get(ROW_CHANGES_PK, 0)
+
+
+def _publish(message: bytes) -> None:
     if not settings.REDIS_URL:
         return
     try:
-        _subscription().publish()
+        _subscription().publish(message)
     except redis.RedisError as exc:  # the other processes' staleness bound still applies
         logger.warning("governance change not pushed (%s); processes pick it up within %ss", exc, MAX_STALENESS_S)
+
+
+@dataclass(slots=True)
+class Pushes:
+    """What the pushes read since the last look say: governance changed, and which cached rows did."""
+
+    governance: bool = False
+    rows: set[tuple[str, str]] = field(default_factory=set)
 
 
 class _Subscription:
@@ -90,29 +132,30 @@ class _Subscription:
         self._confirmed = False
         self._retry_at = 0.0
 
-    def publish(self) -> None:
-        self._client.publish(self._channel, b"bump")
+    def publish(self, message: bytes) -> None:
+        self._client.publish(self._channel, message)
 
-    def pending(self) -> bool | None:
-        """True if a push arrived (or may have been missed), False if none; None while unsubscribed."""
+    def pending(self) -> Pushes | None:
+        """What arrived since the last look (governance also when a push may have been missed); None while
+        unsubscribed."""
         pubsub = self._pubsub or self._subscribe()
         if pubsub is None:
             return None
+        pushes = Pushes()
         if self._confirmed and _quiet(pubsub):
-            return False
-        arrived = False
+            return pushes
         try:
             while (message := pubsub.get_message(timeout=0.0)) is not None:
                 if message["type"] == "subscribe":
                     self._confirmed = True
-                    arrived = True  # anything before the subscription took effect went unheard
+                    pushes.governance = True  # anything before the subscription took effect went unheard
                 elif message["type"] == "message":
-                    arrived = True
+                    _read_push(message["data"], pushes)
         except (redis.RedisError, OSError):
             logger.warning("governance subscription lost; reading the generation on every request until it is back")
             self._drop()
             return None
-        return arrived if self._confirmed else None
+        return pushes if self._confirmed else None
 
     def _subscribe(self) -> redis.client.PubSub | None:
         if time.monotonic() < self._retry_at:
@@ -132,6 +175,14 @@ class _Subscription:
         self._pubsub = None
         self._confirmed = False
         self._retry_at = time.monotonic() + RESUBSCRIBE_AFTER_S
+
+
+def _read_push(data: bytes, pushes: Pushes) -> None:
+    if data.startswith(ROW_MESSAGE_PREFIX):
+        kind, _, key = data[len(ROW_MESSAGE_PREFIX) :].decode(errors="replace").partition(":")
+        pushes.rows.add((kind, key))
+    else:  # a bump, or anything this version does not know: the safe reading is "governance changed"
+        pushes.governance = True
 
 
 def _quiet(pubsub: redis.client.PubSub) -> bool:
@@ -171,12 +222,14 @@ def _subscription() -> _Subscription:
 
 
 class GovernanceCache:
-    """Lazily filled, dropped whole when the generation moves."""
+    """Lazily filled, dropped whole when the generation moves; single rows (`get_row`) forgotten one by one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._generation: int | None = None
+        self._row_changes: int | None = None
         self._entries: dict[Any, Any] = {}
+        self._rows: dict[tuple[str, str], Any] = {}
         self._stale = True
         self._read_at = 0.0
 
@@ -184,22 +237,28 @@ class GovernanceCache:
         """Make sure the cache is current: the runner calls it first thing in every call, and the
         key lookup before it reads a key.
 
-        Reads the generation (one query) only when a push arrived, the
-        subscription is down, no Redis is configured, or the last read is
-        older than MAX_STALENESS_S.
+        Forgets the rows that pushes named. Reads the counters (one query)
+        only when governance was pushed, the subscription is down, no Redis
+        is configured, or the last read is older than MAX_STALENESS_S.
         """
         with self._lock:
-            pushed = _subscription().pending() if settings.REDIS_URL else None
+            pushes = _subscription().pending() if settings.REDIS_URL else None
+            if pushes is not None:
+                for row in pushes.rows:
+                    self._rows.pop(row, None)
             due = time.monotonic() - self._read_at >= MAX_STALENESS_S
-            if not (self._stale or pushed is not False or due):
+            if not (self._stale or pushes is None or pushes.governance or due):
                 return
             self._stale = False
-        generation = governance_generation()
+        generation, row_changes = governance_generations()
         with self._lock:
             self._read_at = time.monotonic()
             if generation != self._generation:
-                self._entries = {}
+                self._entries, self._rows = {}, {}
                 self._generation = generation
+            if row_changes != self._row_changes:  # rows changed that this process may not have heard of
+                self._rows = {}
+                self._row_changes = row_changes
 
     def mark_stale(self) -> None:
         with self._lock:
@@ -219,10 +278,28 @@ class GovernanceCache:
             self._entries[key] = value
         return value
 
+    def get_row(self, kind: str, key: str, load: Callable[[], T | None]) -> T | None:
+        """A row whose changes are announced with `cached_row_changed(kind=, key=)`; a missing row is not kept."""
+        with self._lock:
+            if (kind, key) in self._rows:
+                return self._rows[(kind, key)]  # type: ignore[no-any-return]
+        value = load()
+        if value is None:
+            return value
+        with self._lock:
+            if len(self._rows) >= MAX_ENTRIES:
+                self._rows = {}
+            self._rows[(kind, key)] = value
+        return value
+
+    def forget_row(self, kind: str, key: str) -> None:
+        with self._lock:
+            self._rows.pop((kind, key), None)
+
     def clear(self) -> None:
         with self._lock:
-            self._entries = {}
-            self._generation = None
+            self._entries, self._rows = {}, {}
+            self._generation = self._row_changes = None
             self._stale = True
 
 

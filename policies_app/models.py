@@ -349,18 +349,20 @@ class ApprovalRequest(models.Model):
 
 
 class GovernanceState(models.Model):
-    """One row whose `generation` grows with every governance change.
+    """Two counters processes re-read to keep their caches current (policies_app/governance.py).
 
-    Processes cache service accounts, policies and tool switches and re-read
-    this single row per call: a changed generation drops their caches, so an
-    operator's change applies on the very next call in every process.
+    Row 1's `generation` grows with every governance change: processes cache
+    service accounts, policies and tool switches, and a changed generation
+    drops their caches, so an operator's change applies on the very next call
+    in every process. Row 2 counts changes to single cached rows (a
+    connection's tokens): a process that missed their pushes drops those rows.
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     generation = models.BigIntegerField(default=0)
 
     class Meta:
-        constraints = [models.CheckConstraint(condition=Q(id=1), name="governancestate_singleton")]
+        constraints = [models.CheckConstraint(condition=Q(id__in=(1, 2)), name="governancestate_two_counters")]
 
     def __str__(self) -> str:
         return f"generation {self.generation}"

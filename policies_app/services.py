@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
 from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
-from policies_app.governance import governance_bump
 from policies_app.keys import consent_code_generate, key_digest, key_generate, pkce_s256, subject_token_generate
 from policies_app.metrics import APPROVALS_REQUESTED
 from policies_app.models import (
@@ -40,7 +39,7 @@ from policies_app.models import (
     ToolPolicy,
 )
 from policies_app.selectors import tenant_owner_may_decide
-from policies_app.signals import is_governed
+from policies_app.signals import row_changed
 from runner.types import ConsequenceLevel, FieldError, ToolEffect
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -146,9 +145,8 @@ def revoke_once(
     decides between concurrent revocations; `also` are columns that change in
     that same UPDATE (a connection's status, which a constraint ties to
     revoked_at). The row is re-read either way. When this call revoked it:
-    the governance generation is bumped if the model is governance (processes
-    serve those rows from memory, and a queryset update sends no save
-    signal), `record` leaves what else the service keeps (an event) and
+    processes that serve such rows from memory are told (`signals.row_changed`:
+    a queryset update sends no save signal), `record` leaves what else the service keeps (an event) and
     returns the change entry's links, and one change-log entry says who.
     """
     now = now or timezone.now()
@@ -163,8 +161,7 @@ def revoke_once(
     row.refresh_from_db()
     if not updated:
         return False
-    if is_governed(type(row)):
-        governance_bump()
+    row_changed(row)  # processes that serve the row from memory drop it (a queryset update sends no signal)
     links = record(row) if record is not None else None
     after = {name: _field_value(row, name) for name in changing}
     change_record(action=action, obj=row, before=before, after=after, links=links)

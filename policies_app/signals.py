@@ -1,4 +1,4 @@
-"""Cache invalidation only: any saved or deleted governance row bumps the generation.
+"""Cache invalidation only: a saved or deleted governance row bumps the generation; a cached row is forgotten.
 
 Domain behaviour lives in services; these receivers exist so that an edit made
 anywhere (admin forms, list_editable, the shell) still reaches every process's
@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
-from policies_app.governance import governance_bump
+from policies_app.governance import cached_row_changed, governance_bump
 from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership, ToolPolicy
 
 # This app's governance rows; the apps above register theirs (tool switches, grants) with `govern`.
@@ -36,9 +36,29 @@ def govern(model: type[models.Model]) -> None:
     m2m_changed.connect(_bump, sender=model, dispatch_uid=f"governance-m2m-{model._meta.label}")
 
 
-def is_governed(model: type[models.Model]) -> bool:
-    """Whether processes serve rows of `model` from the governance cache (so a change must bump)."""
-    return model in _governed
+# Models whose rows are cached one by one (GovernanceCache.get_row), with the kind they are cached under.
+_cached_rows: dict[type[models.Model], str] = {}
+
+
+def _row_changed(sender: type[models.Model], instance: models.Model, **kwargs: object) -> None:
+    if not kwargs.get("raw"):
+        cached_row_changed(kind=_cached_rows[sender], key=str(instance.pk))
+
+
+def cache_rows(model: type[models.Model], *, kind: str) -> None:
+    """Saving or deleting a row of `model` makes every process forget that row (and nothing else)."""
+    _cached_rows[model] = kind
+    post_save.connect(_row_changed, sender=model, dispatch_uid=f"cached-row-save-{model._meta.label}")
+    post_delete.connect(_row_changed, sender=model, dispatch_uid=f"cached-row-delete-{model._meta.label}")
+
+
+def row_changed(row: models.Model) -> None:
+    """A write that sends no signal (a queryset update) changed `row`: tell the caches that serve it, if any."""
+    model = type(row)
+    if model in _cached_rows:
+        cached_row_changed(kind=_cached_rows[model], key=str(row.pk))
+    elif model in _governed:
+        governance_bump()
 
 
 def connect() -> None:

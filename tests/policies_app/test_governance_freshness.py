@@ -68,7 +68,7 @@ def test_a_call_made_without_the_api_sees_a_change_another_process_made():
     # (bare UPDATEs here, so nothing tells this process's cache directly)
     Tool.objects.filter(pk=TOOL).update(is_enabled=False)
     GovernanceState.objects.update(generation=F("generation") + 1)
-    _publish()
+    _publish(governance.BUMP_MESSAGE)
     _wait_for_the_push_to_arrive()
 
     # then: the next call, made straight to the runner, is refused
@@ -96,17 +96,17 @@ def test_the_subscription_is_quiet_until_a_push_arrives_and_hears_every_push(red
     # given: a confirmed subscription with nothing pending
     subscription = governance._Subscription(redis_url)
     assert _wait_until(lambda: subscription.pending() is not None)  # the subscribe confirmation
-    assert subscription.pending() is False
+    assert subscription.pending() == governance.Pushes()
     assert governance._quiet(subscription._pubsub)
 
     # when: a push arrives (two, in fact)
-    subscription.publish()
-    subscription.publish()
+    subscription.publish(governance.BUMP_MESSAGE)
+    subscription.publish(governance.BUMP_MESSAGE)
 
     # then: the socket is no longer quiet, the push is heard once, and quiet follows
     assert _wait_until(lambda: not governance._quiet(subscription._pubsub))
-    assert subscription.pending() is True
-    assert subscription.pending() is False
+    assert subscription.pending() == governance.Pushes(governance=True)
+    assert subscription.pending() == governance.Pushes()
     assert governance._quiet(subscription._pubsub)
     subscription._drop()
 
@@ -119,13 +119,13 @@ def test_a_push_reaches_the_subscriptions_of_its_own_database_only(redis_url):
     for subscription in (ours, theirs):
         assert _wait_until(lambda subscription=subscription: subscription.pending() is not None)
 
-    theirs.publish()  # another database's bump: unheard here
-    assert _wait_until(lambda: theirs.pending() is True)
-    assert ours.pending() is False
+    theirs.publish(governance.BUMP_MESSAGE)  # another database's bump: unheard here
+    assert _wait_until(lambda: theirs.pending() == governance.Pushes(governance=True))
+    assert ours.pending() == governance.Pushes()
 
-    governance._Subscription(redis_url).publish()  # this database's bump, from another process
+    governance._Subscription(redis_url).publish(governance.BUMP_MESSAGE)  # this database's, from another process
     assert _wait_until(lambda: not governance._quiet(ours._pubsub))
-    assert ours.pending() is True
+    assert ours.pending() == governance.Pushes(governance=True)
     for subscription in (ours, theirs):
         subscription._drop()
 
@@ -143,3 +143,66 @@ def test_a_subscription_whose_server_connection_died_is_not_quiet_and_is_dropped
     assert _wait_until(lambda: not governance._quiet(subscription._pubsub))
     assert subscription.pending() is None
     assert subscription._pubsub is None
+
+
+def test_a_push_that_names_a_row_is_read_as_that_row_and_not_as_a_governance_change(redis_url):
+    subscription = governance._Subscription(redis_url)
+    assert _wait_until(lambda: subscription.pending() is not None)
+
+    subscription.publish(governance.ROW_MESSAGE_PREFIX + b"connection:c1")
+    subscription.publish(governance.ROW_MESSAGE_PREFIX + b"connection:c2")
+    subscription.publish(b"something a newer version says")  # unknown: read as the safe "governance changed"
+
+    assert _wait_until(lambda: not governance._quiet(subscription._pubsub))
+    assert _wait_until(
+        lambda: subscription.pending() == governance.Pushes(True, {("connection", "c1"), ("connection", "c2")})
+    )
+    subscription._drop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_changed_row_is_forgotten_everywhere_while_the_governance_cache_stays_warm(redis_url):
+    """An OAuth refresh must not cost every process its warm keys and policies: only the one row goes."""
+    # given: a warm cache (its subscription confirmed) holding a governance entry and two cached rows
+    assert _wait_until(lambda: governance._subscription().pending() is not None)
+    cache = governance.governance_cache
+    cache.refresh()
+    loads: list[str] = []
+
+    def load(name):
+        return lambda: loads.append(name) or name
+
+    cache.get(("policy", 1), load("policy"))
+    cache.get_row("connection", "c1", load("c1"))
+    cache.get_row("connection", "c2", load("c2"))
+
+    # when: another process changes row c1 and pushes it
+    governance._count(governance.ROW_CHANGES_PK)
+    governance._Subscription(redis_url).publish(governance.ROW_MESSAGE_PREFIX + b"connection:c1")
+    _wait_for_the_push_to_arrive()
+    cache._read_at = time.monotonic()  # the periodic re-read is not due: only the push speaks
+    cache.refresh()
+
+    # then: c1 is read again, c2 and the governance entry are not
+    for key in ("policy", "c1", "c2"):
+        getter = cache.get_row("connection", key, load(key)) if key != "policy" else cache.get(("policy", 1), load(key))
+        assert getter == key
+    assert loads == ["policy", "c1", "c2", "c1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_that_missed_a_row_push_forgets_every_cached_row_within_the_staleness_bound(redis_url):
+    # given: a warm cache with a cached row and a governance entry
+    cache = governance.governance_cache
+    cache.refresh()
+    cache.get(("policy", 1), lambda: "policy")
+    cache.get_row("connection", "c1", lambda: "old")
+
+    # when: a row changed elsewhere and its push was lost (only the counter moved)
+    governance._count(governance.ROW_CHANGES_PK)
+    cache._read_at -= governance.MAX_STALENESS_S  # the periodic re-read is due
+    cache.refresh()
+
+    # then: the rows are read again; governance is not
+    assert cache.get_row("connection", "c1", lambda: "new") == "new"
+    assert cache.get(("policy", 1), lambda: "reloaded") == "policy"
