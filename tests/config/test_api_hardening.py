@@ -539,7 +539,7 @@ def test_pagination_parameters_are_refused_rather_than_defaulted(url, query, pat
         (
             "/api/v1/tools?fromat=openai",
             "fromat",  # a typo of a declared name is named; anything else is not echoed
-            "unknown query parameter (did you mean 'format'?); this operation takes: format, tags",
+            "unknown query parameter (did you mean 'format'?); this operation takes: format, tags, toolset, q, limit",
         ),
         (
             "/api/v1/invocations?limt=2",
