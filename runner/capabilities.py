@@ -20,7 +20,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from runner.errors import CapabilityError
-from runner.http1 import KeepAliveTransport, proxy_applies
+from runner.http1 import KeepAliveTransport, ResponseTooLarge, proxy_applies
 
 MAX_REDIRECTS = 5
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
@@ -175,6 +175,8 @@ class HttpCapability:
                 finally:
                     await response.aclose()
             raise self._failed("too many redirects")
+        except ResponseTooLarge as exc:  # the keep-alive transport reads answers whole, up to the same cap
+            raise self._failed("upstream response too large") from exc
         except httpx.TimeoutException as exc:
             raise self._failed("upstream timed out") from exc
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
@@ -188,7 +190,7 @@ class HttpCapability:
         """One pooled client per event loop: building one costs an SSL context (~10 ms)."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            transport = KeepAliveTransport() if self._lean else None
+            transport = KeepAliveTransport(max_response_bytes=self._max_response_bytes) if self._lean else None
             self._client = httpx.AsyncClient(timeout=self._timeout, transport=transport)
             self._client_loop = loop
         return self._client

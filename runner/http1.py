@@ -1,44 +1,304 @@
-"""A lean httpx transport: HTTP/1.1 keep-alive connections on the running event loop.
+"""Keep-alive HTTP/1.1 connections on the running event loop, and the httpx transport over them.
 
-Why: the runner's HTTP capability (GitHub) made one request per call, and
+Why: one HTTP client for the two places that make many small requests to the
+same server: the runner's HTTP capability (GitHub) and the gateway's plain
+JSON `tools/call` POSTs to MCP upstreams (tools_app/upstream/http11.py).
 httpx's default transport (httpcore's pool over anyio) cost about 1 ms of CPU
-per request here, more than the runner's twelve stages together. This
-transport speaks HTTP/1.1 with h11 (the parser httpcore itself uses) over
-asyncio streams and keeps idle connections per origin, so a warm call is one
-write and one read on a connection already open. httpx stays in front of it:
-URLs, headers, content decoding (gzip, counted after decompression) and its
-exception types are the same as with the default transport.
+per request here, more than the runner's twelve stages together, and a pooled
+POST through httpx2 crosses its client, httpcore2's pool and anyio's stream
+layers (about 2,800 Python calls per request, profiled) and sends the head and
+the body in two writes. Here a connection is an `asyncio.Protocol` with h11
+for the wire format (the parser httpcore and uvicorn use): one write per
+request, parsing in `data_received`, one future per request; a warm request
+is that write and the answer's bytes on a connection already open.
 
-What it does not do, and who does instead: proxies and tracing. The
-composition root keeps httpx's own transport when an HTTP(S)/ALL_PROXY
-variable applies (`proxy_applies`) or when OpenTelemetry instruments httpx
-(config/runtime.py). A request is never sent twice: a connection that may
-have been closed by the server while idle is checked before reuse, and a
-failure after sending is the caller's error, as with httpcore.
+What a pool guarantees: it connects only to the address in its key (a caller
+that resolved and checked an address passes that address, and the URL's host
+as the server name for TLS); it cuts an answer larger than the caller's
+response cap before parsing more of it; it reuses a connection only when h11
+says both sides finished the exchange cleanly and nothing arrived since (not
+even the server's FIN), and closes one whose request failed or was cancelled
+(a runtime budget); it never retries, so a request that may have run (a
+POST) is never sent twice.
 
-One transport belongs to one event loop (HttpCapability keeps one client per loop).
+`KeepAliveTransport` puts httpx in front for the runner: URLs, headers,
+content decoding (gzip, counted after decompression by HttpCapability) and
+httpx's exception types are as with httpx's own transport. What it does not
+do, and who does instead: proxies and tracing. The composition root keeps
+httpx's own transport when an HTTP(S)/ALL_PROXY variable applies
+(`proxy_applies`) or when OpenTelemetry instruments httpx (config/runtime.py).
+
+A pool belongs to one event loop (HttpCapability keeps one client per loop,
+an MCP session's caller lives on its session's loop).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import select
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import h11
 import httpx
 
-MAX_IDLE_PER_ORIGIN = 16
 # A response's status line and headers together; more is an upstream we do not want to parse.
 MAX_HEAD_BYTES = 64 * 1024
-READ_CHUNK = 64 * 1024
+MAX_IDLE_PER_ORIGIN = 16
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
-Origin = tuple[str, str, int]
+Headers = Sequence[tuple[bytes, bytes]]
+
+
+class ResponseTooLarge(Exception):
+    """The answer went past the response cap (nothing of it is kept)."""
+
+
+class ConnectionClosed(ConnectionError):
+    """The upstream closed the connection before answering completely (its cause: the socket's error, if any)."""
+
+
+class MalformedAnswer(Exception):
+    """The upstream's bytes are not HTTP/1.1 (h11 refused them)."""
+
+
+class Origin(NamedTuple):
+    """Where a pool's connections go: the address connected to, and the name TLS sends and verifies."""
+
+    address: str
+    port: int
+    tls: bool
+    server_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    reason: bytes
+    raw_headers: Headers  # as h11 parsed them: names lower-cased, repeats kept
+    body: bytes
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Names lower-cased; a repeated header keeps its last value."""
+        return {name.decode("latin-1"): value.decode("latin-1") for name, value in self.raw_headers}
+
+
+_NO_RESPONSE = h11.Response(status_code=200, headers=[])
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; at most one request in flight (HTTP/1.1 without pipelining)."""
+
+    def __init__(self) -> None:
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._max_response_bytes = 0
+        self._transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._response = _NO_RESPONSE
+        self._body: list[bytes] = []
+        self._received = 0
+        # Set while an answer is awaited with a timeout per read: each arrival pushes the deadline on.
+        self._per_read: asyncio.Timeout | None = None
+        self._read_timeout_s = 0.0
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        closed = ConnectionClosed("the connection to the upstream closed")
+        closed.__cause__ = exc
+        self._fail(closed)
+
+    def eof_received(self) -> bool:
+        self._feed(b"")
+        return False  # close our side too
+
+    def data_received(self, data: bytes) -> None:
+        if self._per_read is not None and not self._per_read.expired():
+            self._per_read.reschedule(asyncio.get_running_loop().time() + self._read_timeout_s)
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        if self._waiter is None or self._waiter.done():
+            self.close()  # bytes nobody asked for: this connection is not trusted any more
+            return
+        try:
+            self._h11.receive_data(data)
+            while True:
+                event = self._h11.next_event()
+                if event is h11.NEED_DATA:
+                    return
+                if isinstance(event, h11.Response):
+                    self._response = event
+                elif isinstance(event, h11.Data):
+                    self._received += len(event.data)
+                    if self._received > self._max_response_bytes:
+                        raise ResponseTooLarge
+                    self._body.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    head = self._response  # h11 gives a Response before EndOfMessage
+                    self._waiter.set_result(
+                        Answer(head.status_code, bytes(head.reason), head.headers, b"".join(self._body))
+                    )
+                    return
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise ConnectionClosed("the connection to the upstream closed")
+                # h11.InformationalResponse (1xx): wait for the final answer
+        except h11.RemoteProtocolError:
+            if not data:  # the upstream closed in the middle of its answer
+                self._fail(ConnectionClosed("the connection to the upstream closed"))
+            else:
+                self._fail(MalformedAnswer("the upstream's answer is not HTTP/1.1"))
+        except (ResponseTooLarge, ConnectionClosed) as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+            self.close()
+
+    async def request(
+        self, head: h11.Request, body: bytes, max_response_bytes: int, read_timeout_s: float | None, per_read: bool
+    ) -> Answer:
+        """Send one request in one write and wait for its whole answer (h11.LocalProtocolError: not sendable).
+
+        `read_timeout_s` bounds the whole answer, or with `per_read` each wait for more of it (httpx's meaning).
+        """
+        if self._transport is None or self.closed:
+            raise ConnectionClosed("the connection to the upstream closed")
+        self._response, self._body, self._received = _NO_RESPONSE, [], 0
+        self._max_response_bytes = max_response_bytes
+        self._waiter = asyncio.get_running_loop().create_future()
+        wire = self._h11.send(head) or b""
+        if body:
+            wire += self._h11.send(h11.Data(data=body)) or b""
+        self._transport.write(wire + (self._h11.send(h11.EndOfMessage()) or b""))
+        async with asyncio.timeout(read_timeout_s) as deadline:
+            if per_read and read_timeout_s is not None:
+                self._per_read, self._read_timeout_s = deadline, read_timeout_s
+            try:
+                return await self._waiter
+            finally:
+                self._per_read = None
+
+    def reusable(self) -> bool:
+        """Both sides finished the exchange cleanly and may go on: start the next one."""
+        if self.closed or self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+            return False
+        self._h11.start_next_cycle()
+        return True
+
+    def still_open(self) -> bool:
+        """An idle connection the server has not closed or written to since (checked before reuse)."""
+        if self.closed or self._transport is None:
+            return False
+        sock = self._transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False
+
+    def close(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+
+class ConnectFailed(Exception):
+    """Opening a connection failed (its cause: the OSError, ssl.SSLError or TimeoutError); nothing was sent."""
+
+
+class Pool:
+    """Idle keep-alive connections per origin, for requests answered whole (see the module's docstring)."""
+
+    def __init__(
+        self, *, tls_context: Callable[[], ssl.SSLContext], max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN
+    ) -> None:
+        """`tls_context` is called once, at the first TLS connection."""
+        self._make_tls_context = tls_context
+        self._tls_context: ssl.SSLContext | None = None
+        self._max_idle = max_idle_per_origin
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._closed = False
+
+    async def request(
+        self,
+        origin: Origin,
+        head: h11.Request,
+        body: bytes,
+        *,
+        max_response_bytes: int,
+        connect_timeout_s: float | None,
+        read_timeout_s: float | None,
+        read_timeout_per_read: bool = False,
+    ) -> Answer:
+        """One request on an idle or new connection of `origin`.
+
+        Raises ConnectFailed (nothing sent), then ConnectionClosed, TimeoutError (read),
+        ResponseTooLarge, MalformedAnswer or h11.LocalProtocolError (a header h11 will not send).
+        """
+        connection = self._take_idle(origin) or await self._connect(origin, connect_timeout_s)
+        keep = False
+        try:
+            answer = await connection.request(head, body, max_response_bytes, read_timeout_s, read_timeout_per_read)
+            keep = connection.reusable()
+            return answer
+        finally:
+            idle = self._idle.setdefault(origin, [])
+            if keep and not self._closed and len(idle) < self._max_idle:
+                idle.append(connection)
+            else:
+                connection.close()
+
+    def _take_idle(self, origin: Origin) -> Connection | None:
+        idle = self._idle.get(origin)
+        while idle:
+            connection = idle.pop()
+            if connection.still_open():
+                return connection
+            connection.close()
+        return None
+
+    async def _connect(self, origin: Origin, timeout_s: float | None) -> Connection:
+        loop = asyncio.get_running_loop()
+        tls = self._tls() if origin.tls else None
+        try:
+            async with asyncio.timeout(timeout_s):
+                _transport, connection = await loop.create_connection(
+                    Connection,
+                    host=origin.address,
+                    port=origin.port,
+                    ssl=tls,
+                    server_hostname=origin.server_name if tls else None,
+                )
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            raise ConnectFailed(str(exc)) from exc
+        return connection
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._tls_context is None:
+            self._tls_context = self._make_tls_context()
+        return self._tls_context
+
+    def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                connection.close()
+
+
+# --- httpx in front, for the runner's HttpCapability ----------------------------------------
 
 
 def proxy_applies(url: str) -> bool:
@@ -50,195 +310,65 @@ def proxy_applies(url: str) -> bool:
     return not urllib.request.proxy_bypass_environment(parts.host, proxies)  # type: ignore[attr-defined]  # in 3.11, untyped
 
 
-class _Connection:
-    """One open HTTP/1.1 connection and its h11 state machine."""
-
-    __slots__ = ("h11", "reader", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-
-    def reusable(self) -> bool:
-        """Idle and still open: nothing buffered, nothing (not even the server's FIN) waiting on the socket."""
-        if self.writer.is_closing() or self.reader.at_eof() or self.h11.our_state is not h11.IDLE:
-            return False
-        sock = self.writer.get_extra_info("socket")
-        if sock is None:
-            return False
-        try:
-            poller = select.poll()
-            poller.register(sock.fileno(), select.POLLIN)
-            return not poller.poll(0)
-        except (OSError, ValueError):
-            return False
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-
 class KeepAliveTransport(httpx.AsyncBaseTransport):
-    """httpx's transport interface over pooled HTTP/1.1 connections (see the module's docstring)."""
+    """httpx's transport interface over a `Pool`; answers are read whole, up to `max_response_bytes`.
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._ssl_context = ssl_context
-        self._idle: dict[Origin, list[_Connection]] = {}
+    An answer past the cap raises ResponseTooLarge (HttpCapability reports it as too large,
+    as it does for a body that grows past the cap when decoded).
+    """
+
+    def __init__(self, *, max_response_bytes: int, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._max_response_bytes = max_response_bytes
+        # httpx's own trust: certifi, SSL_CERT_FILE/DIR
+        self._pool = Pool(tls_context=(lambda: ssl_context) if ssl_context else httpx.create_ssl_context)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        origin = _origin_of(request.url)
-        connection = self._take_idle(origin) or await self._connect(origin, timeouts.get("connect"))
+        url = request.url
+        origin = Origin(url.host, url.port or DEFAULT_PORTS[url.scheme], url.scheme == "https", url.host)
+        body = await request.aread()
         try:
-            body = await request.aread()
-            events = [
-                h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw),
-                *([h11.Data(data=body)] if body else []),
-                h11.EndOfMessage(),
-            ]
-            connection.writer.write(b"".join(connection.h11.send(event) or b"" for event in events))
-            async with _within(timeouts.get("write"), httpx.WriteTimeout):
-                await connection.writer.drain()
-            response = await _next_event(connection, timeouts.get("read"))
-            if not isinstance(response, h11.Response):
-                raise httpx.RemoteProtocolError("the server answered without a response")
-        except BaseException as exc:
-            connection.close()
-            mapped = _as_httpx_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
+            head = h11.Request(method=request.method, target=url.raw_path, headers=request.headers.raw)
+            answer = await self._pool.request(
+                origin,
+                head,
+                body,
+                max_response_bytes=self._max_response_bytes,
+                connect_timeout_s=timeouts.get("connect"),
+                read_timeout_s=timeouts.get("read"),
+                read_timeout_per_read=True,  # as httpcore times each read
+            )
+        except ConnectFailed as exc:
+            if isinstance(exc.__cause__, TimeoutError):
+                raise httpx.ConnectTimeout(f"ConnectTimeout after {timeouts.get('connect')}s") from exc
+            raise httpx.ConnectError(str(exc)) from exc
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(f"ReadTimeout after {timeouts.get('read')}s") from exc
+        except ConnectionClosed as exc:
+            if isinstance(exc.__cause__, OSError):  # reset, not closed
+                raise httpx.ReadError(str(exc.__cause__)) from exc
+            raise httpx.RemoteProtocolError("Server disconnected without sending a complete response.") from exc
+        except MalformedAnswer as exc:
+            raise httpx.RemoteProtocolError(str(exc)) from exc
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
         return httpx.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            stream=_Body(self, origin, connection, timeouts.get("read")),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": bytes(response.reason)},
+            status_code=answer.status,
+            headers=answer.raw_headers,
+            stream=_Body(answer.body),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": answer.reason},
         )
 
-    def _take_idle(self, origin: Origin) -> _Connection | None:
-        idle = self._idle.get(origin)
-        while idle:
-            connection = idle.pop()
-            if connection.reusable():
-                return connection
-            connection.close()
-        return None
-
-    def _give_back(self, origin: Origin, connection: _Connection) -> None:
-        idle = self._idle.setdefault(origin, [])
-        if len(idle) >= MAX_IDLE_PER_ORIGIN:
-            connection.close()
-            return
-        idle.append(connection)
-
-    async def _connect(self, origin: Origin, timeout: float | None) -> _Connection:
-        scheme, host, port = origin
-        tls = self._tls() if scheme == "https" else None
-        try:
-            async with _within(timeout, httpx.ConnectTimeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, ssl=tls, server_hostname=host if tls else None, limit=READ_CHUNK
-                )
-        except httpx.ConnectTimeout:
-            raise
-        except (OSError, ssl.SSLError) as exc:
-            raise httpx.ConnectError(str(exc)) from exc
-        return _Connection(reader, writer)
-
-    def _tls(self) -> ssl.SSLContext:
-        if self._ssl_context is None:
-            self._ssl_context = httpx.create_ssl_context()  # httpx's own trust: certifi, SSL_CERT_FILE/DIR
-        return self._ssl_context
-
     async def aclose(self) -> None:
-        for idle in self._idle.values():
-            for connection in idle:
-                connection.close()
-        self._idle.clear()
+        self._pool.close()
 
 
 class _Body(httpx.AsyncByteStream):
-    """The response body as it arrives; a connection read to its end goes back to the pool."""
+    """An answer's body, already read whole."""
 
-    def __init__(
-        self, transport: KeepAliveTransport, origin: Origin, connection: _Connection, read_timeout: float | None
-    ) -> None:
-        self._transport = transport
-        self._origin = origin
-        self._connection: _Connection | None = connection
-        self._read_timeout = read_timeout
+    def __init__(self, body: bytes) -> None:
+        self._body = body
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        connection = self._connection
-        if connection is None:
-            return
-        try:
-            while True:
-                event = await _next_event(connection, self._read_timeout)
-                if isinstance(event, h11.Data):
-                    yield bytes(event.data)
-                elif isinstance(event, h11.EndOfMessage):
-                    break
-                else:
-                    raise httpx.RemoteProtocolError("unexpected event in a response body")
-        except BaseException as exc:
-            self._connection = None
-            connection.close()
-            mapped = _as_httpx_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        self._connection = None
-        if connection.h11.our_state is h11.DONE and connection.h11.their_state is h11.DONE:
-            connection.h11.start_next_cycle()
-            self._transport._give_back(self._origin, connection)  # the pool this body came from
-        else:
-            connection.close()
-
-    async def aclose(self) -> None:
-        """Closed before its end (an over-long body, an error): the connection cannot be reused."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-
-async def _next_event(connection: _Connection, timeout: float | None) -> Any:
-    while True:
-        event = connection.h11.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        async with _within(timeout, httpx.ReadTimeout):
-            data = await connection.reader.read(READ_CHUNK)
-        if not data and connection.h11.their_state is h11.SEND_RESPONSE:
-            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-        connection.h11.receive_data(data)
-
-
-@contextlib.asynccontextmanager
-async def _within(timeout: float | None, error: type[httpx.TimeoutException]) -> AsyncIterator[None]:
-    if timeout is None:
-        yield
-        return
-    try:
-        async with asyncio.timeout(timeout):
-            yield
-    except TimeoutError as exc:
-        raise error(f"{error.__name__} after {timeout}s") from exc
-
-
-def _as_httpx_error(exc: BaseException) -> BaseException:
-    """Errors as httpx's own transport raises them; anything else (cancellation) unchanged."""
-    if isinstance(exc, httpx.TransportError):
-        return exc
-    if isinstance(exc, h11.RemoteProtocolError):
-        return httpx.RemoteProtocolError(str(exc))
-    if isinstance(exc, h11.LocalProtocolError):
-        return httpx.LocalProtocolError(str(exc))
-    if isinstance(exc, (OSError, ssl.SSLError)):
-        return httpx.ReadError(str(exc))
-    return exc
-
-
-def _origin_of(url: httpx.URL) -> Origin:
-    return url.scheme, url.host, url.port or DEFAULT_PORTS[url.scheme]
+        if self._body:
+            yield self._body

@@ -3,8 +3,10 @@
 tests/runner/test_capabilities.py holds the capability to its contract through
 this transport (its loopback server closes every connection); these tests
 hold what only a keep-alive server shows: connections are reused, one the
-server closed while idle is not, chunked bodies are read, and a proxy in the
-environment keeps httpx's own transport.
+server closed while idle is not, one whose request was cancelled is not,
+chunked and truncated bodies, and a proxy in the environment keeps httpx's own
+transport. tests/tools_app/upstream/test_http11.py holds the same pool through
+the MCP plain-JSON client (the response cap, Connection: close, a pinned address).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import json
 import threading
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from runner.capabilities import HttpCapability
+from runner.errors import CapabilityError
 from runner.http1 import proxy_applies
 from tests.support.loopback import LoopbackServer
 
@@ -26,9 +30,18 @@ BODY = json.dumps({"login": "octocat"}).encode()
 class KeepAliveServer:
     """HTTP/1.1 on loopback that keeps connections open (or closes them after each answer, silently)."""
 
-    def __init__(self, *, close_after_answer: bool = False, chunked: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        close_after_answer: bool = False,
+        chunked: bool = False,
+        first: list[bytes | tuple[bytes, ...] | None] | None = None,
+    ) -> None:
         self.close_after_answer = close_after_answer
         self.chunked = chunked
+        # Answers sent first, in order, before the usual one (None: never answer; the connection hangs;
+        # a tuple: its pieces 0.15 s apart).
+        self.first = list(first or [])
         self.connections = 0
         self.requests: list[bytes] = []
         self._tasks: set[asyncio.Task] = set()
@@ -74,7 +87,14 @@ class KeepAliveServer:
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
                 self.requests.append(head.split(b"\r\n", 1)[0])
-                writer.write(self._answer())
+                answer = self.first.pop(0) if self.first else self._answer()
+                if answer is None:
+                    await asyncio.sleep(10)
+                    break
+                for index, piece in enumerate(answer if isinstance(answer, tuple) else (answer,)):
+                    if index:
+                        await asyncio.sleep(0.15)
+                    writer.write(piece)
                 await writer.drain()
                 if self.close_after_answer:  # an idle timeout, without saying `Connection: close`
                     break
@@ -133,6 +153,40 @@ def test_a_chunked_body_is_read_whole_and_the_connection_kept() -> None:
 
     assert statuses == [200, 200]
     assert server.connections == 1
+
+
+def test_a_truncated_answer_fails_as_httpx_fails_it() -> None:
+    truncated = b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\nConnection: close\r\n\r\nshort"
+    failed = pytest.raises(CapabilityError, match=r"^upstream request failed \(RemoteProtocolError\)$")
+    with KeepAliveServer(first=[truncated], close_after_answer=True) as server, failed:
+        asyncio.run(_get_once(HttpCapability(server.url)))
+
+
+def test_a_cancelled_request_closes_its_connection_and_the_next_opens_one() -> None:
+    async def cancelled_then_answered(http: HttpCapability) -> int:
+        try:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await http.get("/user")
+            return (await http.get("/user")).status_code
+        finally:
+            await http.aclose()
+
+    with KeepAliveServer(first=[None]) as server:
+        status = asyncio.run(cancelled_then_answered(HttpCapability(server.url)))
+
+    assert status == 200
+    assert server.connections == 2
+
+
+def test_the_read_timeout_bounds_each_wait_not_the_whole_answer() -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+    trickled = (head, BODY[:5], BODY[5:10], BODY[10:])  # 0.45 s in all, 0.15 s between pieces
+    with KeepAliveServer(first=[trickled]) as server:
+        http = HttpCapability(server.url, timeout=httpx.Timeout(0.3))
+        response = asyncio.run(_get_once(http))
+
+    assert response.json() == {"login": "octocat"}
 
 
 def test_a_proxy_in_the_environment_is_used_as_httpx_uses_it(keep_alive, monkeypatch) -> None:
