@@ -65,7 +65,7 @@ ROW_MESSAGE_PREFIX = b"row:"  # row:<kind>:<key>
 
 def governance_bump() -> None:
     """Mark every process's cache stale; call inside the transaction of the change."""
-    _count(GENERATION_PK)
+    _increment(GENERATION_PK)
     governance_cache.mark_stale()  # this process, now: it may read its own uncommitted change
     transaction.on_commit(lambda: _publish(BUMP_MESSAGE))
 
@@ -75,13 +75,13 @@ def cached_row_changed(*, kind: str, key: str) -> None:
 
     Call inside the transaction of the change.
     """
-    _count(ROW_CHANGES_PK)
+    _increment(ROW_CHANGES_PK)
     governance_cache.forget_row(kind, key)  # this process, now
     message = ROW_MESSAGE_PREFIX + f"{kind}:{key}".encode()
     transaction.on_commit(lambda: _publish(message))
 
 
-def _count(pk: int) -> None:
+def _increment(pk: int) -> None:
     if not GovernanceState.objects.filter(pk=pk).update(generation=F("generation") + 1):
         GovernanceState.objects.get_or_create(pk=pk, defaults={"generation": 1})
 

@@ -177,7 +177,7 @@ def test_a_changed_row_is_forgotten_everywhere_while_the_governance_cache_stays_
     cache.get_row("connection", "c2", load("c2"))
 
     # when: another process changes row c1 and pushes it
-    governance._count(governance.ROW_CHANGES_PK)
+    governance._increment(governance.ROW_CHANGES_PK)
     governance._Subscription(redis_url).publish(governance.ROW_MESSAGE_PREFIX + b"connection:c1")
     _wait_for_the_push_to_arrive()
     cache._read_at = time.monotonic()  # the periodic re-read is not due: only the push speaks
@@ -199,7 +199,7 @@ def test_a_process_that_missed_a_row_push_forgets_every_cached_row_within_the_st
     cache.get_row("connection", "c1", lambda: "old")
 
     # when: a row changed elsewhere and its push was lost (only the counter moved)
-    governance._count(governance.ROW_CHANGES_PK)
+    governance._increment(governance.ROW_CHANGES_PK)
     cache._read_at -= governance.MAX_STALENESS_S  # the periodic re-read is due
     cache.refresh()
 
