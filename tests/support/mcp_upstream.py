@@ -202,7 +202,7 @@ class McpUpstream:
             log_level="critical",
             lifespan="on",
             access_log=False,
-            timeout_graceful_shutdown=1,
+            timeout_graceful_shutdown=0.1,  # an SDK client's open event stream would hold the stop a whole second
         )
         self._uvicorn = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._uvicorn.run, name="mcp-upstream", daemon=True)

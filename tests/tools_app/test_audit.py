@@ -113,9 +113,9 @@ class CountingSink(io.TextIOBase):
 
 
 @pytest.mark.timeout(600)
-def test_exporting_200k_rows_stays_within_a_constant_memory_bound():
+def test_exporting_50k_rows_stays_within_a_constant_memory_bound():
     tenant = TenantFactory(slug="bulk")
-    total, batch = 200_000, 10_000
+    total, batch = 50_000, 10_000
     for offset in range(0, total, batch):
         ToolInvocation.objects.bulk_create(
             ToolInvocation(
@@ -143,7 +143,7 @@ def test_exporting_200k_rows_stays_within_a_constant_memory_bound():
         tracemalloc.stop()
 
     assert written == sink.lines == total
-    # Holding the rows would take well over 100 MB; streaming holds one chunk of 2,000.
+    # Holding the rows would take several times the bound; streaming holds one chunk of 2,000.
     assert peak < 12 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB"
 
 
