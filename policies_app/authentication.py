@@ -29,6 +29,8 @@ from policies_app.selectors import Caller, caller_for_key
 from policies_app.services import service_account_note_use
 from policies_app.signin import caller_for_access_token, signin_grant_note_use
 
+MCP_PATH = "/mcp"
+
 SCHEME = "Bearer"
 INVALID_KEY_MESSAGE = "invalid API key"
 WRONG_SCHEME_MESSAGE = "send the API key as `Authorization: Bearer <api key>`"
@@ -85,7 +87,7 @@ class ServiceAccountAuthentication(BaseAuthentication):
         if caller is None:
             # Not an API key: a signed-in MCP client's access token, bound to the URL it is sent to.
             # An API key never gets here with a well-formed token shape, so its path has no extra query.
-            signed_in = caller_for_access_token(token=clear_key, resource=request.build_absolute_uri(request.path))
+            signed_in = caller_for_access_token(token=clear_key, resource=mcp_resource_url(request))
             if signed_in is None:
                 raise AuthenticationFailed(INVALID_KEY_MESSAGE)
             signin_grant_note_use(grant_id=signed_in.grant_id, last_used_at=signed_in.grant_last_used_at)
@@ -94,6 +96,17 @@ class ServiceAccountAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return SCHEME
+
+
+def mcp_resource_url(request: HttpRequest) -> str:
+    """The protected resource a request is sent to, as tokens are bound to it (RFC 8707).
+
+    `/mcp` and its toolset endpoints (`/mcp/t/<name>`) are one MCP server, so
+    one resource: a client signed in at `/mcp` may use any of them, each still
+    narrowed to what its person and the toolset allow.
+    """
+    path = MCP_PATH if request.path.startswith(f"{MCP_PATH}/t/") else request.path
+    return request.build_absolute_uri(path)
 
 
 def bearer_caller(authorization: str) -> Caller | None:

@@ -50,6 +50,7 @@ from tests.support.signin import (
     web,
 )
 from tools_app.models import ToolInvocation
+from tools_app.toolsets import toolset_save
 
 pytestmark = pytest.mark.django_db
 
@@ -461,6 +462,24 @@ def test_a_token_is_refused_at_another_resource(acme):
     assert elsewhere.status_code == 401
     assert 'error="invalid_token"' in elsewhere["WWW-Authenticate"]
     assert rest.status_code == 401
+
+
+def test_a_signed_in_client_uses_the_toolset_endpoints_of_the_same_server(acme):
+    """`/mcp/t/<name>` is the same protected resource as `/mcp`: one sign-in serves both, each narrowed."""
+    tenant, ada, _account, _key = acme
+    _client_id, tokens = signed_in(ada)
+    toolset_save(tenant_id=tenant.pk, name="clock", tool_ids=[WAIT])
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+    with_token = Client(HTTP_AUTHORIZATION=f"Bearer {tokens['access_token']}", HTTP_HOST="localhost").post(
+        "/mcp/t/clock", json.dumps(listing), content_type="application/json"
+    )
+    without = web().post("/mcp/t/clock", json.dumps(listing), "application/json")
+
+    assert with_token.status_code == 200, with_token.content
+    assert [tool["name"] for tool in with_token.json()["result"]["tools"]] == [WAIT]
+    assert without.status_code == 401
+    assert without["WWW-Authenticate"] == f'Bearer resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp"'
 
 
 def test_an_expired_access_token_is_refused(acme):

@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
@@ -36,6 +37,7 @@ from policies_app.authentication import (
     SCHEME,
     ServiceAccountRateThrottle,
     ToolsExecScope,
+    mcp_resource_url,
     request_caller,
     request_subject_token,
 )
@@ -294,8 +296,13 @@ def _join(path: str, part: str) -> str:
 
 
 def protected_resource_metadata_url(request: HttpRequest) -> str:
-    """Where this endpoint's RFC 9728 metadata is: `<base>/.well-known/oauth-protected-resource/mcp`."""
-    return request.build_absolute_uri(f"/.well-known/oauth-protected-resource{request.path}")
+    """Where this endpoint's RFC 9728 metadata is: `<base>/.well-known/oauth-protected-resource/mcp`.
+
+    The toolset endpoints (`/mcp/t/<name>`) are the same resource as `/mcp`, so they point there too.
+    """
+    return request.build_absolute_uri(
+        f"/.well-known/oauth-protected-resource{urlsplit(mcp_resource_url(request)).path}"
+    )
 
 
 def bearer_challenge(*, metadata_url: str, invalid_token: bool) -> str:
