@@ -20,11 +20,19 @@ import threading
 from typing import Any
 
 from django.db import connections, models, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import InsertQuery
 
 
 class _Attributes:
     """What a field's pre_save reads its value from (and auto_now writes to): a row's attributes."""
+
+
+def _reads_its_attribute(field: models.Field) -> bool:
+    """Whether `field.pre_save` only returns the row's attribute (no auto_now, no file to save)."""
+    if type(field).pre_save is models.Field.pre_save:
+        return True
+    return isinstance(field, models.DateField) and not field.auto_now and not field.auto_now_add
 
 
 class RowInserter:
@@ -33,27 +41,38 @@ class RowInserter:
         meta = model._meta
         self._fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field and not f.generated]
         self._by_keyword = {f.name: f for f in self._fields} | {f.attname: f for f in self._fields}
+        # Fields whose value is simply the one given (or the default): no row object needed for them.
+        self._plain = [_reads_its_attribute(f) for f in self._fields]
         self._lock = threading.Lock()
         self._statements: dict[str, str] = {}
 
     def insert(self, **values: Any) -> None:
         """INSERT one row with these field values (the same keywords `objects.create` takes)."""
-        row = self._attributes(values)
         using = router.db_for_write(self._model)
         connection = connections[using]
-        params = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in self._fields]
+        params = self._params(values, connection)
         with connection.cursor() as cursor:
             cursor.execute(self._statement(using), params)
 
     def prepared(self, **values: Any) -> tuple[tuple[str, ...], list[Any]]:
         """The row's columns and their database values, for a statement of the caller's own (a CTE)."""
-        row = self._attributes(values)
         connection = connections[router.db_for_write(self._model)]
-        params = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in self._fields]
-        return tuple(field.column for field in self._fields), params
+        return tuple(field.column for field in self._fields), self._params(values, connection)
 
-    def _attributes(self, values: dict[str, Any]) -> _Attributes:
-        row = _Attributes()
+    def _params(self, values: dict[str, Any], connection: BaseDatabaseWrapper) -> list[Any]:
+        given = self._given(values)
+        row: _Attributes | None = None
+        params = []
+        for field, plain in zip(self._fields, self._plain, strict=True):
+            if plain:
+                value = given[field.attname] if field.attname in given else field.get_default()
+            else:
+                row = row or self._attributes(given)
+                value = field.pre_save(row, True)
+            params.append(field.get_db_prep_save(value, connection))
+        return params
+
+    def _given(self, values: dict[str, Any]) -> dict[str, Any]:
         given = {}
         for keyword, value in values.items():
             field = self._by_keyword.get(keyword)
@@ -61,6 +80,10 @@ class RowInserter:
                 raise TypeError(f"{self._model.__name__} has no field {keyword!r}")
             related_row = keyword == field.name and field.is_relation and isinstance(value, models.Model)
             given[field.attname] = value.pk if related_row else value
+        return given
+
+    def _attributes(self, given: dict[str, Any]) -> _Attributes:
+        row = _Attributes()
         for field in self._fields:
             setattr(row, field.attname, given[field.attname] if field.attname in given else field.get_default())
         return row
