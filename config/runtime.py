@@ -1,8 +1,8 @@
 """The composition root: the one place that binds tools and ports into a runner.
 
 Tools get their capabilities here (the GitHub base URL comes from settings, not
-from the tool); the runner gets its adapters here. Nothing else instantiates
-bound tools or a ToolRunner.
+from the tool; the search tool gets the catalog index); the runner gets its
+adapters here. Nothing else instantiates bound tools or a ToolRunner.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from policies_app.adapters import (
 )
 from runner.authz import DelegationAuthorization
 from runner.bound import BoundTool, bind_tool
-from runner.capabilities import HttpCapability
+from runner.capabilities import CatalogIndex, HttpCapability
 from runner.contracts import ToolDefinition
 from runner.defaults import LoggingEventSink, SystemClock
 from runner.errors import ContractError
@@ -35,6 +35,7 @@ from runner.ports import PolicyDecider, ToolSource
 from tools_app.adapters import CatalogToolSource, DatabaseAuditSink, DatabaseIdempotencyStore
 from tools_app.metrics import PrometheusCallObserver
 from tools_app.registry import code_registry
+from tools_app.search import CatalogSearchIndex
 from tools_app.upstream.client import on_tools_list_changed
 from tools_app.upstream.source import CompositeToolSource, McpToolSource
 from tools_app.upstream.tasks import discovery_queue_for_list_change
@@ -45,7 +46,13 @@ def provider_base_urls() -> dict[str, str]:
     return {"github": settings.TOOLGATE_GITHUB_API_URL}
 
 
-def bind_tools(definitions: Mapping[str, ToolDefinition], base_urls: Mapping[str, str]) -> dict[str, BoundTool]:
+def bind_tools(
+    definitions: Mapping[str, ToolDefinition], base_urls: Mapping[str, str], *, catalog: CatalogIndex | None = None
+) -> dict[str, BoundTool]:
+    """Each definition bound to what it declares: an HTTP capability to its provider, the catalog index.
+
+    A tool declaring a capability that is not given here fails at startup (bind_tool).
+    """
     bound = {}
     for tool_id, definition in definitions.items():
         http = None
@@ -57,7 +64,8 @@ def bind_tools(definitions: Mapping[str, ToolDefinition], base_urls: Mapping[str
             http = HttpCapability(
                 base_url, upstream=definition.contract.provider or "", keep_alive_transport=tracing_provider() is None
             )
-        bound[tool_id] = bind_tool(definition, http=http)
+        uses_catalog = "catalog" in definition.contract.capabilities
+        bound[tool_id] = bind_tool(definition, http=http, catalog=catalog if uses_catalog else None)
     return bound
 
 
@@ -75,9 +83,13 @@ def build_runtime() -> Runtime:
     # Code tools first, then the approved tools of upstream MCP servers (ids are namespaced apart).
     # An upstream session that says its tools changed queues that server's discovery at once.
     on_tools_list_changed(discovery_queue_for_list_change)
-    source = CompositeToolSource(CatalogToolSource(bind_tools(code_registry(), provider_base_urls())), McpToolSource())
     desk = DatabaseApprovalDesk()
     policy = DatabasePolicyDecider(desk)
+    # The search tool ranks the catalog of the source that holds it: the index reads `source` per search.
+    catalog = CatalogSearchIndex(source=lambda: source, policy=policy)
+    source = CompositeToolSource(
+        CatalogToolSource(bind_tools(code_registry(), provider_base_urls(), catalog=catalog)), McpToolSource()
+    )
     stages = default_stages(
         governance=CachedGovernanceView(),
         source=source,

@@ -3,6 +3,8 @@
 Binding happens once, in the composition root: the contract is compiled to a
 ToolSpec (rejecting schemas outside the subset), the allowlist is parsed, and
 every capability the contract declares must be supplied or binding fails.
+What depends on the call (its credential, its context's catalog) is added per
+call by `capabilities`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,19 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from runner import wording
-from runner.capabilities import AuthCapability, ClockCapability, HttpCapability, ToolCapabilities
+from runner.capabilities import (
+    AuthCapability,
+    CatalogIndex,
+    CatalogSearch,
+    ClockCapability,
+    HttpCapability,
+    ToolCapabilities,
+)
 from runner.contracts import ToolContract, ToolDefinition
 from runner.errors import ContractError, InputInvalid, OutputInvalid
 from runner.redaction import Trie, compile_allowlist, redact
 from runner.schema import to_tool_spec
-from runner.types import FieldError, ToolSpec
+from runner.types import FieldError, ToolInvocationContext, ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +40,7 @@ class BoundTool:
     # Property names the input and output schemas declare: the only keys an error path may name.
     input_names: frozenset[str] = frozenset()
     output_names: frozenset[str] = frozenset()
+    catalog: CatalogIndex | None = None
 
     @property
     def contract(self) -> ToolContract:
@@ -64,17 +74,24 @@ class BoundTool:
     def redact(self, value: dict[str, Any]) -> Any:
         return redact(value, self.allowlist)
 
-    def capabilities(self, *, clock: ClockCapability, auth: AuthCapability | None) -> ToolCapabilities:
-        return ToolCapabilities(clock=clock, http=self.http, auth=auth)
+    def capabilities(
+        self, *, clock: ClockCapability, auth: AuthCapability | None, ctx: ToolInvocationContext
+    ) -> ToolCapabilities:
+        """What this call may use: the bound ones, its credential, and a catalog search bound to its context."""
+        catalog = CatalogSearch(self.catalog, ctx) if self.catalog is not None else None
+        return ToolCapabilities(clock=clock, http=self.http, auth=auth, catalog=catalog)
 
 
-def bind_tool(definition: ToolDefinition, *, http: HttpCapability | None = None) -> BoundTool:
+def bind_tool(
+    definition: ToolDefinition, *, http: HttpCapability | None = None, catalog: CatalogIndex | None = None
+) -> BoundTool:
     """Compile and check a definition; fail loudly at startup, never at call time."""
     contract = definition.contract
-    if "http" in contract.capabilities and http is None:
-        raise ContractError(f"{contract.name} declares the http capability but none was bound")
-    if "http" not in contract.capabilities and http is not None:
-        raise ContractError(f"{contract.name} was bound an http capability it does not declare")
+    for name, bound in (("http", http), ("catalog", catalog)):
+        if name in contract.capabilities and bound is None:
+            raise ContractError(f"{contract.name} declares the {name} capability but none was bound")
+        if name not in contract.capabilities and bound is not None:
+            raise ContractError(f"{contract.name} was bound a {name} capability it does not declare")
     allowlist = None if contract.redaction_allowlist is None else compile_allowlist(contract.redaction_allowlist)
     spec = to_tool_spec(contract)
     return BoundTool(
@@ -82,6 +99,7 @@ def bind_tool(definition: ToolDefinition, *, http: HttpCapability | None = None)
         spec=spec,
         allowlist=allowlist,
         http=http,
+        catalog=catalog,
         input_names=property_names(spec.input_schema),
         output_names=property_names(contract.output_model.model_json_schema()),
     )

@@ -3,7 +3,9 @@
 A tool never reads the environment, builds a client or sees a credential in its
 context. The composition root binds an `HttpCapability` to the tool's configured
 base URL; the broker hands an `AuthCapability` per call. Secrets live inside
-these objects only, and their reprs never show them.
+these objects only, and their reprs never show them. A tool that searches the
+catalog (`toolgate__search_tools`) gets a `CatalogSearch`: the composition root
+binds the index, the runner binds it to the call's own context.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -21,6 +23,7 @@ import httpx
 
 from runner.errors import CapabilityError
 from runner.http1 import KeepAliveTransport, ResponseTooLarge, proxy_applies
+from runner.types import ToolInvocationContext, ToolSpec
 
 MAX_REDIRECTS = 5
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
@@ -247,6 +250,35 @@ def _next_hop(
     return target, method, body, headers
 
 
+class CatalogIndex(Protocol):
+    """The catalog as a search sees it: what the composition root binds to a tool declaring `catalog`."""
+
+    def search(self, ctx: ToolInvocationContext, query: str, limit: int) -> Sequence[ToolSpec]:
+        """The tools of `ctx`'s own catalog (policy, person, toolset) matching `query`, best first, at most `limit`."""
+        ...
+
+
+class CatalogSearch:
+    """The `catalog` capability of one call: a search of the calling context's catalog, no other.
+
+    The runner makes one per call from the bound index and the call's context
+    (after lookup, policy and authorization settled who calls), so a tool can
+    never rank, and so never reveal, a tool its caller could not list.
+    """
+
+    __slots__ = ("_ctx", "_index")
+
+    def __init__(self, index: CatalogIndex, ctx: ToolInvocationContext) -> None:
+        self._index = index
+        self._ctx = ctx
+
+    def search(self, query: str, limit: int) -> list[ToolSpec]:
+        return list(self._index.search(self._ctx, query, limit))
+
+    def __repr__(self) -> str:
+        return f"CatalogSearch(tool_call_id={self._ctx.tool_call_id!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCapabilities:
     """What one call of one tool may use. Absent capabilities are None."""
@@ -254,6 +286,7 @@ class ToolCapabilities:
     clock: ClockCapability
     http: HttpCapability | None = None
     auth: AuthCapability | None = None
+    catalog: CatalogSearch | None = None
 
     def require_http(self) -> HttpCapability:
         if self.http is None:
@@ -264,3 +297,8 @@ class ToolCapabilities:
         if self.auth is None:
             raise CapabilityError("no credentials were resolved for this call")
         return self.auth
+
+    def require_catalog(self) -> CatalogSearch:
+        if self.catalog is None:
+            raise CapabilityError("the catalog capability is not bound for this tool")
+        return self.catalog

@@ -30,12 +30,13 @@ MAX_TIMEOUT_MS = 65_000
 TOOL_ID_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:__[A-Za-z0-9][A-Za-z0-9_-]*)+$")
 TOOL_ID_MAX_LENGTH = 64
 
-KNOWN_CAPABILITIES = frozenset({"auth", "clock", "http"})
+KNOWN_CAPABILITIES = frozenset({"auth", "catalog", "clock", "http"})
 
 # Tags are filter keys (`?tags=github`): short, lower-case, no separators a query would split on.
 TAG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
 MAX_TAGS = 16
 VERSION_MAX_LENGTH = 32
+TITLE_MAX_LENGTH = 128
 
 
 class ToolArgs(BaseModel):
@@ -76,6 +77,8 @@ class ToolContract:
     requires_confirmation: bool = False
     tags: tuple[str, ...] = ()
     version: str | None = None
+    # A short display name (MCP's `title`): shown by clients beside the id, and searched with the id's weight.
+    title: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.name) > TOOL_ID_MAX_LENGTH or not TOOL_ID_PATTERN.match(self.name):
@@ -96,6 +99,8 @@ class ToolContract:
             raise ContractError(f"tool {self.name}: {problem}")
         if self.version is not None and not 0 < len(self.version) <= VERSION_MAX_LENGTH:
             raise ContractError(f"tool {self.name}'s version must be 1..{VERSION_MAX_LENGTH} characters")
+        if self.title is not None and not 0 < len(self.title.strip()) <= TITLE_MAX_LENGTH:
+            raise ContractError(f"tool {self.name}'s title must be 1..{TITLE_MAX_LENGTH} characters")
 
 
 def tags_problem(tags: object) -> str | None:

@@ -565,7 +565,7 @@ class ExecuteStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         tool = call.bound
         budget_ms = runtime_budget_ms(call)
-        caps = tool.capabilities(clock=self._clock, auth=call.auth)
+        caps = tool.capabilities(clock=self._clock, auth=call.auth, ctx=call.ctx)
         call.executed = True
         try:
             if tool.definition.runs_on_loop:

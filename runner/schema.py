@@ -251,6 +251,7 @@ def to_tool_spec(contract: ToolContract) -> ToolSpec:
         requires_confirmation=contract.requires_confirmation,
         tags=contract.tags,
         version=contract.version,
+        title=contract.title,
     )
 
 

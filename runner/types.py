@@ -96,7 +96,7 @@ class ToolSpec:
     version: str | None = None
     # What an upstream MCP tool's pinned definition adds for MCP clients (tools/list passes them
     # on): its display title, its own annotation hints (Toolgate only ever makes them stricter)
-    # and its icons. None for code tools.
+    # and its icons. A code tool has a title when its contract declares one, and no hints or icons.
     title: str | None = None
     annotations: Mapping[str, Any] | None = None
     icons: tuple[Mapping[str, Any], ...] | None = None

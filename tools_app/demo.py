@@ -36,7 +36,14 @@ DEMO_USER = "demo-user"
 DEMO_ACCOUNT = "demo-agent"
 DEMO_SCOPES = (ServiceAccount.Scope.TOOLS_EXEC.value, ServiceAccount.Scope.CONNECTIONS_MANAGE.value)
 DEMO_POLICY = "demo-default"
-DEMO_TOOLS = ("core__get_current_time", "core__wait", "github__create_issue", "github__get_user")
+# The search tool too: `/mcp?mode=search` works in the demo only where it is switched on and allowed.
+DEMO_TOOLS = (
+    "core__get_current_time",
+    "core__wait",
+    "github__create_issue",
+    "github__get_user",
+    "toolgate__search_tools",
+)
 DEMO_APPROVAL_EFFECTS = (ToolEffect.EXTERNAL_SIDE_EFFECT.value,)
 DEMO_MAX_RUNTIME_MS = 15_000
 DEMO_MAX_RESULT_BYTES = 32_768

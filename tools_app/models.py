@@ -46,6 +46,9 @@ class Tool(models.Model):
     )
     tags = models.JSONField(default=list, blank=True)
     version = models.CharField(max_length=32, blank=True)
+    # The display title (MCP's `title`): a code tool's from its contract, an upstream tool's from the definition
+    # the row mirrors. Kept here because the full-text search document (migration 0012) weighs it like the id.
+    title = models.TextField(blank=True, default="")
     is_enabled = models.BooleanField(default=False)
     missing_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

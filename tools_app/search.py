@@ -4,17 +4,21 @@ Search only ever ranks specs the caller already may see (its catalog, after
 policy, subject rules and toolset): it takes that list as input and returns a
 subset of it, so a search result can never reveal a tool the caller could not
 call. On PostgreSQL the database ranks: each tool row carries a stored
-`tsvector` (migration 0010, GIN-indexed), matched with an OR of the query's
-words (a task described in a sentence rarely repeats every word of a tool's
-description) and ranked by `ts_rank` with the id weighted above the tags and the
-description. The embedded SQLite default has no full-text engine, so a plain
-weighted word count stands in for it there.
+`tsvector` (migrations 0011 and 0012, GIN-indexed), matched with an OR of the
+query's words (a task described in a sentence rarely repeats every word of a
+tool's description) and ranked by `ts_rank` with the id and the title weighted
+above the tags and the description. The embedded SQLite default has no
+full-text engine, so a plain weighted word count stands in for it there.
+
+Two interfaces use it: the catalog's `?q=` (tools_app/api/views.py) and the
+governed tool `toolgate__search_tools` (tools_app/tools/search_tools.py), whose
+`catalog` capability is the `CatalogSearchIndex` below, bound in config/runtime.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import reduce
 from operator import or_
 from typing import Any
@@ -23,20 +27,17 @@ from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 from django.db import connection, transaction
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
-from django.utils import timezone
 
-from policies_app.selectors import Caller
 from runner.catalog import unknown_tool_message
-from runner.pipeline import args_digest
-from runner.types import Decision, ErrorCode, FieldError, ToolExecResult, ToolInvocationRecord, ToolSpec
-from tools_app.audit import invocation_record
+from runner.ports import PolicyDecider, ToolSource
+from runner.types import ErrorCode, ToolExecResult, ToolInvocationContext, ToolSpec
 from tools_app.models import Tool
-from tools_app.services import ExecRequest, exec_context
+from tools_app.services import context_catalog
+from tools_app.tools import search_tools
+from tools_app.tools.search_tools import MAX_QUERY_LENGTH
 
+SEARCH_TOOL = search_tools.NAME
 MAX_QUERY_WORDS = 16
-MAX_QUERY_LENGTH = 200
-DEFAULT_LIMIT = 10
-MAX_LIMIT = 50
 WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
 # The English stop words that carry no meaning for a tool (PostgreSQL's dictionary drops its own).
 STOP_WORDS = frozenset(
@@ -176,81 +177,29 @@ def _ranked_ids_plain(specs: list[ToolSpec], words: list[str], limit: int | None
     return ranked[:limit] if limit is not None else ranked
 
 
-# --- the search as a call (MCP's `toolgate__search_tools`, search mode) -----------------------
-
-SEARCH_TOOL = "toolgate__search_tools"
-SEARCH_ARGUMENTS = ("query", "limit")
+# --- the search as a capability (the governed tool `toolgate__search_tools`) -----------------
 
 
-def tool_search_call(
-    *,
-    caller: Caller,
-    request: ExecRequest,
-    specs: Sequence[ToolSpec],
-    present: Callable[[ToolSpec], dict[str, Any]],
-    subject_token: str | None = None,
-    tool_scope: frozenset[str] | None = None,
-) -> ToolExecResult:
-    """A search made as a tool call (`request.args` = {query, limit?}), audited like one.
+class CatalogSearchIndex:
+    """The `catalog` capability's index: a search of the catalog of the call it serves.
 
-    `specs` is the caller's catalog as its interface lists it (policy ∩ subject
-    rules ∩ toolset): only those can be found. The audit row has the search's
-    own tool id, the args' hash and the found ids as its result; `present`
-    shapes each found tool for the caller's protocol.
+    The runner binds it to each call's context, after the lookup, the policy
+    and the person's delegation allowed the search itself; the catalog is then
+    `context_catalog` of that context (the same rule as `GET /api/v1/tools` and
+    `tools/list`, toolset included), and only its tools are ranked. A context
+    whose subject token cannot be used finds nothing.
+
+    `source` is asked at search time: the source holds the search tool bound
+    to this index, so it exists only after the index does (config/runtime.py).
     """
-    started_at = timezone.now()
-    ctx = exec_context(caller=caller, request=request, subject_token=subject_token, tool_scope=tool_scope)
-    errors = _search_argument_errors(request.args)
-    found: list[ToolSpec] = []
-    if errors:
-        result = ToolExecResult(
-            tool_call_id=ctx.tool_call_id,
-            tool_id=SEARCH_TOOL,
-            ok=False,
-            error_code=ErrorCode.VALIDATION,
-            safe_message="the arguments are invalid",
-            errors=tuple(errors),
-        )
-    else:
-        found = tool_search(specs=specs, query=request.args["query"], limit=request.args.get("limit", DEFAULT_LIMIT))
-        result = ToolExecResult(
-            tool_call_id=ctx.tool_call_id, tool_id=SEARCH_TOOL, ok=True, value={"tools": [present(s) for s in found]}
-        )
-    invocation_record(
-        ToolInvocationRecord(
-            tool_call_id=ctx.tool_call_id,
-            tool_id=SEARCH_TOOL,
-            ok=result.ok,
-            value={"tools": [spec.name for spec in found]} if result.ok else None,
-            error_code=result.error_code,
-            safe_message=result.safe_message,
-            started_at=started_at,
-            ended_at=timezone.now(),
-            context=ctx,
-            decision=Decision.ALLOW,
-            executed=False,  # a search claims no tool_call_id: repeating it searches again
-            args_sha256=args_digest(request.args),
-        )
-    )
-    return result
 
+    def __init__(self, *, source: Callable[[], ToolSource], policy: PolicyDecider) -> None:
+        self._source = source
+        self._policy = policy
 
-def _search_argument_errors(arguments: Any) -> list[FieldError]:
-    if not isinstance(arguments, Mapping):
-        return [FieldError(path="arguments", message="must be an object")]
-    errors = [
-        FieldError(path=f"arguments.{key}", message="unknown argument")
-        for key in arguments
-        if key not in SEARCH_ARGUMENTS
-    ]
-    query = arguments.get("query")
-    if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_LENGTH:
-        rule = f"must be a string of 1..{MAX_QUERY_LENGTH} characters"
-        errors.append(FieldError(path="arguments.query", message=rule))
-    limit = arguments.get("limit", DEFAULT_LIMIT)
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-        errors.append(FieldError(path="arguments.limit", message=f"must be an integer from 1 to {MAX_LIMIT}"))
-    return errors
+    def search(self, ctx: ToolInvocationContext, query: str, limit: int) -> list[ToolSpec]:
+        specs = context_catalog(ctx=ctx, source=self._source(), policy=self._policy)
+        return tool_search(specs=specs or [], query=query, limit=limit)
 
 
 def unknown_tool_refusal(*, tool_id: str, tool_call_id: str, catalog: Iterable[ToolSpec]) -> ToolExecResult:

@@ -84,7 +84,8 @@ def tool_sync(*, specs: Iterable[ToolSpec], source: str = Tool.Source.CODE) -> S
     return report
 
 
-METADATA_FIELDS = ("consequence_level", "requires_confirmation", "tags", "version")
+# What a code tool's contract may change without a schema change (no review stamp): its metadata and title.
+METADATA_FIELDS = ("consequence_level", "requires_confirmation", "tags", "version", "title")
 
 
 def _spec_fields(spec: ToolSpec) -> dict:
@@ -99,6 +100,7 @@ def _spec_fields(spec: ToolSpec) -> dict:
         "requires_confirmation": spec.requires_confirmation,
         "tags": list(spec.tags),
         "version": spec.version or "",
+        "title": spec.title or "",
     }
 
 
@@ -204,14 +206,27 @@ def tool_catalog(
         delegation_id=_delegation_of(caller, subject_token),
         tool_scope=tool_scope,
     )
+    specs = context_catalog(ctx=ctx, source=source, policy=policy)
+    if specs is None:
+        raise AppError(SUBJECT_REFUSED, code=ErrorCode.AUTHZ_DENIED)
     wanted = set(tags)
-    specs = [spec for spec in catalog_for(ctx, source, policy) if wanted <= set(spec.tags)]
+    return [spec for spec in specs if wanted <= set(spec.tags)]
+
+
+def context_catalog(*, ctx: ToolInvocationContext, source: ToolSource, policy: PolicyDecider) -> list[ToolSpec] | None:
+    """The specs a call's context may run now: policy ∩ its person's delegation ∩ its toolset (`ctx.tool_scope`).
+
+    None when the context's subject token cannot be used at all. One rule for
+    the catalogs (`tool_catalog`) and for the search tool, which ranks the
+    catalog of the call it serves (tools_app.search.CatalogSearchIndex).
+    """
+    specs = catalog_for(ctx, source, policy)
     if ctx.delegation_id is None:
         return specs
     delegation = None if ctx.delegation_id == UNKNOWN_DELEGATION else DatabaseDelegationStore().get(ctx.delegation_id)
     refusal = subject_refusal(ctx, delegation, now=timezone.now())
     if refusal is not None or delegation is None:
-        raise AppError(SUBJECT_REFUSED, code=ErrorCode.AUTHZ_DENIED)
+        return None
     return [spec for spec in specs if delegation.tools is None or spec.name in delegation.tools]
 
 

@@ -408,15 +408,12 @@ MCP_ALLOWED_NAMES = frozenset(
         "policies_app.errors.AppError",
         "runner.pipeline.DEPENDENCY_MESSAGE",
         "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
-        # toolsets and search mode (issue 31): the toolset's ids as a selector, the search as a service
+        # toolsets and search mode (issue 31): the toolset's ids as a selector; the search is a tool the
+        # runner runs (its id), and a call outside the catalog answers as an unknown id
         "tools_app.toolsets.toolset_scope",
         "tools_app.toolsets.UNKNOWN_TOOLSET",
-        "tools_app.search.tool_search_call",
         "tools_app.search.unknown_tool_refusal",
         "tools_app.search.SEARCH_TOOL",
-        "tools_app.search.DEFAULT_LIMIT",
-        "tools_app.search.MAX_LIMIT",
-        "tools_app.search.MAX_QUERY_LENGTH",
     }
 )
 MCP_ALLOWED_PREFIXES = ("runner.types.", "runner.wording.", "tools_app.mcp_server.")

@@ -93,7 +93,7 @@ def test_schema_states_the_rules_validation_enforces():
     assert exec_body["allOf"] == [
         {
             "if": {
-                "properties": {"tool_id": {"enum": ["core__get_current_time", "core__wait"]}},
+                "properties": {"tool_id": {"enum": ["core__get_current_time", "core__wait", "toolgate__search_tools"]}},
                 "required": ["tool_id"],
             },
             "then": {"properties": {"connection_id": {"type": "null"}}},

@@ -39,7 +39,13 @@ from tools_app.services import tool_set_enabled, tool_sync
 
 pytestmark = pytest.mark.django_db
 
-BUILTIN_IDS = ["core__get_current_time", "core__wait", "github__create_issue", "github__get_user"]
+BUILTIN_IDS = [
+    "core__get_current_time",
+    "core__wait",
+    "github__create_issue",
+    "github__get_user",
+    "toolgate__search_tools",
+]
 KEY_SHAPE = re.compile(r"tg_[A-Za-z0-9]{12}_[A-Za-z0-9_-]{43}")
 SA_ADD = reverse("admin:policies_app_serviceaccount_add")
 SA_CHANGELIST = reverse("admin:policies_app_serviceaccount_changelist")
@@ -343,7 +349,7 @@ def test_policy_form_offers_registry_and_catalog_tool_ids(admin_client):
 
     form = response.context["adminform"].form
     assert response.status_code == 200
-    assert [value for value, _label in form.fields["allowed_tools"].choices] == [*BUILTIN_IDS, "legacy__tool"]
+    assert [value for value, _label in form.fields["allowed_tools"].choices] == sorted([*BUILTIN_IDS, "legacy__tool"])
     assert [value for value, _label in form.fields["require_approval_for_effects"].choices] == [
         effect.value for effect in ToolEffect
     ]

@@ -249,7 +249,7 @@ def test_policy_export_to_a_file_then_import_it_back(catalog, tmp_path):
     Tool.objects.update(is_enabled=False)
     imported, _err = run("policy", "import", str(path))
 
-    assert out == f"exported 4 tools and 1 policies to {path}\n"
+    assert out == f"exported 5 tools and 1 policies to {path}\n"
     assert path.read_text() == stdout_export
     assert imported.splitlines() == [
         "created policy: global",

@@ -462,6 +462,21 @@ def test_a_version_longer_than_32_characters_is_refused() -> None:
         build_echo_contract(version="1" * 33)
 
 
+@pytest.mark.parametrize("title", ["", "   ", "T" * 129])
+def test_a_blank_or_overlong_title_is_refused(title: str) -> None:
+    with pytest.raises(ContractError, match="title"):
+        build_echo_contract(title=title)
+
+
+def test_a_title_reaches_the_spec_but_not_the_schema_hash() -> None:
+    """Display metadata, like tags: a new title needs no review of the definition."""
+    titled = to_tool_spec(build_echo_contract(title="Echo chamber"))
+    plain = to_tool_spec(build_echo_contract())
+
+    assert (titled.title, plain.title) == ("Echo chamber", None)
+    assert titled.schema_hash == plain.schema_hash
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -520,6 +535,7 @@ def test_schema_hash_of_builtin_tools_is_stable_across_processes() -> None:
         "core__wait",
         "github__create_issue",
         "github__get_user",
+        "toolgate__search_tools",
     ]
 
 

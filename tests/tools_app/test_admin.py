@@ -20,7 +20,13 @@ from tools_app.services import tool_set_enabled, tool_sync
 
 pytestmark = pytest.mark.django_db
 
-BUILTIN_IDS = ["core__get_current_time", "core__wait", "github__create_issue", "github__get_user"]
+BUILTIN_IDS = [
+    "core__get_current_time",
+    "core__wait",
+    "github__create_issue",
+    "github__get_user",
+    "toolgate__search_tools",
+]
 TOOL_CHANGELIST = reverse("admin:tools_app_tool_changelist")
 INVOCATION_CHANGELIST = reverse("admin:tools_app_toolinvocation_changelist")
 
@@ -145,7 +151,7 @@ def test_disable_action_switches_the_selection_off(admin_client):
     )
 
     assert _messages(response) == ["Disabled 2 tools."]
-    assert _enabled_now() == frozenset({"core__get_current_time", "core__wait"})
+    assert _enabled_now() == frozenset({"core__get_current_time", "core__wait", "toolgate__search_tools"})
 
 
 def test_action_that_changes_nothing_leaves_the_generation_alone(admin_client):
@@ -197,7 +203,7 @@ def test_tools_cannot_be_added_or_deleted_in_the_admin(admin_client):
 
     assert (add.status_code, delete.status_code) == (403, 403)
     assert _messages(bulk_delete) == ["No action selected."]  # delete_selected is not offered
-    assert Tool.objects.count() == 4
+    assert Tool.objects.count() == len(BUILTIN_IDS)
 
 
 # --- ToolInvocation: the audit log, read-only -------------------------------------------

@@ -1,4 +1,4 @@
-"""The four built-in tools, run through the whole runner pipeline.
+"""The built-in tools, run through the whole runner pipeline.
 
 Tools are bound by the composition root's `bind_tools`, with GitHub's base URL
 pointed at a real HTTP server on loopback, so what GitHub would receive (and
@@ -20,10 +20,11 @@ import pytest
 from config.runtime import bind_tools
 from runner.bound import BoundTool
 from runner.defaults import Unlimited
-from runner.errors import BrokerError
+from runner.errors import BrokerError, ContractError
 from runner.grants import GRANT_REFUSED, NOT_GRANTED
 from runner.pipeline import ToolRunner, default_stages
 from runner.ports import GrantView, PolicyDecision
+from runner.schema import to_tool_spec
 from runner.types import (
     Budgets,
     Decision,
@@ -68,6 +69,18 @@ class OneGrant:
         return self.grant if grant_id == self.grant.grant_id else None
 
 
+@dataclass
+class FixedCatalog:
+    """The search tool's index: a fixed catalog, ranked as listed; records every context it was asked for."""
+
+    specs: list[ToolSpec] = field(default_factory=list)
+    asked: list[tuple[ToolInvocationContext, str, int]] = field(default_factory=list)
+
+    def search(self, ctx: ToolInvocationContext, query: str, limit: int) -> list[ToolSpec]:
+        self.asked.append((ctx, query, limit))
+        return self.specs[:limit]
+
+
 class EnabledSource:
     """The code tools, all switched on (the real source asks the database)."""
 
@@ -93,6 +106,7 @@ class Harness:
     broker: FakeBroker
     audit: ListAudit
     events: ListEvents
+    catalog: FixedCatalog
 
     def exec(self, tool_id: str, args: Any = None, **ctx_fields: Any) -> ToolExecResult:
         ctx = ToolInvocationContext(
@@ -120,7 +134,8 @@ def make_harness(
     broker_error: BrokerError | None = None,
     grant: GrantView | None = None,
 ) -> Harness:
-    source = EnabledSource(bind_tools(code_registry(), {"github": github_url}))
+    catalog = FixedCatalog()
+    source = EnabledSource(bind_tools(code_registry(), {"github": github_url}, catalog=catalog))
     grant = grant or GrantView(
         grant_id=GRANT_ID, tenant_id=TENANT, actor_id=ACTOR, connection_ids=frozenset({CONNECTION})
     )
@@ -141,7 +156,7 @@ def make_harness(
         events=events,
         clock=clock,
     )
-    return Harness(ToolRunner(stages, clock), broker, audit, events)
+    return Harness(ToolRunner(stages, clock), broker, audit, events, catalog)
 
 
 @pytest.fixture
@@ -563,3 +578,78 @@ def test_core_tool_refuses_a_connection(github: LoopbackServer, harness: Harness
 
     assert result.errors == (FieldError(path="connection_id", message="this tool takes no connection"),)
     assert harness.broker.resolved == []
+
+
+# --- toolgate__search_tools ---------------------------------------------------------------------
+
+
+def _spec(tool_id: str) -> ToolSpec:
+    return to_tool_spec(code_registry()[tool_id].contract)
+
+
+def test_search_tools_answers_the_matches_of_its_own_calls_context_without_itself(harness: Harness) -> None:
+    # given a catalog index that ranks the search tool itself among the matches
+    harness.catalog.specs = [
+        _spec("core__wait"),
+        _spec("toolgate__search_tools"),
+        _spec("core__get_current_time"),
+        _spec("github__get_user"),
+    ]
+
+    # when
+    result = harness.exec("toolgate__search_tools", {"query": "wait or time", "limit": 2})
+
+    # then: the two best matches that are not the search tool, by name, title and description only
+    assert result.ok is True, result
+    assert result.value == {
+        "tools": [
+            {"name": "core__wait", "title": None, "description": _spec("core__wait").description},
+            {
+                "name": "core__get_current_time",
+                "title": None,
+                "description": _spec("core__get_current_time").description,
+            },
+        ]
+    }
+    [(ctx, query, limit)] = harness.catalog.asked
+    assert (ctx.tool_call_id, ctx.tenant_id, ctx.actor_id, query, limit) == ("call-1", TENANT, ACTOR, "wait or time", 3)
+    [record] = harness.audit.records
+    assert (record.tool_id, record.decision, record.executed, record.value) == (
+        "toolgate__search_tools",
+        Decision.ALLOW,
+        True,
+        result.value,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({"query": "   "}, "query"),
+        ({"query": ""}, "query"),
+        ({"query": "x" * 201}, "query"),
+        ({"query": "time", "limit": 0}, "limit"),
+        ({"query": "time", "limit": 51}, "limit"),
+        ({"query": "time", "limit": True}, "limit"),
+        ({"query": "time", "limit": "5"}, "limit"),
+        ({}, "query"),
+    ],
+    ids=["blank", "empty", "too-long", "limit-0", "limit-51", "limit-bool", "limit-string", "missing"],
+)
+def test_search_tools_validates_query_and_limit_before_searching(harness: Harness, args: dict, path: str) -> None:
+    result = harness.exec("toolgate__search_tools", args)
+
+    assert (result.ok, result.error_code) == (False, ErrorCode.VALIDATION)
+    assert [error.path for error in result.errors] == [path]
+    assert harness.catalog.asked == []
+    assert_refused_before_running(harness, result)
+
+
+def test_search_tools_is_a_read_only_built_in_that_declares_the_catalog_capability() -> None:
+    definition = code_registry()["toolgate__search_tools"]
+
+    assert definition.contract.effect.value == "read_only"
+    assert definition.contract.capabilities == frozenset({"catalog"})
+    assert definition.contract.title == "Search tools"
+    with pytest.raises(ContractError, match="declares the catalog capability but none was bound"):
+        bind_tools({"toolgate__search_tools": definition}, {})

@@ -71,7 +71,15 @@ def test_seed_creates_the_demo_and_prints_working_credentials(credentials_file):
     assert policy is not None
     assert (policy.name, policy.allowed_tools, policy.approval_effects) == (
         "demo-default",
-        frozenset({"core__get_current_time", "core__wait", "github__get_user", "github__create_issue"}),
+        frozenset(
+            {
+                "core__get_current_time",
+                "core__wait",
+                "github__get_user",
+                "github__create_issue",
+                "toolgate__search_tools",
+            }
+        ),
         frozenset({"external_side_effect"}),
     )
     assert list(Tool.objects.filter(is_enabled=True).values_list("id", flat=True)) == [
@@ -79,6 +87,7 @@ def test_seed_creates_the_demo_and_prints_working_credentials(credentials_file):
         "core__wait",
         "github__create_issue",
         "github__get_user",
+        "toolgate__search_tools",
     ]
     assert "http://127.0.0.1:8000/admin/" in out
     assert "http://127.0.0.1:8000/accounts/login/" in out
@@ -229,7 +238,9 @@ def test_the_seed_leaves_change_log_entries_from_the_command(credentials_file):
     seed(credentials_file)
 
     entries = list(Change.objects.order_by("id").values_list("action", "object_id", "origin", "actor_kind"))
-    tools = sorted(("core__get_current_time", "core__wait", "github__create_issue", "github__get_user"))
+    tools = sorted(
+        ("core__get_current_time", "core__wait", "github__create_issue", "github__get_user", "toolgate__search_tools")
+    )
     policy = ToolPolicy.objects.get()
     account = ServiceAccount.objects.get()
     assert entries == [

@@ -3,7 +3,9 @@
 A live server on loopback; the SDK 2.x client in `legacy` (initialize handshake)
 and `2026-07-28` modes. What each endpoint shows and runs is compared with the
 audit rows: a toolset only narrows, a search only ranks what the caller could
-list anyway, and a call through `toolgate__call_tool` is the target's own call.
+list anyway and is a governed tool of its own (kill switch, policy, person,
+budgets, the runner's audit row), and a call through `toolgate__call_tool` is
+the target's own call.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from policies_app.governance import governance_bump
-from policies_app.models import ServiceAccount
+from policies_app.models import ServiceAccount, Tenant, ToolPolicy
 from policies_app.services import delegation_create
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tools_app.models import Tool, ToolInvocation
@@ -30,6 +32,7 @@ from tools_app.toolsets import toolset_save
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SDK_MODES = ("legacy", "2026-07-28")
+SEARCH = "toolgate__search_tools"
 T = TypeVar("T")
 
 
@@ -55,13 +58,14 @@ async def names(client: Client) -> list[str]:
 
 @pytest.fixture
 def acme(live_server):
-    """acme/agent may run core__get_current_time, core__wait and github__get_user; github__create_issue is
-    enabled but not allowed; acme has toolset `clock` (time tag + core__wait + github__create_issue)."""
+    """acme/agent may run core__get_current_time, core__wait, github__get_user and the search tool;
+    github__create_issue is enabled but not allowed; acme has toolset `clock` (time tag + core__wait +
+    github__create_issue)."""
     call_command("sync_tools", stdout=io.StringIO())
     Tool.objects.update(is_enabled=True)
     governance_bump()
     tenant = TenantFactory(slug="acme")
-    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time", "core__wait", "github__get_user"])
+    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time", "core__wait", "github__get_user", SEARCH])
     _account, key = service_account_with_key(tenant, name="agent")
     toolset_save(tenant_id=tenant.pk, name="clock", tool_ids=["core__wait", "github__create_issue"], tags=["time"])
     other = TenantFactory(slug="globex")
@@ -163,12 +167,11 @@ def test_search_mode_lists_the_two_meta_tools_and_finds_only_callable_tools(acme
     # github__create_issue is enabled but not allowed: never found; every result carries its schema
     assert sorted(tool["name"] for tool in tools) == ["core__get_current_time", "github__get_user"]
     assert all(tool["inputSchema"]["type"] == "object" for tool in tools)
+    # the runner's own audit row: allowed by the policy, executed, the matches (names only) as its result
     row = ToolInvocation.objects.get(tool_call_id=f"search-{mode}")
-    assert (row.tool_id, row.ok, row.result) == (
-        "toolgate__search_tools",
-        True,
-        {"tools": [tool["name"] for tool in tools]},
-    )
+    assert (row.tool_id, row.ok, row.decision, row.executed) == (SEARCH, True, "allow", True)
+    assert [match["name"] for match in row.result["tools"]] == [tool["name"] for tool in tools]
+    assert set(row.result["tools"][0]) == {"name", "title", "description"}
 
 
 @pytest.mark.parametrize("mode", SDK_MODES)
@@ -258,7 +261,7 @@ def test_search_mode_follows_the_persons_delegation(acme, mode):
     account = ServiceAccount.objects.get(name="agent")
     alice = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice"), role="member").user
     _delegation, token = delegation_create(
-        tenant=account.tenant, user=alice, service_account=account, tools=["core__wait"]
+        tenant=account.tenant, user=alice, service_account=account, tools=["core__wait", SEARCH]
     )
 
     async def run() -> tuple[Any, Any]:
@@ -276,3 +279,151 @@ def test_search_mode_follows_the_persons_delegation(acme, mode):
     # the runner's authorization stage refuses it, as on plain /mcp (the caller itself may list the tool)
     assert outside.is_error is True
     assert outside.content[0].text.startswith("authz_denied")
+
+
+# --- the search is a governed tool: switch, policy, person, budgets, the runner's audit -------------------
+
+
+async def search_or_refusal(client: Client, tool_call_id: str) -> Any:
+    """The search's answer, or the JSON-RPC refusal the SDK raised for it."""
+    try:
+        return await client.call_tool(SEARCH, {"query": "time wait"}, meta={"toolgate/tool_call_id": tool_call_id})
+    except BaseException as refused:
+        return leaf(refused)
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+@pytest.mark.parametrize("why", ["switched-off", "not-in-policy"])
+def test_a_search_tool_switched_off_or_outside_the_policy_is_refused_as_an_unknown_tool(acme, mode, why):
+    """As a disabled tool answers on plain /mcp: not listed, -32602; the runner audits the refusal."""
+    url, key = acme
+    if why == "switched-off":
+        Tool.objects.filter(pk=SEARCH).update(is_enabled=False)
+    else:
+        policy = ToolPolicy.objects.get(tenant__slug="acme")
+        policy.allowed_tools = [tool for tool in policy.allowed_tools if tool != SEARCH]
+        policy.save()
+    governance_bump()
+
+    async def scenario(client: Client) -> tuple[list[str], Any]:
+        return await names(client), await search_or_refusal(client, f"off-{why}-{mode}")
+
+    listed, refused = session(f"{url}/mcp?mode=search", key, mode, scenario)
+
+    assert listed == ["toolgate__call_tool"]
+    assert isinstance(refused, MCPError)
+    assert (refused.error.code, refused.error.message) == (-32602, "unknown tool")
+    row = ToolInvocation.objects.get(tool_call_id=f"off-{why}-{mode}")
+    assert (row.tool_id, row.ok, row.decision, row.error_code, row.executed) == (
+        SEARCH,
+        False,
+        "deny",
+        "policy_denied",
+        False,
+    )
+    assert row.result is None
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_person_whose_delegation_leaves_out_the_search_tool_cannot_search(acme, mode):
+    url, key = acme
+    account = ServiceAccount.objects.get(name="agent")
+    alice = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice"), role="member").user
+    _delegation, token = delegation_create(
+        tenant=account.tenant, user=alice, service_account=account, tools=["core__wait"]
+    )
+
+    async def run() -> tuple[list[str], Any]:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}", "X-Toolgate-Subject": token})
+        async with Client(streamable_http_client(f"{url}/mcp?mode=search", http_client=http), mode=mode) as client:
+            return await names(client), await search_or_refusal(client, f"person-{mode}")
+
+    listed, refused = asyncio.run(run())
+
+    assert listed == ["toolgate__call_tool"]
+    # the caller itself may list the search tool: the authorization stage's refusal, as on plain /mcp
+    assert refused.is_error is True
+    assert refused.content[0].text.startswith("authz_denied")
+    row = ToolInvocation.objects.get(tool_call_id=f"person-{mode}")
+    assert (row.tool_id, row.decision, row.error_code, row.authz_reason) == (
+        SEARCH,
+        "deny",
+        "authz_denied",
+        "tool_not_delegated",
+    )
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_the_policys_budgets_apply_to_searches(acme, mode):
+    url, key = acme
+    ToolPolicy.objects.filter(tenant__slug="acme").update(rate_limit_per_minute=1)
+    governance_bump()
+
+    async def scenario(client: Client) -> tuple[Any, Any]:
+        return await search_or_refusal(client, f"first-{mode}"), await search_or_refusal(client, f"second-{mode}")
+
+    first, second = session(f"{url}/mcp?mode=search", key, mode, scenario)
+
+    assert first.is_error is False
+    assert second.is_error is True
+    assert second.content[0].text.startswith("rate_limited")
+    rows = dict(ToolInvocation.objects.filter(tool_id=SEARCH).values_list("tool_call_id", "error_code"))
+    assert rows == {f"first-{mode}": "", f"second-{mode}": "rate_limited"}
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_search_never_names_a_tool_outside_the_callers_catalog(acme, mode):
+    """Another tenant's tool, a disabled one, one outside the policy, outside the toolset: none is found."""
+    url, key = acme
+    ToolPolicyFactory(
+        tenant=Tenant.objects.get(slug="globex"), allowed_tools=["github__create_issue", "github__get_user", SEARCH]
+    )
+    Tool.objects.filter(pk="github__get_user").update(is_enabled=False)  # acme's policy allows it: disabled now
+    governance_bump()
+    everything = "github user issue repository time wait milliseconds search tools"
+
+    async def scenario(client: Client) -> Any:
+        return await client.call_tool(SEARCH, {"query": everything, "limit": 50})
+
+    plain = session(f"{url}/mcp?mode=search", key, mode, scenario)
+    scoped = session(f"{url}/mcp/t/clock?mode=search", key, mode, scenario)
+
+    # the search tool never finds itself; github__create_issue is another tenant's (and outside acme's policy)
+    assert sorted(tool["name"] for tool in plain.structured_content["tools"]) == [
+        "core__get_current_time",
+        "core__wait",
+    ]
+    assert sorted(tool["name"] for tool in scoped.structured_content["tools"]) == [
+        "core__get_current_time",
+        "core__wait",
+    ]
+    audited = [row["tools"] for row in ToolInvocation.objects.filter(tool_id=SEARCH).values_list("result", flat=True)]
+    assert sorted({match["name"] for matches in audited for match in matches}) == [
+        "core__get_current_time",
+        "core__wait",
+    ]
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_toolset_search_ranks_only_the_toolset_while_the_search_tool_stays_outside_it(acme, mode):
+    url, key = acme
+
+    async def scenario(client: Client) -> tuple[list[str], Any]:
+        listed = await names(client)
+        found = await client.call_tool(
+            SEARCH, {"query": "github user time wait"}, meta={"toolgate/tool_call_id": f"set-{mode}"}
+        )
+        return listed, found
+
+    listed, found = session(f"{url}/mcp/t/clock?mode=search", key, mode, scenario)
+
+    assert listed == ["toolgate__call_tool", SEARCH]
+    assert sorted(tool["name"] for tool in found.structured_content["tools"]) == [
+        "core__get_current_time",
+        "core__wait",
+    ]
+    assert ToolInvocation.objects.get(tool_call_id=f"set-{mode}").tool_id == SEARCH
+    # on the toolset's plain endpoint the search tool is outside the set: unknown, as any tool outside it
+    refused = session(f"{url}/mcp/t/clock", key, mode, lambda client: search_or_refusal(client, f"plain-{mode}"))
+    assert isinstance(refused, MCPError)
+    assert refused.error.code == -32602

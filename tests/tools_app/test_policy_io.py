@@ -24,7 +24,13 @@ from tools_app.toolsets import NAME_RULE, toolset_save
 
 pytestmark = pytest.mark.django_db
 
-BUILTIN_IDS = ["core__get_current_time", "core__wait", "github__create_issue", "github__get_user"]
+BUILTIN_IDS = [
+    "core__get_current_time",
+    "core__wait",
+    "github__create_issue",
+    "github__get_user",
+    "toolgate__search_tools",
+]
 
 
 APPROVAL_DEFAULTS = {
@@ -119,6 +125,11 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
                 "schema_hash": pins["github__get_user"],
                 **meta("low", False, ["github", "identity"]),
             },
+            "toolgate__search_tools": {
+                "enabled": False,
+                "schema_hash": pins["toolgate__search_tools"],
+                **meta("low", False, ["toolgate", "search"]),
+            },
         },
         "policies": [
             {
@@ -183,6 +194,7 @@ def test_import_creates_policies_and_sets_switches(catalog):
         "core__wait": True,
         "github__create_issue": False,
         "github__get_user": False,
+        "toolgate__search_tools": False,
     }
     assert (report.created, report.updated, report.tools_enabled, report.tools_disabled) == (
         ["acme-bot"],
@@ -506,6 +518,7 @@ def test_switch_for_a_registry_tool_without_a_row_syncs_the_catalog_first():
         ("core__wait", True),
         ("github__create_issue", False),
         ("github__get_user", False),
+        ("toolgate__search_tools", False),
     ]
 
 

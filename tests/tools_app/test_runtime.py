@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.core.management import call_command
 
@@ -11,6 +13,7 @@ from runner.catalog import catalog_for
 from runner.types import ErrorCode, ToolInvocationContext
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool, ToolInvocation
+from tools_app.search import CatalogSearchIndex
 
 pytestmark = pytest.mark.django_db
 
@@ -44,9 +47,43 @@ def test_runtime_binds_every_builtin_tool_with_its_capabilities(settings):
         "core__wait",
         "github__create_issue",
         "github__get_user",
+        "toolgate__search_tools",
     ]
     assert github.http is not None
     assert github.http.base_url == "http://127.0.0.1:9/api/"
+    assert (github.catalog, runtime.source.get("toolgate__search_tools").catalog) == (None, runtime_catalog(runtime))
+
+
+def runtime_catalog(runtime):
+    """The catalog index the composition root bound (the one the search tool must have)."""
+    index = runtime.source.get("toolgate__search_tools").catalog
+    assert isinstance(index, CatalogSearchIndex)
+    return index
+
+
+def test_the_search_tool_ranks_the_catalog_of_the_call_it_serves(caller):
+    """Through the real runner and database: policy, switches and the call's toolset narrow what it finds."""
+    call_command("sync_tools")
+    _enable("core__get_current_time", "core__wait", "github__get_user", "toolgate__search_tools")
+    Tool.objects.filter(pk="github__get_user").update(is_enabled=False)
+    ToolPolicyFactory(
+        tenant=caller.tenant,
+        allowed_tools=["core__get_current_time", "core__wait", "github__get_user", "toolgate__search_tools"],
+    )
+    other = TenantFactory(slug="globex")
+    ToolPolicyFactory(tenant=other, allowed_tools=["github__create_issue", "toolgate__search_tools"])
+    _enable("github__create_issue")
+    runner = build_runtime().runner
+    query = {"query": "github user issue time wait search tools", "limit": 50}
+
+    everything = runner.exec("toolgate__search_tools", query, _ctx(caller, "s1"))
+    scoped_ctx = replace(_ctx(caller, "s2"), tool_scope=frozenset({"core__wait", "toolgate__search_tools"}))
+    scoped = runner.exec("toolgate__search_tools", query, scoped_ctx)
+
+    assert [tool["name"] for tool in everything.value["tools"]] == ["core__get_current_time", "core__wait"]
+    assert [tool["name"] for tool in scoped.value["tools"]] == ["core__wait"]
+    rows = list(ToolInvocation.objects.order_by("id").values_list("tool_id", "decision", "executed", "ok"))
+    assert rows == [("toolgate__search_tools", "allow", True, True)] * 2
 
 
 def test_every_outcome_leaves_one_audit_row_deny_by_default(caller):

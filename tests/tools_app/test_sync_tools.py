@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.core.management import call_command
 
@@ -15,14 +17,20 @@ from tools_app.services import tool_sync
 
 pytestmark = pytest.mark.django_db
 
-BUILTIN_IDS = ["core__get_current_time", "core__wait", "github__create_issue", "github__get_user"]
+BUILTIN_IDS = [
+    "core__get_current_time",
+    "core__wait",
+    "github__create_issue",
+    "github__get_user",
+    "toolgate__search_tools",
+]
 
 
 def test_sync_tools_creates_every_builtin_disabled(capsys):
     call_command("sync_tools")
 
     assert list(Tool.objects.values_list("id", "is_enabled")) == [(tool_id, False) for tool_id in BUILTIN_IDS]
-    assert "4 created, 0 changed, 0 unchanged, 0 marked missing" in capsys.readouterr().out
+    assert "5 created, 0 changed, 0 unchanged, 0 marked missing" in capsys.readouterr().out
 
 
 def test_second_sync_changes_nothing_and_keeps_operator_switches():
@@ -57,6 +65,20 @@ def test_schema_change_updates_hash_and_stamp_but_not_the_switch():
     assert new.schema_hash != old.schema_hash
     assert new.schema_changed_at > old.schema_changed_at
     assert (new.description, new.is_enabled) == ("echo, now with a new description", True)
+
+
+def test_a_new_title_is_synced_without_a_schema_change():
+    """The title is display metadata (and searched): not in the schema hash, so no review stamp."""
+    tool_sync(specs=[to_tool_spec(test_tools.ECHO.contract)])
+    old = Tool.objects.get(pk="test__echo")
+    titled = replace(test_tools.ECHO.contract, title="Echo chamber")
+
+    report = tool_sync(specs=[to_tool_spec(titled)])
+
+    new = Tool.objects.get(pk="test__echo")
+    assert report.changed == ["test__echo"]
+    assert new.title == "Echo chamber"
+    assert (new.schema_hash, new.schema_changed_at) == (old.schema_hash, old.schema_changed_at)
 
 
 def test_tool_gone_from_code_is_marked_not_deleted_and_returns_cleanly():

@@ -1,4 +1,7 @@
-"""GET /api/v1/tools?q=: the caller's catalog ranked by relevance, never more than the catalog (issue 31)."""
+"""GET /api/v1/tools?q=: the caller's catalog ranked by relevance over id, title, tags and description (issue 31).
+
+Never more than the catalog.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,18 @@ from django.db import connection
 from django.utils import timezone
 
 from policies_app.governance import governance_bump
+from policies_app.models import ToolPolicy
 from policies_app.services import delegation_create
 from runner.types import ToolEffect, ToolSpec
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
+from tests.support.mcp_upstream import McpUpstream
 from tools_app.models import Tool
+from tools_app.registry import code_specs
 from tools_app.search import _ranked_ids_plain, query_words, search_statement, tool_search
+from tools_app.services import tool_set_enabled, tool_sync
 from tools_app.toolsets import toolset_save
+from tools_app.upstream.services import mcp_server_discover, mcp_server_register, mcp_tool_approve
 
 pytestmark = pytest.mark.django_db
 
@@ -171,3 +179,98 @@ def _specs_of(*tool_ids: str) -> list[ToolSpec]:
     from config.runtime import runtime  # noqa: PLC0415 - the composition root, for real specs
 
     return [runtime().source.get(tool_id).spec for tool_id in tool_ids]
+
+
+# --- the title is searched with the id's weight (migration 0012) ---------------------------------
+
+
+def ledger() -> str:
+    """Append one line to the accounts book."""
+    return "ok"
+
+
+def test_a_word_only_in_an_upstream_tools_title_finds_it(acme, settings):
+    """Discovery writes the title into the row, and the search document weighs it like the id."""
+    # given an approved, enabled upstream tool whose title alone says "zebra"
+    tenant, _account, key = acme
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True
+    with McpUpstream(legacy=False) as upstream:
+        upstream.server.add_tool(ledger, name="append", title="Zebra ledger", description="Append one line.")
+        server, _ = mcp_server_register(slug="books", url=upstream.url)
+        mcp_server_discover(server_id=server.pk)
+    mcp_tool_approve(tool_id="mcp__books__append")
+    tool_set_enabled(tool_ids=["mcp__books__append"], enabled=True)
+    ToolPolicy.objects.filter(tenant=tenant).update(allowed_tools=[*ALL[:3], "mcp__books__append"])
+    governance_bump()
+    assert Tool.objects.get(pk="mcp__books__append").title == "Zebra ledger"
+
+    # when / then: over REST, and (on PostgreSQL) through the generated document itself
+    assert found(api_client(key).get("/api/v1/tools", {"q": "zebra"})) == ["mcp__books__append"]
+    if connection.vendor == "postgresql":
+        sql, params = search_statement(tool_ids=None, query="zebra")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            assert [row[0] for row in cursor.fetchall()] == ["mcp__books__append"]
+
+
+def test_the_title_weighs_like_the_id_above_the_description(acme):
+    """Two rows with the same word: in one's title, in the other's description; the title ranks first."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the full-text document exists on PostgreSQL only (the plain fallback is tested above)")
+    now = timezone.now()
+    for tool_id, title, description in [
+        ("mcp__a__first", "", "Counts the quokka population of an island."),
+        ("mcp__b__second", "Quokka census", "Counts animals on an island."),
+    ]:
+        Tool.objects.create(
+            id=tool_id,
+            title=title,
+            description=description,
+            input_schema={"type": "object"},
+            schema_hash="0" * 64,
+            schema_changed_at=now,
+            effect=ToolEffect.READ_ONLY.value,
+            source=Tool.Source.MCP,
+            is_enabled=True,
+        )
+
+    sql, params = search_statement(tool_ids=None, query="quokka")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        assert [row[0] for row in cursor.fetchall()] == ["mcp__b__second", "mcp__a__first"]
+
+
+def test_sync_writes_a_code_tools_title_from_its_contract():
+    tool_sync(specs=code_specs())
+
+    assert Tool.objects.get(pk="toolgate__search_tools").title == "Search tools"
+    assert Tool.objects.get(pk="core__wait").title == ""
+
+
+# --- the search tool over REST: a function like any other, where the policy allows it ---------------
+
+
+def test_the_search_tool_is_in_the_rest_catalog_and_runs_over_exec_only_where_allowed(acme):
+    tenant, _account, key = acme
+    client = api_client(key)
+    # given the search tool switched on, but not (yet) in acme's policy
+    enable_tools("toolgate__search_tools")
+    search = {"tool_id": "toolgate__search_tools", "args": {"query": "github user time"}}
+
+    refused = client.post("/api/v1/tools/exec", {**search, "tool_call_id": "s-refused"}, format="json")
+    listed_before = found(client.get("/api/v1/tools"))
+    ToolPolicy.objects.filter(tenant=tenant).update(allowed_tools=[*ALL[:3], "toolgate__search_tools"])
+    governance_bump()
+    listed_after = found(client.get("/api/v1/tools"))
+    ran = client.post("/api/v1/tools/exec", {**search, "tool_call_id": "s-ran"}, format="json")
+
+    assert (refused.status_code, refused.json()["error_code"]) == (403, "policy_denied")
+    assert "toolgate__search_tools" not in listed_before
+    assert "toolgate__search_tools" in listed_after
+    assert ran.status_code == 200, ran.json()
+    assert [tool["name"] for tool in ran.json()["value"]["tools"]] == ["github__get_user", "core__get_current_time"]
+    audited = client.get("/api/v1/invocations", {"tool_id": "toolgate__search_tools"}).json()["results"]
+    assert sorted((row["tool_call_id"], row["decision"], row["ok"]) for row in audited) == [
+        ("s-ran", "allow", True),
+        ("s-refused", "deny", False),
+    ]

@@ -4,12 +4,12 @@
 the backend. A toolset narrows it (`CallerBackend(tool_scope=...)`: the runner
 refuses every tool outside the set as unknown), and search mode swaps the
 catalog for the two meta-tools (search_mode.py). Same authentication, Origin
-check, body limits and fairness throttle as `/mcp`, by inheritance.
+check, body limits and fairness throttle as `/mcp`, by inheritance: a search is
+a tool call, whose fairness share the runner spends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from policies_app.authentication import request_caller, request_subject_token
 from tools_app.mcp_server.protocol import Backend
 from tools_app.mcp_server.search_mode import SEARCH_TOOL, SearchModeBackend
-from tools_app.mcp_server.views import CallerBackend, McpView, NonCallThrottle
+from tools_app.mcp_server.views import CallerBackend, McpView
 from tools_app.toolsets import UNKNOWN_TOOLSET, toolset_scope
 
 SEARCH_MODE = "search"
@@ -30,27 +30,9 @@ class UnknownMode(exceptions.APIException):
     default_detail = "unknown mode: the only mode is `search` (?mode=search)"
 
 
-class SearchCallThrottle(NonCallThrottle):
-    """A search in search mode spends the fairness share like a list: the runner never sees it."""
-
-    def allow_request(self, request: Request, view: Any) -> bool:
-        message = request.data
-        if (
-            request.query_params.get("mode") == SEARCH_MODE
-            and isinstance(message, Mapping)
-            and message.get("method") == "tools/call"
-            and isinstance(message.get("params"), Mapping)
-            and message["params"].get("name") == SEARCH_TOOL
-        ):
-            return super(NonCallThrottle, self).allow_request(request, view)
-        return super().allow_request(request, view)
-
-
 @extend_schema(exclude=True)
 class McpGatewayView(McpView):
     """`/mcp[/t/<toolset>][?mode=search]`: an unknown toolset (or another tenant's) is 404 on every message."""
-
-    throttle_classes = [SearchCallThrottle]
 
     def backend_for(self, request: Request, **kwargs: Any) -> Backend:
         mode = request.query_params.get("mode")
@@ -63,9 +45,16 @@ class McpGatewayView(McpView):
             scope = toolset_scope(tenant_id=caller.tenant_id, name=toolset)
             if scope is None:
                 raise exceptions.NotFound(UNKNOWN_TOOLSET)
-        inner = CallerBackend(
-            runtime=self.runtime(), caller=caller, subject_token=request_subject_token(request), tool_scope=scope
-        )
+        subject_token = request_subject_token(request)
+
+        def backend(tool_scope: frozenset[str] | None) -> CallerBackend:
+            return CallerBackend(
+                runtime=self.runtime(), caller=caller, subject_token=subject_token, tool_scope=tool_scope
+            )
+
+        inner = backend(scope)
         if mode == SEARCH_MODE:
-            return SearchModeBackend(inner=inner, caller=caller, subject_token=request_subject_token(request))
+            # The search tool is part of every search-mode endpoint; on a toolset it ranks the toolset's tools.
+            search = inner if scope is None else backend(scope | {SEARCH_TOOL})
+            return SearchModeBackend(inner=inner, search=search)
         return inner

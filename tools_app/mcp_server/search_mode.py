@@ -3,15 +3,22 @@
 A client lists only `toolgate__search_tools(query, limit)` and
 `toolgate__call_tool(tool_id, arguments)`. Neither widens anything:
 
-- the search ranks the caller's own catalog (policy ∩ subject rules ∩ toolset,
-  from the same `CallerBackend.list_tools` a plain `tools/list` answers), so
-  it can only name tools the caller could list anyway; `tool_search_call`
-  writes its audit row like any call's (its own tool id, the found ids);
-- the call is the target tool's own call: `CallerBackend.run_tool` with the same
-  `_meta` (tool_call_id, run_id, connection ids, subject), which ends in
+- the search is a governed tool of its own (tools_app/tools/search_tools.py):
+  its call goes through `ToolRunner.exec` like any tool's, so its kill switch,
+  the caller's policy and the person's delegation decide whether it runs, its
+  budgets apply and the runner audits it; refused as a tool outside the
+  catalog is (-32602), it is not listed either. It ranks only the caller's
+  own catalog (policy ∩ subject rules ∩ toolset), through the capability the
+  runner binds to the call's context. On a toolset's endpoint the search tool
+  itself is reachable (it is part of every search-mode endpoint), while what
+  it ranks is the toolset's tools. Its answer names each match; search mode
+  shows each as `tools/list` would, from the same caller's catalog;
+- `toolgate__call_tool` is no tool of the runner's: it is a pass-through to
+  the target's own call, `CallerBackend.run_tool` with the same `_meta`
+  (tool_call_id, run_id, connection ids, subject), which ends in
   `ToolRunner.exec(target, arguments, ctx)`: the runner audits it under the
-  target's id and applies every stage. A target outside the catalog answers as
-  an unknown tool, whether it exists or not.
+  target's id and applies every stage. A target outside the catalog answers
+  as an unknown tool, whether it exists or not.
 """
 
 from __future__ import annotations
@@ -19,36 +26,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from policies_app.selectors import Caller
 from runner.types import ErrorCode, FieldError, ToolEffect, ToolExecResult, ToolSpec
-from tools_app.mcp_server.views import CallerBackend, exec_request_of
+from tools_app.mcp_server.views import CallerBackend
 from tools_app.mcp_server.wire import META_PREFIX, tool_entry
-from tools_app.search import (
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    MAX_QUERY_LENGTH,
-    SEARCH_TOOL,
-    tool_search_call,
-    unknown_tool_refusal,
-)
+from tools_app.search import SEARCH_TOOL, unknown_tool_refusal
 
 CALL_TOOL = "toolgate__call_tool"
-SEARCH_SCHEMA: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_QUERY_LENGTH,
-            "description": "What the task needs, in a few words (e.g. 'read a file from disk').",
-        },
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
 CALL_SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "properties": {
@@ -58,52 +44,41 @@ CALL_SCHEMA: Mapping[str, Any] = {
     "required": ["tool_id"],
     "additionalProperties": False,
 }
-
-
-def _meta_spec(name: str, title: str, description: str, schema: Mapping[str, Any], effect: ToolEffect) -> ToolSpec:
-    return ToolSpec(
-        name=name,
-        title=title,
-        description=description,
-        input_schema=schema,
-        effect=effect,
-        requires_connection=False,
-        provider=None,
-        schema_hash=hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest(),
-        tags=("toolgate",),
-    )
-
-
-META_SPECS: tuple[ToolSpec, ...] = (
-    _meta_spec(
-        CALL_TOOL,
-        "Call a tool",
-        "Call one of the tools toolgate__search_tools found, with arguments matching its inputSchema.",
-        CALL_SCHEMA,
-        ToolEffect.EXTERNAL_SIDE_EFFECT,  # it may run any tool of the catalog: the most cautious hints
-    ),
-    _meta_spec(
-        SEARCH_TOOL,
-        "Search tools",
-        "Find the tools for a task among the many this gateway offers: returns the best matches, most "
-        "relevant first, each with its name, description and inputSchema. Then call one with toolgate__call_tool.",
-        SEARCH_SCHEMA,
-        ToolEffect.READ_ONLY,
-    ),
+CALL_SPEC = ToolSpec(
+    name=CALL_TOOL,
+    title="Call a tool",
+    description="Call one of the tools toolgate__search_tools found, with arguments matching its inputSchema.",
+    input_schema=CALL_SCHEMA,
+    effect=ToolEffect.EXTERNAL_SIDE_EFFECT,  # it may run any tool of the catalog: the most cautious hints
+    requires_connection=False,
+    provider=None,
+    schema_hash=hashlib.sha256(json.dumps(CALL_SCHEMA, sort_keys=True).encode()).hexdigest(),
+    tags=("toolgate",),
 )
 
 
 class SearchModeBackend:
-    """The protocol's `Backend` in search mode: the two meta-tools over one caller's `CallerBackend`."""
+    """The protocol's `Backend` in search mode: the two meta-tools over one caller's backends.
 
-    def __init__(self, *, inner: CallerBackend, caller: Caller, subject_token: str | None) -> None:
+    `inner` is the endpoint's own backend (its toolset, if any): the catalog
+    `toolgate__call_tool` reaches and search results are shown from. `search`
+    is the same caller's backend with the search tool added to the toolset (on
+    `/mcp`, the same as `inner`): the search tool is called through it.
+    """
+
+    def __init__(self, *, inner: CallerBackend, search: CallerBackend) -> None:
         self._inner = inner
-        self._caller = caller
-        self._subject_token = subject_token
+        self._search_backend = search
 
     def list_tools(self, meta: Mapping[str, Any] | None = None) -> Sequence[ToolSpec]:
-        self._inner.list_tools(meta)  # a subject token that cannot be used is refused here as in plain mode
-        return META_SPECS
+        # A subject token that cannot be used is refused here as in plain mode. The search tool is listed
+        # only where it may be called (switched on, in the policy, and the person's delegation).
+        specs = [CALL_SPEC]
+        for spec in self._search_backend.list_tools(meta):
+            if spec.name == SEARCH_TOOL:
+                # Its answer here carries more than its own output schema (each match's inputSchema ...).
+                specs.append(replace(spec, output_schema=None))
+        return specs
 
     def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
         if name == SEARCH_TOOL:
@@ -112,21 +87,19 @@ class SearchModeBackend:
             return self._call(arguments, meta)
         return None  # everything else is unknown here: JSON-RPC -32602
 
-    def _search(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult:
-        request = exec_request_of(SEARCH_TOOL, arguments, meta)  # the out-of-band fields, checked as for a call
-        if isinstance(request, ToolExecResult):
-            return request
-        subject = meta.get(f"{META_PREFIX}subject", self._subject_token)
-        return tool_search_call(
-            caller=self._caller,
-            request=request,
-            specs=self._inner.list_tools(meta),
-            present=_found_entry,
-            subject_token=subject if isinstance(subject, str) else None,
-            tool_scope=self._inner.tool_scope,
-        )
+    def _search(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+        """The search tool's own call (None: refused as a tool outside the catalog is), its matches shown in full."""
+        result = self._search_backend.run_tool(SEARCH_TOOL, arguments, meta)
+        if result is None or not result.ok:
+            return result
+        # The same caller's catalog on this endpoint: a match is shown only if it is in it (a policy
+        # change between the two looks drops it rather than showing more).
+        listed = {spec.name: spec for spec in self._inner.list_tools(meta)}
+        matches = [listed[found["name"]] for found in result.value["tools"] if found["name"] in listed]
+        return replace(result, value={"tools": [_found_entry(spec) for spec in matches]}, content=None)
 
     def _call(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+        """A pass-through: the target's own call through the runner (its audit row has the target's id)."""
         errors = _call_errors(arguments)
         tool_call_id = meta.get(f"{META_PREFIX}tool_call_id")
         tool_call_id = tool_call_id if isinstance(tool_call_id, str) else ""

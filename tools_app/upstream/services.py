@@ -476,8 +476,10 @@ def _create_tool(server: McpServer, name: str, tool_id: str, definition: dict[st
 
 def _row_fields(tool_id: str, definition: dict[str, Any], effect: str, server: McpServer) -> dict[str, Any]:
     provider = server.provider or None
+    title = definition.get("title")
     return {
         "description": spec_description(definition),
+        "title": title if isinstance(title, str) else "",  # searched with the id's weight (migration 0012)
         "input_schema": definition.get("inputSchema") or {"type": "object"},
         "provider": server.provider,
         "requires_connection": bool(server.provider),

@@ -122,7 +122,9 @@ class McpBoundTool(BoundTool):
                 raise OutputInvalid(errors)
         return raw_output
 
-    def capabilities(self, *, clock: ClockCapability, auth: AuthCapability | None) -> ToolCapabilities:
+    def capabilities(
+        self, *, clock: ClockCapability, auth: AuthCapability | None, ctx: ToolInvocationContext
+    ) -> ToolCapabilities:
         return ToolCapabilities(clock=clock, http=None, auth=auth or self.operator_auth)
 
 

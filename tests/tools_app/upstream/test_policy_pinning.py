@@ -54,7 +54,7 @@ def test_export_writes_the_current_definition_hash_of_every_tool(discovered):
     }
     spec = next(spec for spec in code_specs() if spec.name == "core__wait")
     assert tools["core__wait"]["schema_hash"] == f"sha256:{spec.schema_hash}"
-    assert len(tools) == 4 + 5
+    assert len(tools) == 5 + 5
 
 
 def test_enabling_an_mcp_tool_without_its_hash_is_refused_atomically(discovered):
