@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import tzinfo
 from typing import Any
 
+from django.conf import settings
+from django.utils import timezone
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
@@ -222,7 +225,19 @@ def plain_exec_fields(data: Any) -> dict[str, Any] | None:
 _EXEC_FIELD_SET = frozenset(EXEC_FIELDS)
 
 
-_TIMESTAMP = serializers.DateTimeField()
+class _ApiTimestampField(serializers.DateTimeField):
+    """DRF's DateTimeField in the default time zone (settings.TIME_ZONE, UTC).
+
+    DRF asks for the *active* time zone on every value, a thread-local lookup
+    that cost the exec answer more than rendering its two timestamps; the API
+    never activates one, so the default is the one in force.
+    """
+
+    def default_timezone(self) -> tzinfo | None:
+        return timezone.get_default_timezone() if settings.USE_TZ else None
+
+
+_TIMESTAMP = _ApiTimestampField()
 
 
 @extend_schema_serializer(component_name="ExecSuccess")
