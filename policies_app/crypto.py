@@ -79,6 +79,11 @@ class KeyRing:
     def from_settings(cls) -> KeyRing:
         return cls(settings.TOOLGATE_KEY_RING)
 
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ring's key ids, primary first (public names, never key material)."""
+        return tuple(self._keys)
+
     def __contains__(self, key_id: str) -> bool:
         return key_id in self._keys
 
@@ -109,7 +114,8 @@ def canonical_binding(binding: Mapping[str, str]) -> bytes:
     return json.dumps(dict(binding), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-def _header(key_id: str) -> bytes:
+def envelope_header(key_id: str) -> bytes:
+    """The bytes every envelope sealed under `key_id` starts with (rotation finds the others by them)."""
     encoded = key_id.encode("ascii")
     return struct.pack("BB", ENVELOPE_VERSION, len(encoded)) + encoded
 
@@ -117,7 +123,7 @@ def _header(key_id: str) -> bytes:
 def seal(plaintext: bytes, *, binding: Mapping[str, str], ring: KeyRing) -> Sealed:
     """Encrypt under the ring's primary key with a fresh random nonce."""
     key_id = ring.primary_key_id
-    header = _header(key_id)
+    header = envelope_header(key_id)
     nonce = os.urandom(NONCE_BYTES)
     ciphertext = ring.cipher(key_id).encrypt(nonce, plaintext, header + canonical_binding(binding))
     return Sealed(blob=header + nonce + ciphertext, key_id=key_id)
@@ -149,6 +155,12 @@ def open_sealed(blob: bytes, *, binding: Mapping[str, str], ring: KeyRing) -> by
         return cipher.decrypt(nonce, ciphertext, blob[:header_end] + canonical_binding(binding))
     except InvalidTag:
         raise CredentialUndecryptable("credential does not decrypt for this row (tampered or moved)") from None
+
+
+def reseal(blob: bytes, *, binding: Mapping[str, str], ring: KeyRing) -> Sealed:
+    """The same plaintext sealed again under the ring's primary key (key rotation); CredentialError if
+    the blob does not open. The plaintext never leaves this function."""
+    return seal(open_sealed(blob, binding=binding, ring=ring), binding=binding, ring=ring)
 
 
 def seal_json(value: Mapping[str, object], *, binding: Mapping[str, str], ring: KeyRing) -> Sealed:
