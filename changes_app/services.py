@@ -67,14 +67,22 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "status",
         "revoked_at",
     ),
+    # Key ids are public names, never key material; one triple of counts per kind of sealed row.
     "connections_app.keyring": (
         "primary_key_id",
-        "connections_rewrapped",
-        "connections_skipped",
-        "connections_failed",
-        "providers_rewrapped",
-        "providers_skipped",
-        "providers_failed",
+        *(
+            f"{kind}_{count}"
+            for kind in (
+                "connections",
+                "providers",
+                "mcp_tokens",
+                "mcp_secret_envs",
+                "approval_args",
+                "webhook_secrets",
+            )
+            for count in ("rewrapped", "skipped", "failed")
+        ),
+        "key_ids_in_use",
     ),
 }
 

@@ -23,6 +23,7 @@ from connections_app.models import (
 )
 from policies_app.governance import governance_cache
 from policies_app.ids import uuid_or_none
+from policies_app.key_rotation import envelope_key_usage, not_sealed_under
 from policies_app.models import ApprovalRequest, Approver, ServiceAccount, Tenant
 from policies_app.selectors import approval_for_tenant, approvals_for_tenant, subject_id_of
 from tools_app.models import ToolInvocation
@@ -168,14 +169,33 @@ def connection_key_usage() -> dict[str, int]:
     return _key_usage(Connection.objects.all())
 
 
-def oauth_providers_to_rewrap(*, primary_key_id: str) -> list[OAuthProvider]:
-    """Providers whose client secret is not under the primary key (a handful of rows: no batching)."""
-    return list(OAuthProvider.objects.exclude(encryption_key_id=primary_key_id).order_by("name"))
+def oauth_providers_to_rewrap(*, primary_key_id: str, after: str | None, limit: int) -> list[OAuthProvider]:
+    """The next batch of providers whose client secret is not under the primary key, by name after `after`."""
+    rows = OAuthProvider.objects.exclude(encryption_key_id=primary_key_id)
+    if after is not None:
+        rows = rows.filter(name__gt=after)
+    return list(rows.order_by("name")[:limit])
 
 
 def oauth_provider_key_usage() -> dict[str, int]:
     """How many OAuth provider client secrets each key id encrypts."""
     return _key_usage(OAuthProvider.objects.all())
+
+
+def webhooks_secret_to_rewrap(*, primary_key_id: str, after: int | None, limit: int) -> list[TenantWebhook]:
+    """The next batch of tenant webhooks whose signing secret is not under the primary key, in pk order.
+
+    The row stores no key id: the envelope's header says (policies_app.key_rotation).
+    """
+    rows = not_sealed_under(TenantWebhook.objects.select_related("tenant"), "secret_sealed", primary_key_id)
+    if after is not None:
+        rows = rows.filter(pk__gt=after)
+    return list(rows.order_by("pk").only("id", "tenant__slug", "secret_sealed")[:limit])
+
+
+def webhook_secret_key_usage() -> dict[str, int]:
+    """How many tenant webhooks' signing secrets each key id seals."""
+    return envelope_key_usage(TenantWebhook.objects.all(), "secret_sealed")
 
 
 def oauth_provider_list() -> list[OAuthProvider]:

@@ -24,6 +24,7 @@ from connections_app.selectors import UsableConnection
 from policies_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
+from policies_app.key_rotation import RewrapOutcome
 from policies_app.models import ServiceAccount, Tenant, TenantMembership
 from policies_app.services import revoke_once
 from policies_app.signals import row_changed
@@ -236,16 +237,6 @@ def connection_use_denied(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RewrapOutcome:
-    """What connection_rewrap did. `error` is set when the envelope did not open (missing key, tampering):
-    a failure the operator must act on, unlike a row skipped because it changed concurrently."""
-
-    rewrapped: bool
-    reason: str = ""  # why not, when not: "changed concurrently", or the CredentialError's message
-    error: CredentialError | None = None
-
-
 def connection_rewrap(*, connection: Connection, ring: KeyRing) -> RewrapOutcome:
     """Re-encrypt one row under the ring's primary key, compare-and-swap on the old envelope.
 
@@ -301,25 +292,29 @@ class RotationCounts:
 
 
 @transaction.atomic
-def key_rotation_record(*, primary_key_id: str, connections: RotationCounts, providers: RotationCounts | None) -> None:
-    """Remember a key rotation run in the change log: which key it rotated to, and what it did.
+def key_rotation_record(
+    *, primary_key_id: str, counts: Mapping[str, RotationCounts], key_ids_in_use: Iterable[str]
+) -> None:
+    """Remember a key rotation run in the change log: which key it rotated to, what it did, and
+    which key ids still seal something afterwards (an older key among them cannot be dropped yet).
 
+    `counts` maps each kind the run looked at to its counts, under the change
+    log's names: `connections`, `providers` (OAuth client secrets),
+    `mcp_tokens` (MCP servers' operator tokens), `mcp_secret_envs` (stdio
+    servers' secret environments), `approval_args` (pending approvals'
+    arguments), `webhook_secrets` (tenant webhooks' signing secrets).
     Each row was rewrapped in its own transaction (see connection_rewrap, whose
     ConnectionEvent marks every row); the run as a whole is one governance act.
     Key ids are public names in TOOLGATE_ENCRYPTION_KEYS, never key material.
     """
-    counts: dict[str, Any] = {
-        "primary_key_id": primary_key_id,
-        "connections_rewrapped": connections.rewrapped,
-        "connections_skipped": connections.skipped,
-        "connections_failed": connections.failed,
-    }
-    if providers is not None:
-        counts |= {
-            "providers_rewrapped": providers.rewrapped,
-            "providers_skipped": providers.skipped,
-            "providers_failed": providers.failed,
+    after: dict[str, Any] = {"primary_key_id": primary_key_id}
+    for kind, kind_counts in counts.items():
+        after |= {
+            f"{kind}_rewrapped": kind_counts.rewrapped,
+            f"{kind}_skipped": kind_counts.skipped,
+            f"{kind}_failed": kind_counts.failed,
         }
+    after["key_ids_in_use"] = sorted(key_ids_in_use)
     # Rows were rewrapped one by one; processes holding a row's old envelope could still open it (the
     # old key is in the ring while it rotates), but they drop it now, before the old key can go.
     governance_bump()
@@ -327,7 +322,7 @@ def key_rotation_record(*, primary_key_id: str, connections: RotationCounts, pro
         action="keys.rotate",
         obj=ObjectRef(type="connections_app.keyring", id=primary_key_id, label=f"key ring, primary {primary_key_id}"),
         before=None,
-        after=counts,
+        after=after,
     )
 
 

@@ -39,8 +39,9 @@ from django.utils import timezone
 
 from connections_app.models import TenantWebhook, WebhookDelivery
 from connections_app.selectors import approval_audience
-from policies_app.crypto import KeyRing, open_sealed, seal
+from policies_app.crypto import CredentialError, KeyRing, open_sealed, reseal, seal
 from policies_app.errors import AppError
+from policies_app.key_rotation import RewrapOutcome
 from policies_app.models import ApprovalRequest, Tenant
 from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now, parse_endpoint, resolve_checked_now
 
@@ -79,6 +80,25 @@ def webhook_set(*, tenant: Tenant, url: str, user: AbstractBaseUser | None) -> s
 
 def webhook_remove(*, tenant: Tenant) -> bool:
     return bool(TenantWebhook.objects.filter(tenant=tenant).delete()[0])
+
+
+def webhook_secret_rewrap(*, webhook: TenantWebhook, ring: KeyRing) -> RewrapOutcome:
+    """Re-encrypt a webhook's signing secret under the ring's primary key (`rotate_encryption_keys`).
+
+    Deliveries open the secret with the ring of the moment, so without this an
+    old key dropped from the ring makes every delivery fail. Compare-and-swap on
+    the envelope read, like connection_rewrap: an owner who sets a new secret
+    meanwhile keeps it (the row is skipped).
+    """
+    old_blob = bytes(webhook.secret_sealed)
+    try:
+        sealed = reseal(old_blob, binding=_binding(webhook.tenant_id), ring=ring)
+    except CredentialError as exc:
+        return RewrapOutcome(False, str(exc), error=exc)
+    updated = TenantWebhook.objects.filter(pk=webhook.pk, secret_sealed=old_blob).update(secret_sealed=sealed.blob)
+    if not updated:
+        return RewrapOutcome(False, "changed concurrently")
+    return RewrapOutcome(True)
 
 
 def webhook_signature(secret: str, timestamp: int, body: bytes) -> str:

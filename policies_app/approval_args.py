@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from policies_app.crypto import KeyRing, open_sealed, seal
+from policies_app.crypto import KeyRing, Sealed, open_sealed, reseal, seal
 from runner.schema import canonical_json
 
 if TYPE_CHECKING:
@@ -37,6 +37,11 @@ def approval_args_seal(approval_id: str, tenant_id: str, args: Any) -> tuple[byt
     if len(plaintext) > MAX_KEPT_ARGS_BYTES:
         return None, len(plaintext)
     return seal(plaintext, binding=_binding(approval_id, tenant_id), ring=KeyRing.from_settings()).blob, len(plaintext)
+
+
+def approval_args_reseal(approval_id: str, tenant_id: str, blob: bytes, *, ring: KeyRing) -> Sealed:
+    """The kept args sealed again under `ring`'s primary key (key rotation), or a CredentialError."""
+    return reseal(blob, binding=_binding(approval_id, tenant_id), ring=ring)
 
 
 @dataclass(frozen=True, slots=True)

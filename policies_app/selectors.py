@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from policies_app.governance import governance_cache
 from policies_app.ids import uuid_or_none
+from policies_app.key_rotation import envelope_key_usage, not_sealed_under
 from policies_app.keys import key_matches, key_prefix, subject_token_prefix
 from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
@@ -391,3 +392,19 @@ def tenant_subjects(*, tenant_id: int) -> list[tuple[str, str]]:
         .values_list("user_id", "user__username")
     )
     return [(subject_id_of(user_id), username) for user_id, username in rows]
+
+
+def approvals_args_to_rewrap(*, primary_key_id: str, after: UUID | None, limit: int) -> list[ApprovalRequest]:
+    """The next batch of requests whose kept args are not under the primary key, in pk order after `after`.
+
+    The row stores no key id: the envelope's header says (policies_app.key_rotation).
+    """
+    rows = not_sealed_under(ApprovalRequest.objects.all(), "args_sealed", primary_key_id)
+    if after is not None:
+        rows = rows.filter(pk__gt=after)
+    return list(rows.order_by("pk").only("id", "tenant_id", "args_sealed")[:limit])
+
+
+def approval_args_key_usage() -> dict[str, int]:
+    """How many requests' kept args each key id seals (pending ones, and expired ones not yet erased)."""
+    return envelope_key_usage(ApprovalRequest.objects.all(), "args_sealed")

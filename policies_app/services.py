@@ -25,7 +25,10 @@ from django.db.models import Model, Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
+from policies_app.approval_args import approval_args_reseal
+from policies_app.crypto import CredentialError, KeyRing
 from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
+from policies_app.key_rotation import RewrapOutcome
 from policies_app.keys import consent_code_generate, key_digest, key_generate, pkce_s256, subject_token_generate
 from policies_app.metrics import APPROVALS_REQUESTED
 from policies_app.models import (
@@ -417,6 +420,25 @@ def approval_expired_erase() -> int:
     return ApprovalRequest.objects.filter(args_sealed__isnull=False, expires_at__lte=timezone.now()).update(
         args_sealed=None
     )
+
+
+def approval_args_rewrap(*, approval: ApprovalRequest, ring: KeyRing) -> RewrapOutcome:
+    """Re-encrypt a pending request's kept args under the ring's primary key (`rotate_encryption_keys`).
+
+    Without it, dropping the old key leaves approvers unable to see what they
+    approve. Compare-and-swap on the envelope read, like connection_rewrap: a
+    request decided (or erased on expiry) meanwhile has a NULL column, which
+    matches no envelope, so its args are never written back.
+    """
+    old_blob = bytes(approval.args_sealed)
+    try:
+        sealed = approval_args_reseal(str(approval.pk), str(approval.tenant_id), old_blob, ring=ring)
+    except CredentialError as exc:
+        return RewrapOutcome(False, str(exc), error=exc)
+    updated = ApprovalRequest.objects.filter(pk=approval.pk, args_sealed=old_blob).update(args_sealed=sealed.blob)
+    if not updated:
+        return RewrapOutcome(False, "changed concurrently")
+    return RewrapOutcome(True)
 
 
 @transaction.atomic

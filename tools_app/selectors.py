@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from policies_app.governance import governance_cache
 from tools_app.models import McpServer, Tool, ToolInvocation
@@ -77,3 +77,35 @@ def tool_providers() -> list[str]:
         McpServer.objects.filter(removed_at__isnull=True).exclude(provider="").values_list("provider", flat=True)
     )
     return sorted(code | upstream)
+
+
+# --- key rotation (manage.py rotate_encryption_keys): MCP servers' sealed values -----------------
+# Removed servers count too: their rows keep their sealed values, and `mcp_server add` brings them back.
+
+
+def mcp_servers_token_to_rewrap(*, primary_key_id: str, after: int | None, limit: int) -> list[McpServer]:
+    """The next batch of servers whose operator token is not under the primary key, in pk order after `after`."""
+    rows = McpServer.objects.filter(operator_token_sealed__isnull=False).exclude(operator_token_key_id=primary_key_id)
+    if after is not None:
+        rows = rows.filter(pk__gt=after)
+    return list(rows.order_by("pk").only("id", "slug", "operator_token_sealed", "operator_token_key_id")[:limit])
+
+
+def mcp_server_token_key_usage() -> dict[str, int]:
+    """How many MCP servers' operator tokens each key id seals."""
+    rows = McpServer.objects.filter(operator_token_sealed__isnull=False).order_by("operator_token_key_id")
+    return dict(rows.values_list("operator_token_key_id").annotate(n=Count("pk")))
+
+
+def mcp_servers_secret_env_to_rewrap(*, primary_key_id: str, after: int | None, limit: int) -> list[McpServer]:
+    """The next batch of stdio servers whose sealed environment is not under the primary key, in pk order."""
+    rows = McpServer.objects.filter(secret_env_sealed__isnull=False).exclude(secret_env_key_id=primary_key_id)
+    if after is not None:
+        rows = rows.filter(pk__gt=after)
+    return list(rows.order_by("pk").only("id", "slug", "secret_env_sealed", "secret_env_key_id")[:limit])
+
+
+def mcp_server_secret_env_key_usage() -> dict[str, int]:
+    """How many stdio servers' sealed environments each key id seals."""
+    rows = McpServer.objects.filter(secret_env_sealed__isnull=False).order_by("secret_env_key_id")
+    return dict(rows.values_list("secret_env_key_id").annotate(n=Count("pk")))

@@ -586,5 +586,6 @@ def test_key_rotation_run_leaves_one_entry_with_its_counts(settings, acme):
             "connections_rewrapped": 2,
             "connections_skipped": 0,
             "connections_failed": 0,
+            "key_ids_in_use": ["k2"],
         },
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import logging
 import threading
 import time
@@ -19,12 +20,18 @@ from django.core.management.base import CommandError
 from django.db import connection as db_connection
 from django.db import transaction
 
+from changes_app.models import Change
 from connections_app import services
 from connections_app.management.commands import rotate_encryption_keys
-from connections_app.models import Connection, ConnectionEvent, OAuthProvider
+from connections_app.models import Connection, ConnectionEvent, OAuthProvider, TenantWebhook, WebhookDelivery
 from connections_app.services import connection_credentials_open
+from connections_app.webhooks import webhook_deliver, webhook_set, webhook_signature
+from policies_app import crypto
 from policies_app.crypto import KeyRing, open_json, open_sealed, seal, seal_json
-from tests.factories import ConnectionFactory, TenantFactory
+from tests.factories import ConnectionFactory, TenantFactory, service_account_with_key
+from tests.support.approvals import pending_approval
+from tests.support.loopback import LoopbackServer
+from tools_app.upstream.services import mcp_server_register
 
 K0 = hashlib.sha256(b"rotation test key k0").digest()
 K1 = hashlib.sha256(b"rotation test key k1").digest()
@@ -36,6 +43,10 @@ MISSING_K0 = (
     "add it back to the key ring (and run rotate_encryption_keys to retire it safely)"
 )
 SUMMARY = "rewrapped {}, already current {}, skipped because changed concurrently {}, failed {}"
+CONNECTIONS = "connections: " + SUMMARY
+K1_CAN_GO = "no sealed value uses k1: can be removed from TOOLGATE_ENCRYPTION_KEYS"
+KEEP_K1 = "still in use, keep in TOOLGATE_ENCRYPTION_KEYS: k1"
+ALL_KINDS = ("connections", "providers", "mcp_tokens", "mcp_secret_envs", "approval_args", "webhook_secrets")
 ADVICE = (
     "Add any missing key back to TOOLGATE_ENCRYPTION_KEYS and run again; a connection whose credentials do not "
     "decrypt with any key must be revoked and entered again by its tenant (an OAuth provider's client secret: "
@@ -104,9 +115,11 @@ def test_rewraps_every_row_under_an_older_key_in_batches_and_reports_counts(sett
 
     assert out.splitlines() == [
         "rotating to key 'k2': 2 already current, 3 to rewrap, 2 per batch",
-        "batch 1: 2 read, 2 rewrapped, 0 skipped, 0 failed",
-        "batch 2: 1 read, 1 rewrapped, 0 skipped, 0 failed",
-        SUMMARY.format(3, 2, 0, 0),
+        "connections batch 1: 2 read, 2 rewrapped, 0 skipped, 0 failed",
+        "connections batch 2: 1 read, 1 rewrapped, 0 skipped, 0 failed",
+        CONNECTIONS.format(3, 2, 0, 0),
+        "key ids in use now: k2 (connections 5)",
+        K1_CAN_GO,
     ]
     assert err == ""
     assert key_ids() == ["k2"] * 5
@@ -130,7 +143,9 @@ def test_a_second_run_rewraps_nothing(settings):
 
     assert out.splitlines() == [
         "rotating to key 'k2': 2 already current, 0 to rewrap, 500 per batch",
-        SUMMARY.format(0, 2, 0, 0),
+        CONNECTIONS.format(0, 2, 0, 0),
+        "key ids in use now: k2 (connections 2)",
+        K1_CAN_GO,
     ]
     assert state() == after_first
     assert ConnectionEvent.objects.count() == events
@@ -154,13 +169,17 @@ def test_an_interrupted_run_is_finished_by_the_next_one(settings, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run("--batch-size", "2", out=out)
 
-    assert out.getvalue().splitlines()[1:] == ["batch 1: 2 read, 2 rewrapped, 0 skipped, 0 failed"]
+    assert out.getvalue().splitlines()[1:] == ["connections batch 1: 2 read, 2 rewrapped, 0 skipped, 0 failed"]
     assert key_ids() == ["k1", "k1", "k2", "k2", "k2"]  # the third row went through before the interrupt
 
     monkeypatch.setattr(rotate_encryption_keys, "connection_rewrap", real_rewrap)
     resumed, _err = run("--batch-size", "2")
 
-    assert resumed.splitlines()[-1] == SUMMARY.format(2, 3, 0, 0)
+    assert resumed.splitlines()[-3:] == [
+        CONNECTIONS.format(2, 3, 0, 0),
+        "key ids in use now: k2 (connections 5)",
+        K1_CAN_GO,
+    ]
     assert key_ids() == ["k2"] * 5
     assert sorted(opened_with({"k2": K2}).values()) == [f"ghp_{n}" for n in range(5)]
 
@@ -181,6 +200,7 @@ def test_dry_run_counts_and_writes_nothing(settings):
         "connections: already current 1, to rewrap 3 (k0: 1, k1: 2)",
         "under keys not in the ring, these would fail: 1 (k0: 1); "
         "add those keys back to TOOLGATE_ENCRYPTION_KEYS before rotating",
+        "key ids in use now: k0 (connections 1), k1 (connections 2), k2 (connections 1)",
     ]
     assert err == ""
     assert state() == before
@@ -220,9 +240,13 @@ def test_rows_that_cannot_be_rewrapped_are_named_and_left_alone(damaged):
     failed_ids = sorted([str(keyless.pk), str(tampered.pk)])  # keyset order is pk order
     assert failed.value.returncode == 1
     assert str(failed.value) == f"could not rewrap 2 connection(s): {', '.join(failed_ids)}. {ADVICE}"
-    assert out.getvalue().splitlines()[-2:] == [
-        "batch 1: 3 read, 1 rewrapped, 0 skipped, 2 failed",
-        SUMMARY.format(1, 0, 0, 2),
+    assert out.getvalue().splitlines()[-5:] == [
+        "connections batch 1: 3 read, 1 rewrapped, 0 skipped, 2 failed",
+        CONNECTIONS.format(1, 0, 0, 2),
+        # the tampered row keeps k1 in use; the keyless one needs k0 back
+        "key ids in use now: k0 (connections 1), k1 (connections 1), k2 (connections 1)",
+        KEEP_K1,
+        "in use but missing from TOOLGATE_ENCRYPTION_KEYS (those values open with no key): k0",
     ]
     reasons = {str(keyless.pk): MISSING_K0, str(tampered.pk): TAMPERED}
     assert err.getvalue().splitlines() == [f"connection {pk}: {reasons[pk]}" for pk in failed_ids]
@@ -260,7 +284,7 @@ def test_no_plaintext_or_key_material_in_output_or_logs(damaged, caplog):
     assert sorted(warnings) == sorted(
         [f"connection {keyless.pk} not rewrapped: {MISSING_K0}", f"connection {tampered.pk} not rewrapped: {TAMPERED}"]
     )
-    assert f"rotate_encryption_keys: {SUMMARY.format(1, 0, 0, 2)}" in caplog.text
+    assert f"rotate_encryption_keys: {CONNECTIONS.format(1, 0, 0, 2)}" in caplog.text
     # and nothing anywhere holds a secret
     for text in (out.getvalue(), err.getvalue(), caplog.text, str(failed.value)):
         for form in leak_forms(["ghp_good", "ghp_keyless", "ghp_tampered"]):
@@ -292,16 +316,22 @@ def test_a_write_between_read_and_update_survives_and_the_next_run_rewraps_it(se
     out, _err = run()
     monkeypatch.undo()
 
-    assert out.splitlines()[-2:] == [
-        SUMMARY.format(1, 0, 1, 0),
+    assert out.splitlines()[-4:] == [
+        CONNECTIONS.format(1, 0, 1, 0),
         "rows skipped were written while this ran: run the command again to check them",
+        "key ids in use now: k1 (connections 1), k2 (connections 1)",
+        KEEP_K1,
     ]
     assert Connection.objects.get(pk=contested.pk).encryption_key_id == "k1"
     assert opened_with({"k1": K1, "k2": K2})[str(contested.pk)] == "ghp_written_meanwhile"
 
     again, _err = run()
 
-    assert again.splitlines()[-1] == SUMMARY.format(1, 1, 0, 0)
+    assert again.splitlines()[-3:] == [
+        CONNECTIONS.format(1, 1, 0, 0),
+        "key ids in use now: k2 (connections 2)",
+        K1_CAN_GO,
+    ]
     assert opened_with({"k2": K2})[str(contested.pk)] == "ghp_written_meanwhile"
 
 
@@ -343,12 +373,21 @@ def test_a_write_committed_while_the_rewrap_waits_on_the_row_lock_survives(postg
 
     assert failures == []
     assert seen_waiting == [True]
-    assert out.splitlines()[-2] == SUMMARY.format(0, 0, 1, 0)
+    assert out.splitlines()[-4:] == [
+        CONNECTIONS.format(0, 0, 1, 0),
+        "rows skipped were written while this ran: run the command again to check them",
+        "key ids in use now: k1 (connections 1)",
+        KEEP_K1,
+    ]
     assert opened_with({"k1": K1, "k2": K2}) == {str(contested.pk): "ghp_written_meanwhile"}
 
     again, _err = run()
 
-    assert again.splitlines()[-1] == SUMMARY.format(1, 0, 0, 0)
+    assert again.splitlines()[-3:] == [
+        CONNECTIONS.format(1, 0, 0, 0),
+        "key ids in use now: k2 (connections 1)",
+        K1_CAN_GO,
+    ]
     assert opened_with({"k2": K2}) == {str(contested.pk): "ghp_written_meanwhile"}
 
 
@@ -402,12 +441,15 @@ def test_oauth_provider_client_secrets_are_rewrapped_too(settings):
     assert dry.splitlines()[1:] == [
         "connections: already current 0, to rewrap 1 (k1: 1)",
         "oauth provider client secrets: already current 1, to rewrap 1 (k1: 1)",
+        "key ids in use now: k1 (connections 1, oauth provider client secrets 1), k2 (oauth provider client secrets 1)",
     ]
-    assert out.splitlines()[-2:] == [
-        SUMMARY.format(1, 0, 0, 0),
+    assert out.splitlines()[-4:] == [
+        CONNECTIONS.format(1, 0, 0, 0),
         "oauth provider client secrets: " + SUMMARY.format(1, 1, 0, 0),
+        "key ids in use now: k2 (connections 1, oauth provider client secrets 2)",
+        K1_CAN_GO,
     ]
-    assert again.splitlines()[-1] == "oauth provider client secrets: " + SUMMARY.format(0, 2, 0, 0)
+    assert again.splitlines()[-3] == "oauth provider client secrets: " + SUMMARY.format(0, 2, 0, 0)
     assert sorted(OAuthProvider.objects.values_list("encryption_key_id", flat=True)) == ["k2", "k2"]
     assert (provider_secret("github", {"k2": K2}), provider_secret("gitlab", {"k2": K2})) == (
         "gh-client-secret",
@@ -427,7 +469,12 @@ def test_an_oauth_provider_secret_under_a_missing_key_is_named(settings):
 
     assert str(failed.value) == f"could not rewrap 1 oauth provider(s): legacy. {ADVICE}"
     assert err.getvalue() == f"oauth provider legacy: {MISSING_K0}\n"
-    assert out.getvalue().splitlines()[-1] == "oauth provider client secrets: " + SUMMARY.format(0, 0, 0, 1)
+    assert out.getvalue().splitlines()[-4:] == [
+        "oauth provider client secrets: " + SUMMARY.format(0, 0, 0, 1),
+        "key ids in use now: k0 (oauth provider client secrets 1)",
+        K1_CAN_GO,
+        "in use but missing from TOOLGATE_ENCRYPTION_KEYS (those values open with no key): k0",
+    ]
     assert "legacy-client-secret" not in out.getvalue() + err.getvalue() + str(failed.value)
     assert bytes(OAuthProvider.objects.get(name="legacy").encrypted_client_secret) == before
 
@@ -452,3 +499,118 @@ def test_an_oauth_provider_secret_set_during_the_rewrap_survives(settings, monke
     assert provider_secret("github", {"k1": K1}) == "new-client-secret"
     run()
     assert provider_secret("github", {"k2": K2}) == "new-client-secret"
+
+
+# --- tenant webhooks' signing secrets (no key id column: read from the envelope) ------------------
+
+
+@pytest.mark.django_db
+def test_a_webhook_secret_is_rewrapped_and_deliveries_are_signed_with_the_old_key_dropped(settings):
+    settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+    tenant = TenantFactory(slug="acme")
+    with LoopbackServer() as receiver:
+        settings.TOOLGATE_KEY_RING = {"k1": K1}
+        secret = webhook_set(tenant=tenant, url=f"{receiver.url}/hooks", user=None)
+        settings.TOOLGATE_KEY_RING = ROTATING
+
+        out, _err = run()
+
+        assert "tenant webhook secrets: " + SUMMARY.format(1, 0, 0, 0) in out.splitlines()
+        assert out.splitlines()[-2:] == ["key ids in use now: k2 (tenant webhook secrets 1)", K1_CAN_GO]
+        assert secret not in out
+        # with k1 gone, a delivery still opens the secret and signs with it
+        settings.TOOLGATE_KEY_RING = {"k2": K2}
+        receiver.route("POST", "/hooks", status=204)
+        delivery = WebhookDelivery.objects.create(tenant=tenant, event="approval.requested", payload={"n": 1})
+        assert webhook_deliver(delivery_id=str(delivery.pk), final_attempt=True).status == "delivered"
+        (request,) = receiver.requests
+        assert request.headers["toolgate-signature"] == webhook_signature(
+            secret, int(request.headers["toolgate-signature"].split(",")[0][2:]), request.body
+        )
+
+
+@pytest.mark.django_db
+def test_a_webhook_secret_replaced_while_the_rewrap_runs_survives(settings, monkeypatch):
+    settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+    tenant = TenantFactory(slug="acme")
+    settings.TOOLGATE_KEY_RING = {"k1": K1}
+    webhook_set(tenant=tenant, url="http://127.0.0.1:9/hooks", user=None)
+    settings.TOOLGATE_KEY_RING = ROTATING
+    real_open = crypto.open_sealed
+    replaced: list[str] = []
+
+    def open_then_the_owner_sets_a_new_secret(blob, *, binding, ring):
+        opened = real_open(blob, binding=binding, ring=ring)
+        settings.TOOLGATE_KEY_RING = {"k1": K1}  # an owner's request served by a process still on k1
+        replaced.append(webhook_set(tenant=tenant, url="http://127.0.0.1:9/hooks", user=None))
+        settings.TOOLGATE_KEY_RING = ROTATING
+        return opened
+
+    monkeypatch.setattr(crypto, "open_sealed", open_then_the_owner_sets_a_new_secret)
+    out, _err = run()
+    monkeypatch.undo()
+
+    assert "tenant webhook secrets: " + SUMMARY.format(0, 0, 1, 0) in out.splitlines()
+    webhook = TenantWebhook.objects.get()
+    binding = {"webhook_secret": str(tenant.pk)}
+    assert open_sealed(webhook.secret_sealed, binding=binding, ring=KeyRing({"k1": K1})).decode() == replaced[0]
+    run()
+    webhook.refresh_from_db()
+    assert open_sealed(webhook.secret_sealed, binding=binding, ring=KeyRing({"k2": K2})).decode() == replaced[0]
+
+
+# --- every kind at once --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_every_sealed_kind_is_counted_in_the_output_and_in_the_change_log(settings):
+    # given one value of each kind under k1, and a ring that rotates to k2
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True
+    settings.TOOLGATE_WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+    tenant = TenantFactory(slug="acme")
+    make_rows(settings, {"k1": K1}, ["ghp_a"], tenant)
+    make_provider("github", {"k1": K1}, "gh-client-secret")
+    settings.TOOLGATE_KEY_RING = {"k1": K1}
+    mcp_server_register(slug="web", url="http://127.0.0.1:9/mcp", operator_token="op-token")
+    mcp_server_register(slug="docs", command=["python", "server.py"], secret_env={"API_TOKEN": "sk-docs"})
+    account, _key = service_account_with_key(tenant, name="agent")
+    pending_approval(account, {"title": "t"})
+    webhook_set(tenant=tenant, url="http://127.0.0.1:9/hooks", user=None)
+    settings.TOOLGATE_KEY_RING = ROTATING
+    since = Change.objects.count()
+
+    dry, _err = run("--dry-run")
+    out, _err = run()
+
+    # then the dry run and the run name each kind with its counts
+    assert dry.splitlines()[1:] == [
+        "connections: already current 0, to rewrap 1 (k1: 1)",
+        "oauth provider client secrets: already current 0, to rewrap 1 (k1: 1)",
+        "mcp server operator tokens: already current 0, to rewrap 1 (k1: 1)",
+        "mcp server secret environments: already current 0, to rewrap 1 (k1: 1)",
+        "pending approvals' arguments: already current 0, to rewrap 1 (k1: 1)",
+        "tenant webhook secrets: already current 0, to rewrap 1 (k1: 1)",
+        "key ids in use now: k1 (connections 1, oauth provider client secrets 1, mcp server operator tokens 1, "
+        "mcp server secret environments 1, pending approvals' arguments 1, tenant webhook secrets 1)",
+    ]
+    lines = out.splitlines()
+    assert lines[0] == "rotating to key 'k2': 0 already current, 6 to rewrap, 500 per batch"
+    assert [line for line in lines if "batch 1" not in line][1:] == [
+        CONNECTIONS.format(1, 0, 0, 0),
+        "oauth provider client secrets: " + SUMMARY.format(1, 0, 0, 0),
+        "mcp server operator tokens: " + SUMMARY.format(1, 0, 0, 0),
+        "mcp server secret environments: " + SUMMARY.format(1, 0, 0, 0),
+        "pending approvals' arguments: " + SUMMARY.format(1, 0, 0, 0),
+        "tenant webhook secrets: " + SUMMARY.format(1, 0, 0, 0),
+        "key ids in use now: k2 (connections 1, oauth provider client secrets 1, mcp server operator tokens 1, "
+        "mcp server secret environments 1, pending approvals' arguments 1, tenant webhook secrets 1)",
+        K1_CAN_GO,
+    ]
+    # and the run's one change-log entry holds every kind's counts and the key ids still in use
+    (entry,) = Change.objects.order_by("pk")[since:]
+    counts = {
+        f"{kind}_{n}": 1 if n == "rewrapped" else 0 for kind in ALL_KINDS for n in ("rewrapped", "skipped", "failed")
+    }
+    assert (entry.action, entry.after) == ("keys.rotate", {"primary_key_id": "k2", **counts, "key_ids_in_use": ["k2"]})
+    for secret in ("ghp_a", "gh-client-secret", "op-token", "sk-docs"):
+        assert secret not in out + dry + json.dumps(entry.after)

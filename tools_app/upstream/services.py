@@ -23,8 +23,10 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from changes_app.services import change_record
+from policies_app.crypto import CredentialError, KeyRing
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
+from policies_app.key_rotation import RewrapOutcome
 from runner.pipeline import BackgroundLoop
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.metrics import mcp_discovery_observed
@@ -251,6 +253,38 @@ def _set_secret_env(server: McpServer, values: Mapping[str, str]) -> None:
         server.secret_env_sealed, server.secret_env_key_id = None, ""
     server.secret_env_names = sorted(values)
     server.save(update_fields=["secret_env_sealed", "secret_env_key_id", "secret_env_names", "updated_at"])
+
+
+def mcp_server_token_rewrap(*, server: McpServer, ring: KeyRing) -> RewrapOutcome:
+    """Re-encrypt a server's operator token under the ring's primary key (`rotate_encryption_keys`).
+
+    Compare-and-swap like connection_rewrap: a token set meanwhile (`mcp_server
+    add --secret-env`, the admin) is never overwritten, only skipped, and the
+    next run picks it up if it still needs it.
+    """
+    return _sealed_column_rewrap(server, ring, "operator_token_sealed", "operator_token_key_id")
+
+
+def mcp_server_secret_env_rewrap(*, server: McpServer, ring: KeyRing) -> RewrapOutcome:
+    """Re-encrypt a stdio server's sealed environment under the ring's primary key, compare-and-swap."""
+    return _sealed_column_rewrap(server, ring, "secret_env_sealed", "secret_env_key_id")
+
+
+def _sealed_column_rewrap(server: McpServer, ring: KeyRing, blob_field: str, key_id_field: str) -> RewrapOutcome:
+    """Reseal one column of the row as read; the UPDATE matches the envelope and key id that were read
+    (one statement, its own transaction), and keeps the key id column in step with the envelope."""
+    old_blob = bytes(getattr(server, blob_field))
+    old_key_id = getattr(server, key_id_field)
+    try:
+        sealed = token_vault().reseal(old_blob, server_id=str(server.pk), ring=ring)
+    except CredentialError as exc:
+        return RewrapOutcome(False, str(exc), error=exc)
+    updated = McpServer.objects.filter(pk=server.pk, **{blob_field: old_blob, key_id_field: old_key_id}).update(
+        **{blob_field: sealed.blob, key_id_field: sealed.key_id}, updated_at=timezone.now()
+    )
+    if not updated:
+        return RewrapOutcome(False, "changed concurrently")
+    return RewrapOutcome(True)
 
 
 def _sync_schedule(server: McpServer) -> None:
