@@ -12,7 +12,7 @@ the SDK client: the same-run baseline of that path. wrk drives each target at
 32 and 1 connections:
 
   direct          tools/call straight to the upstream (2026-07-28, stateless)
-  mcp exec        POST /api/v1/tools/exec of mcp__bench__add (plain JSON over the pooled session)
+  mcp exec        POST /api/v1/tools/exec of mcp__bench__add (plain JSON, sent from the worker thread)
   mcp exec (sdk)  the same through the SDK client
   stdio exec      POST /api/v1/tools/exec of mcp__benchstdio__add (via the MCP host, one child)
   stdio exec (sdk)
