@@ -4,14 +4,15 @@ Starts an SDK MCPServer upstream (one uvicorn process), registers it in
 Toolgate, approves and enables its `add` tool; registers the same server as a
 stdio server run by Toolgate's MCP host (`manage.py mcp_host`, one child, no
 sandbox: bubblewrap costs only at spawn); serves Toolgate with two gunicorns
-(sync workers, 2 x cores, one at a time under load): one as configured, whose
-calls to these stateless JSON upstreams go out as plain POSTs
-(tools_app/upstream/lean.py), and one with TOOLGATE_MCP_PLAIN_JSON_CALLS=false,
-whose calls all go through the SDK client: the same-run baseline of that
-path. wrk drives each target at 32 and 1 connections:
+started as production starts them (config/gunicorn.conf.py: sync workers, 2 x
+cores), one at a time under load: one as configured, whose calls to these
+stateless JSON upstreams go out as plain POSTs (tools_app/upstream/lean.py),
+and one with TOOLGATE_MCP_PLAIN_JSON_CALLS=false, whose calls all go through
+the SDK client: the same-run baseline of that path. wrk drives each target at
+32 and 1 connections:
 
   direct          tools/call straight to the upstream (2026-07-28, stateless)
-  mcp exec        POST /api/v1/tools/exec of mcp__bench__add (plain JSON over the pooled session)
+  mcp exec        POST /api/v1/tools/exec of mcp__bench__add (plain JSON, sent from the worker thread)
   mcp exec (sdk)  the same through the SDK client
   stdio exec      POST /api/v1/tools/exec of mcp__benchstdio__add (via the MCP host, one child)
   stdio exec (sdk)
@@ -22,15 +23,23 @@ time of the gunicorn master and its workers, read from /proc before and after
 the wrk run, divided by the requests wrk completed (the upstream, the MCP host
 and wrk are other processes, not counted).
 
-    DATABASE_URL=postgres://... REDIS_URL=redis://... python -m bench.mcp_gateway
+Every process (gunicorns, MCP host, set-up) runs with production settings,
+as bench.exec_throughput's server does (`bench.database.production_environment`:
+DEBUG off, fresh secrets, LOG_LEVEL WARNING, whatever DEBUG the caller
+exported; `make bench` exports DEBUG=true): under DEBUG Django records every
+query and the logs are chattier, and a built-in exec measured here cost about
+twice the gateway CPU it costs in bench.exec_throughput. The web, the MCP
+host and the set-up share one set of secrets (the host token, the keys that
+seal an operator token).
 
-Uses the database and Redis of the environment, as issue 28's figures were
-taken (PostgreSQL + Redis); a scratch SQLite file and no Redis when they are
-unset (SQLite's single writer then dominates exec). The database is migrated
-and gets a `bench` tenant, 64 service accounts (the API's per-account fairness
-throttle is 100/s) and a policy. BENCH_SECONDS (10) sets each wrk run,
-BENCH_ROUNDS (1) how often the targets alternate. Prints req/s, p50, CPU per
-call and the ratios; nothing passes or fails.
+    python -m bench.mcp_gateway
+
+Needs PostgreSQL and Redis: DATABASE_URL (default a `toolgate_bench` database
+on 127.0.0.1, dropped and re-created each run) and REDIS_URL (default db 9).
+The database gets a `bench` tenant, 64 service accounts (the API's
+per-account fairness throttle is 100/s) and a policy. BENCH_SECONDS (10) sets
+each wrk run, BENCH_ROUNDS (1) how often the targets alternate. Prints req/s,
+p50, CPU per call and the ratios; nothing passes or fails.
 """
 
 from __future__ import annotations
@@ -47,13 +56,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.database import fresh_database, manage, production_environment
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DURATION_S = int(os.environ.get("BENCH_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1"))
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 KEYS = 64
-WORKERS = 2 * (os.cpu_count() or 1)
 
 
 def free_port() -> int:
@@ -76,22 +86,17 @@ def wait_http(url: str, *, timeout: float = 30.0, method: str = "GET") -> None:
 
 
 def setup(env: dict[str, str], upstream_url: str) -> list[str]:
-    """Migrate, register and approve the upstreams, create the callers; returns their API keys."""
+    """Register and approve the upstreams, create the callers (a migrated database); returns their API keys."""
     stdio_command = [sys.executable, str(ROOT / "bench" / "mcp_upstream_app.py"), "stdio"]
     code = f"""
 import json, django
 django.setup()
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-call_command("sync_tools", verbosity=0)
-from policies_app.models import Tenant, ToolPolicy, ServiceAccount
+from policies_app.models import Tenant, ToolPolicy
 from policies_app.services import service_account_create
 from tools_app.services import tool_set_enabled
 from tools_app.upstream.services import mcp_server_register, mcp_server_discover, mcp_tool_approve
-tenant, _ = Tenant.objects.get_or_create(slug="bench", defaults={{"name": "Bench"}})
-ServiceAccount.objects.filter(tenant=tenant).delete()
+tenant = Tenant.objects.create(slug="bench", name="Bench")
 keys = [service_account_create(tenant=tenant, name=f"bench-{{i}}", scopes=("tools:exec",))[1] for i in range({KEYS})]
-ToolPolicy.objects.filter(name="bench").delete()
 ToolPolicy.objects.create(
     name="bench", tenant=tenant, allowed_tools=["mcp__bench__add", "mcp__benchstdio__add", "core__get_current_time"]
 )
@@ -167,19 +172,16 @@ def run_wrk(url: str, script: Path, connections: int) -> tuple[float, float, tup
 
 
 def gunicorn(env: dict[str, str], port: int) -> subprocess.Popen:
-    command = [str(BIN / "gunicorn"), "config.wsgi", "--workers", str(WORKERS), "--bind", f"127.0.0.1:{port}"]
-    return subprocess.Popen(
-        [*command, "--log-level", "warning"],
-        cwd=ROOT,
-        env={**env, "LOG_LEVEL": "WARNING"},
-    )
+    """gunicorn as production starts it (config/gunicorn.conf.py), on `port`."""
+    command = [str(BIN / "gunicorn"), "-c", str(ROOT / "config" / "gunicorn.conf.py"), "config.wsgi:application"]
+    return subprocess.Popen([*command, "--bind", f"127.0.0.1:{port}", "--log-level", "warning"], cwd=ROOT, env=env)
 
 
 def main() -> None:
     upstream_port, web_port, sdk_port, host_port = free_port(), free_port(), free_port(), free_port()
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
+        **production_environment(),  # one set of secrets for the web, the MCP host and the set-up
         "TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS": "true",
         "TOOLGATE_MCP_HOST_URL": f"http://127.0.0.1:{host_port}",
         "TOOLGATE_MCP_HOST_TOKEN": secrets.token_urlsafe(24),
@@ -187,8 +189,10 @@ def main() -> None:
     }
     scratch = Path(tempfile.mkdtemp(prefix="toolgate-bench-"))
     env["TOOLGATE_MCP_HOST_DIR"] = str(scratch / "mcp_host")
-    if not env.get("DATABASE_URL"):
-        env["DATABASE_URL"] = f"sqlite:///{scratch / 'bench.sqlite3'}"
+    fresh_database(env["DATABASE_URL"])
+    manage(env, "migrate", "--noinput")
+    manage(env, "collectstatic", "--noinput")  # DEBUG=False: the web server refuses to start without it
+    manage(env, "sync_tools")
     upstream_url = f"http://127.0.0.1:{upstream_port}/mcp"
     processes = []
     try:
@@ -263,7 +267,7 @@ def main() -> None:
             run_wrk_short(url, script)
         print(
             f"database: {env['DATABASE_URL'].split(':', 1)[0]}, redis: {'yes' if env.get('REDIS_URL') else 'no'}, "
-            f"gunicorn sync x{WORKERS}, wrk {DURATION_S}s per row, {ROUNDS} round(s)"
+            f"gunicorn as config/gunicorn.conf.py, DEBUG off, wrk {DURATION_S}s per row, {ROUNDS} round(s)"
         )
         # name, connections -> [(req/s, p50 ms, non-2xx, requests, gateway CPU s)] over the rounds
         runs: dict[tuple[str, int], list[tuple[float, float, tuple[int, int], int, float]]] = {}

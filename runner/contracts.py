@@ -124,12 +124,32 @@ def tags_problem(tags: object) -> str | None:
 ExecuteFn = Callable[[Any, ToolInvocationContext, "ToolCapabilities"], Coroutine[Any, Any, Any] | Any]
 
 
+class _OnLoop:
+    """The type of ON_LOOP (a sentinel no tool output can be)."""
+
+    def __repr__(self) -> str:
+        return "ON_LOOP"
+
+
+# What a blocking fast path answers when it cannot serve the call and sent nothing.
+ON_LOOP = _OnLoop()
+
+# An async tool's optional blocking fast path, tried first on the calling thread: the sync web
+# worker then waits on its own socket instead of handing the call to the loop thread and being
+# woken from it (a thread switch each way, and the loop's task and timer machinery). It gets the
+# call's deadline (a time.monotonic() instant) and must not wait past it: a TimeoutError raised
+# once the deadline has passed is the call's timeout. It answers the output as `execute` would,
+# or ON_LOOP, having sent nothing, to have `execute` run on the loop instead.
+BlockingExecuteFn = Callable[[Any, ToolInvocationContext, "ToolCapabilities", float], Any]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolDefinition:
     """A contract plus its implementation, not yet bound to capabilities."""
 
     contract: ToolContract
     execute: ExecuteFn
+    execute_blocking: BlockingExecuteFn | None = None
 
     @property
     def tool_id(self) -> str:

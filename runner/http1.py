@@ -29,14 +29,19 @@ httpx's own transport when an HTTP(S)/ALL_PROXY variable applies
 (`proxy_applies`) or when OpenTelemetry instruments httpx (config/runtime.py).
 
 A pool belongs to one event loop (HttpCapability keeps one client per loop,
-an MCP session's caller lives on its session's loop).
+an MCP session's caller lives on its session's loop). `BlockingPool` keeps
+the same guarantees on blocking sockets for callers on their own threads (the
+sync web worker's plain-JSON MCP calls), any number of threads at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import select
+import socket
 import ssl
+import threading
+import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -293,6 +298,184 @@ class Pool:
     def close(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                connection.close()
+
+
+# --- the same, on blocking sockets, for callers on their own threads --------------------------
+
+RECV_BYTES = 64 * 1024
+
+
+class BlockingConnection:
+    """One keep-alive connection on a blocking socket, used by one thread at a time."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.closed = False
+
+    def request(self, head: h11.Request, body: bytes, max_response_bytes: int, deadline: float) -> Answer:
+        """Send one request in one write and read its whole answer before `deadline` (time.monotonic())."""
+        wire = self._h11.send(head) or b""
+        if body:
+            wire += self._h11.send(h11.Data(data=body)) or b""
+        wire += self._h11.send(h11.EndOfMessage()) or b""
+        self._wait_until(deadline)
+        self._sock.sendall(wire)
+        response, chunks, received, data = _NO_RESPONSE, [], 0, b"-"
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError:
+                if not data:  # the upstream closed in the middle of its answer
+                    raise ConnectionClosed("the connection to the upstream closed") from None
+                raise MalformedAnswer("the upstream's answer is not HTTP/1.1") from None
+            if event is h11.NEED_DATA:
+                self._wait_until(deadline)
+                data = self._sock.recv(RECV_BYTES)
+                self._h11.receive_data(data)
+                continue
+            if isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                received += len(event.data)
+                if received > max_response_bytes:
+                    raise ResponseTooLarge
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return Answer(response.status_code, bytes(response.reason), response.headers, b"".join(chunks))
+            elif isinstance(event, h11.ConnectionClosed):
+                raise ConnectionClosed("the connection to the upstream closed")
+            # h11.InformationalResponse (1xx): wait for the final answer
+
+    def _wait_until(self, deadline: float) -> None:
+        """The socket's next send or receive waits at most until `deadline`."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the deadline passed")
+        self._sock.settimeout(remaining)
+
+    def reusable(self) -> bool:
+        """Both sides finished the exchange cleanly and may go on: start the next one."""
+        if self.closed or self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+            return False
+        self._h11.start_next_cycle()
+        return True
+
+    def still_open(self) -> bool:
+        """An idle connection the server has not closed or written to since (checked before reuse)."""
+        if self.closed:
+            return False
+        try:
+            poller = select.poll()
+            poller.register(self._sock.fileno(), select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False
+
+    def close(self) -> None:
+        self.closed = True
+        self._sock.close()
+
+
+class BlockingPool:
+    """Idle keep-alive connections per origin on blocking sockets: `Pool`'s guarantees, for any thread.
+
+    Why: a sync web worker that hands a request to the event loop thread waits to
+    be woken from it, a thread switch each way plus the loop's task, timer and
+    selector work around one small exchange. A thread that owns the connection
+    for the length of its request sends and reads on it directly. Thread-safe:
+    a connection is taken from the idle list under a lock and used by one thread.
+    The deadline bounds the connect, every send and every read.
+    """
+
+    def __init__(
+        self, *, tls_context: Callable[[], ssl.SSLContext], max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN
+    ) -> None:
+        """`tls_context` is called once, at the first TLS connection."""
+        self._make_tls_context = tls_context
+        self._tls_context: ssl.SSLContext | None = None
+        self._max_idle = max_idle_per_origin
+        self._idle: dict[Origin, list[BlockingConnection]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def request(
+        self,
+        origin: Origin,
+        head: h11.Request,
+        body: bytes,
+        *,
+        max_response_bytes: int,
+        connect_timeout_s: float,
+        deadline: float,
+    ) -> Answer:
+        """One request on an idle or new connection of `origin`, answered whole before `deadline`.
+
+        Raises ConnectFailed (nothing sent), then ConnectionClosed, TimeoutError,
+        ResponseTooLarge, MalformedAnswer or h11.LocalProtocolError (a header h11 will not send).
+        """
+        connection = self._take_idle(origin) or self._connect(origin, connect_timeout_s, deadline)
+        keep = False
+        try:
+            try:
+                answer = connection.request(head, body, max_response_bytes, deadline)
+            except (ConnectionClosed, TimeoutError):
+                raise
+            except OSError as exc:  # reset, broken pipe: as `Connection.connection_lost` reports them
+                raise ConnectionClosed("the connection to the upstream closed") from exc
+            keep = connection.reusable()
+            return answer
+        finally:
+            with self._lock:
+                idle = self._idle.setdefault(origin, [])
+                if keep and not self._closed and len(idle) < self._max_idle:
+                    idle.append(connection)
+                    connection = None  # type: ignore[assignment]
+            if connection is not None:
+                connection.close()
+
+    def _take_idle(self, origin: Origin) -> BlockingConnection | None:
+        while True:
+            with self._lock:
+                idle = self._idle.get(origin)
+                if not idle:
+                    return None
+                connection = idle.pop()
+            if connection.still_open():
+                return connection
+            connection.close()
+
+    def _connect(self, origin: Origin, timeout_s: float, deadline: float) -> BlockingConnection:
+        timeout_s = min(timeout_s, deadline - time.monotonic())
+        try:
+            if timeout_s <= 0:
+                raise TimeoutError("the deadline passed")
+            sock = socket.create_connection((origin.address, origin.port), timeout=timeout_s)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectFailed(str(exc)) from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
+            if origin.tls:
+                sock = self._tls().wrap_socket(sock, server_hostname=origin.server_name)  # handshake in the timeout
+        except (OSError, ssl.SSLError) as exc:
+            sock.close()
+            raise ConnectFailed(str(exc)) from exc
+        return BlockingConnection(sock)
+
+    def _tls(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._tls_context is None:
+                self._tls_context = self._make_tls_context()
+            return self._tls_context
+
+    def close(self) -> None:
+        """Close the idle connections; one in use is closed when its request ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, {}
         for connections in idle.values():
             for connection in connections:
                 connection.close()

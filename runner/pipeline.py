@@ -55,7 +55,7 @@ from runner.authz import DelegationAuthorization, NoDelegations
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, ClockCapability, ToolCapabilities
 from runner.catalog import catalog_for, unknown_tool_message
-from runner.contracts import MAX_TIMEOUT_MS
+from runner.contracts import MAX_TIMEOUT_MS, ON_LOOP, BlockingExecuteFn
 from runner.errors import (
     BrokerError,
     CapabilityError,
@@ -556,7 +556,11 @@ class ValidateOutputStage:
 
 
 class ExecuteStage:
-    """(8) Run the tool under its runtime budget on the runner's event loop."""
+    """(8) Run the tool under its runtime budget: on the runner's event loop, or on this thread.
+
+    A plain function runs on this thread; an async tool on the loop, unless its
+    blocking fast path (`ToolDefinition.execute_blocking`) takes the call here.
+    """
 
     def __init__(self, clock: ClockCapability, loop: BackgroundLoop | None = None) -> None:
         self._clock = clock
@@ -569,7 +573,7 @@ class ExecuteStage:
         call.executed = True
         try:
             if tool.definition.runs_on_loop:
-                output = self._loop.run(tool.definition.execute(call.args, call.ctx, caps), timeout_s=budget_ms / 1000)
+                output = self._on_loop(tool, call, caps, budget_ms)
             else:
                 output = _compute(tool, call, caps, budget_ms)
         except ToolTimedOut:
@@ -586,6 +590,32 @@ class ExecuteStage:
             logger.warning("tool %s raised %s", call.tool_id, type(exc).__name__)
             return call.fail(ErrorCode.EXECUTION, "the tool failed")
         return call.succeed(output)
+
+    def _on_loop(self, tool: BoundTool, call: Call, caps: ToolCapabilities, budget_ms: int) -> Any:
+        """An async tool: its blocking fast path on this thread when it has one and takes the call, else the loop."""
+        deadline = time.monotonic() + budget_ms / 1000
+        blocking = tool.definition.execute_blocking
+        if blocking is not None:
+            output = _blocking(blocking, call, caps, deadline)
+            if output is not ON_LOOP:
+                return output
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            raise ToolTimedOut
+        return self._loop.run(tool.definition.execute(call.args, call.ctx, caps), timeout_s=remaining_s)
+
+
+def _blocking(execute: BlockingExecuteFn, call: Call, caps: ToolCapabilities, deadline: float) -> Any:
+    """A tool's blocking fast path, on the calling thread, in a copy of its context; too late is a timeout."""
+    try:
+        output = contextvars.copy_context().run(execute, call.args, call.ctx, caps, deadline)
+    except TimeoutError:
+        if time.monotonic() >= deadline:
+            raise ToolTimedOut from None
+        raise  # a timeout of the tool's own, inside its budget: a failure like any other
+    if output is not ON_LOOP and time.monotonic() > deadline:
+        raise ToolTimedOut
+    return output
 
 
 def _compute(tool: BoundTool, call: Call, caps: ToolCapabilities, budget_ms: int) -> Any:

@@ -7,21 +7,34 @@ server closed while idle is not, one whose request was cancelled is not,
 chunked and truncated bodies, and a proxy in the environment keeps httpx's own
 transport. tests/tools_app/upstream/test_http11.py holds the same pool through
 the MCP plain-JSON client (the response cap, Connection: close, a pinned address).
+The last tests hold `BlockingPool` (blocking sockets, any thread) to the same rules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
+import time
 from collections.abc import Iterator
 
+import h11
 import httpx
 import pytest
 
 from runner.capabilities import HttpCapability
 from runner.errors import CapabilityError
-from runner.http1 import proxy_applies
+from runner.http1 import (
+    Answer,
+    BlockingPool,
+    ConnectFailed,
+    ConnectionClosed,
+    MalformedAnswer,
+    Origin,
+    ResponseTooLarge,
+    proxy_applies,
+)
 from tests.support.loopback import LoopbackServer
 
 BODY = json.dumps({"login": "octocat"}).encode()
@@ -219,3 +232,123 @@ def test_proxy_applies_reads_the_variables_httpx_reads(monkeypatch, environ, app
         monkeypatch.setenv(name, value)
 
     assert proxy_applies("https://api.github.com/") is applies
+
+
+# --- BlockingPool: the same rules on blocking sockets, for callers on their own threads ------
+
+
+def _blocking_get(pool: BlockingPool, url: str, *, timeout_s: float = 5.0, cap: int = 10_000) -> Answer:
+    host, port = url.removeprefix("http://").split(":")
+    head = h11.Request(method="GET", target="/user", headers=[("host", f"{host}:{port}")])
+    return pool.request(
+        Origin(host, int(port), False, host),
+        head,
+        b"",
+        max_response_bytes=cap,
+        connect_timeout_s=5.0,
+        deadline=time.monotonic() + timeout_s,
+    )
+
+
+def test_blocking_requests_share_one_connection(keep_alive: KeepAliveServer) -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+
+    answers = [_blocking_get(pool, keep_alive.url) for _ in range(3)]
+    pool.close()
+
+    assert [(answer.status, answer.body) for answer in answers] == [(200, BODY)] * 3
+    assert keep_alive.connections == 1
+
+
+def test_a_blocking_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(close_after_answer=True) as server:
+        statuses = []
+        for _ in range(3):
+            statuses.append(_blocking_get(pool, server.url).status)
+            time.sleep(0.05)
+    pool.close()
+
+    assert statuses == [200, 200, 200]  # none failed on, or was sent twice to, a closed connection
+    assert len(server.requests) == 3
+    assert server.connections == 3
+
+
+def test_a_chunked_body_is_read_whole_on_a_blocking_connection_and_the_connection_kept() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(chunked=True) as server:
+        bodies = [_blocking_get(pool, server.url).body for _ in range(2)]
+    pool.close()
+
+    assert bodies == [BODY, BODY]
+    assert server.connections == 1
+
+
+def test_a_truncated_answer_on_a_blocking_connection_raises_connection_closed() -> None:
+    truncated = b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\nConnection: close\r\n\r\nshort"
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[truncated], close_after_answer=True) as server, pytest.raises(ConnectionClosed):
+        _blocking_get(pool, server.url)
+
+
+def test_bytes_that_are_not_http_raise_malformed_answer() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[b"SSH-2.0-OpenSSH_9.6\r\n\r\n"]) as server, pytest.raises(MalformedAnswer):
+        _blocking_get(pool, server.url)
+
+
+def test_the_deadline_cuts_a_blocking_request_and_its_connection_is_not_reused() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[None]) as server:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            _blocking_get(pool, server.url, timeout_s=0.2)
+        elapsed = time.monotonic() - started
+        after = _blocking_get(pool, server.url)
+    pool.close()
+
+    assert 0.2 <= elapsed < 0.4
+    assert after.status == 200
+    assert server.connections == 2
+
+
+def test_a_deadline_already_passed_sends_nothing() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer() as server, pytest.raises(ConnectFailed):
+        _blocking_get(pool, server.url, timeout_s=-1.0)
+
+    assert server.requests == []
+
+
+def test_an_answer_past_the_cap_is_refused_on_a_blocking_connection() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer() as server:
+        with pytest.raises(ResponseTooLarge):
+            _blocking_get(pool, server.url, cap=len(BODY) - 1)
+        after = _blocking_get(pool, server.url)
+    pool.close()
+
+    assert after.body == BODY
+    assert server.connections == 2
+
+
+def test_threads_at_once_each_use_a_connection_of_their_own(keep_alive: KeepAliveServer) -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    start = threading.Barrier(4)
+    answers: list[Answer] = []
+
+    def worker() -> None:
+        start.wait()
+        for _ in range(5):
+            answers.append(_blocking_get(pool, keep_alive.url))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    pool.close()
+
+    assert [answer.body for answer in answers] == [BODY] * 20
+    assert len(keep_alive.requests) == 20
+    assert 1 <= keep_alive.connections <= 4  # reused, never shared by two requests at once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import threading
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.contracts import ToolDefinition
+from runner.contracts import ON_LOOP, ToolDefinition
 from runner.errors import BrokerError, DependencyUnavailable
 from runner.grants import effective_connection_ids
 from runner.pipeline import CLAIM_LEASE_GRACE_S, CREDENTIAL_IN_OUTPUT, TOOL_ERROR_MESSAGE, ToolRunner, args_digest
@@ -287,6 +288,87 @@ def test_a_plain_function_tool_runs_in_a_copy_of_the_callers_context():
 
     assert result.value == {"text": "tool"}
     assert marker.get() == "caller"
+
+
+def _with_fast_path(name: str, blocking, *, timeout_ms: int = 200) -> ToolDefinition:
+    """An async tool (it answers where it ran) with a blocking fast path."""
+
+    async def on_loop(args, ctx, caps):
+        return {"text": f"loop {threading.get_ident()}"}
+
+    contract = replace(tools.WHERE.contract, name=name, default_timeout_ms=timeout_ms)
+    return ToolDefinition(contract, on_loop, execute_blocking=blocking)
+
+
+def test_a_blocking_fast_path_answers_on_the_calling_thread_with_the_calls_deadline():
+    seen = []
+
+    def blocking(args, ctx, caps, deadline):
+        seen.append(deadline - time.monotonic())
+        return {"text": f"here {threading.get_ident()}"}
+
+    h = make_harness([_with_fast_path("test__fast", blocking)])
+
+    result = h.exec("test__fast")
+
+    assert result.value == {"text": f"here {threading.get_ident()}"}
+    assert 0.15 < seen[0] <= 0.2  # the tool's 200 ms budget, as a monotonic deadline
+
+
+def test_a_fast_path_that_answers_on_loop_hands_the_call_to_the_loop_with_what_is_left_of_the_budget():
+    def declines(args, ctx, caps, deadline):
+        time.sleep(0.12)
+        return ON_LOOP
+
+    async def slow(args, ctx, caps):
+        await asyncio.sleep(0.15)  # within the 200 ms budget, not within what is left of it
+        return {"text": "late"}
+
+    declining = _with_fast_path("test__declines", declines)
+    h = make_harness(
+        [declining, replace(declining, contract=replace(declining.contract, name="test__slow"), execute=slow)]
+    )
+
+    handed = h.exec("test__declines")
+    started = time.monotonic()
+    cut = h.exec("test__slow", tool_call_id="call-2")
+
+    assert handed.ok
+    assert handed.value["text"].startswith("loop ")
+    assert handed.value != {"text": f"loop {threading.get_ident()}"}  # the loop thread, not this one
+    elapsed = time.monotonic() - started
+    assert cut.error_code is ErrorCode.TIMEOUT  # with a whole budget of its own it would have answered
+    assert 0.2 <= elapsed < 0.26  # one budget for both paths together
+
+
+def test_a_fast_path_timeout_at_the_deadline_answers_timeout_and_one_before_it_is_the_tools_failure():
+    def waits_past(args, ctx, caps, deadline):
+        time.sleep(max(deadline - time.monotonic(), 0))
+        raise TimeoutError
+
+    def times_out_early(args, ctx, caps, deadline):
+        raise TimeoutError("the tool's own")
+
+    def answers_late(args, ctx, caps, deadline):
+        time.sleep(max(deadline - time.monotonic(), 0) + 0.01)
+        return {"text": "late"}
+
+    h = make_harness(
+        [
+            _with_fast_path("test__past", waits_past),
+            _with_fast_path("test__early", times_out_early),
+            _with_fast_path("test__late", answers_late),
+        ]
+    )
+
+    past = h.exec("test__past")
+    early = h.exec("test__early", tool_call_id="call-2")
+    late = h.exec("test__late", tool_call_id="call-3")
+
+    assert (past.error_code, past.safe_message) == (ErrorCode.TIMEOUT, "the tool ran past its 200 ms budget")
+    assert (early.error_code, early.safe_message) == (ErrorCode.EXECUTION, "the tool failed")
+    assert late.error_code is ErrorCode.TIMEOUT
+    assert (past.executed, late.executed) == (True, True)
 
 
 def test_budget_is_the_smaller_of_tool_default_and_policy():

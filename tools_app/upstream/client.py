@@ -8,7 +8,9 @@ loop share it (MCP multiplexes requests over one session). When the session's
 negotiation shows a stateless upstream answering JSON, its calls go out as
 plain POSTs instead (`lean.JsonCaller`, on keep-alive connections of its own
 to the same checked address); the SDK client stays for discovery, sessions,
-event streams and as the fallback.
+event streams and as the fallback. Once such a session is open, a web worker's
+thread calls through it without the loop (`plain_session`, `UpstreamSession.call_blocking`):
+the first call of a process opens and negotiates it on the loop.
 
 Failures become `UpstreamError`s with a kind and a message written here:
 nothing an upstream says (error text, stack traces, bodies) is passed on.
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -249,6 +252,8 @@ class UpstreamSession:
             async with connected(self.target, transport, message_handler=self._on_message) as client:
                 self.client, self.transport = client, transport
                 self.json_caller = plain_json_caller(self.target, client, transport)
+                if self.json_caller is not None:
+                    _plain_sessions[self.target.pool_key] = self
                 self._ready.set()
                 await self._closing.wait()
         except Exception as exc:
@@ -256,6 +261,8 @@ class UpstreamSession:
             logger.debug("mcp session for server %s ended: %s", self.target.server_id, self._error.kind)
         finally:
             self.dead = True
+            if _plain_sessions.get(self.target.pool_key) is self:
+                del _plain_sessions[self.target.pool_key]
             if self.json_caller is not None:
                 self.json_caller.close()
             self._ready.set()
@@ -301,15 +308,57 @@ class UpstreamSession:
             logger.info("mcp server %s: plain JSON calls refused; calls go through the SDK", self.target.server_id)
         except SwitchToSdk as streamed:
             logger.info("mcp server %s answers event streams; calls go through the SDK", self.target.server_id)
-            self.json_caller = None
+            self._drop_plain(caller)
             return streamed.result
         except Exception as exc:
             error = classify(exc, transport, before)
             if self.dead and error.kind == UpstreamError.UNREACHABLE:
                 error = UpstreamError(UpstreamError.LOST, error.safe_message)
             raise error from None
-        self.json_caller = None
+        self._drop_plain(caller)
         return None
+
+    def _drop_plain(self, caller: JsonCaller) -> None:
+        """Later calls go through the SDK; the dropped caller's connections are closed on the session's loop."""
+        if self.json_caller is caller:
+            self.json_caller = None
+        if self._task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: so are its connections
+                self._task.get_loop().call_soon_threadsafe(caller.close)
+
+    def call_blocking(
+        self, pinned: types.Tool, arguments: Mapping[str, Any], *, deadline: float
+    ) -> types.CallToolResult | None:
+        """The plain-JSON call on the calling thread (not the session's loop), or None when it cannot be.
+
+        None means nothing ran: the session has no plain caller (any more), or the
+        upstream refused the plain POST unrun (later calls then go through the SDK,
+        as on the loop). A TimeoutError at `deadline` passes through: the runner
+        reports the call's timeout. Thread-safe: the caller's blocking connections
+        are one thread's at a time, and dropping the caller is one attribute write.
+        """
+        caller = self.json_caller
+        if caller is None or self.dead:
+            return None
+        self.last_used = time.monotonic()
+        try:
+            return caller.call_blocking(pinned, arguments, deadline=deadline)
+        except NotRun:
+            logger.info("mcp server %s: plain JSON calls refused; calls go through the SDK", self.target.server_id)
+            self._drop_plain(caller)
+            return None
+        except SwitchToSdk as streamed:
+            logger.info("mcp server %s answers event streams; calls go through the SDK", self.target.server_id)
+            self._drop_plain(caller)
+            return streamed.result
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise
+            raise UpstreamError(UpstreamError.TIMEOUT, "the upstream did not answer in time") from None
+        except Exception as exc:
+            raise classify(exc, None) from None
+        finally:
+            self.last_used = time.monotonic()
 
     async def _call_sdk(
         self, client: Client, transport: PinnedTransport, pinned: types.Tool, arguments: Mapping[str, Any]
@@ -421,6 +470,20 @@ class SessionPool:
 
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SessionPool] = weakref.WeakKeyDictionary()
+
+# Live sessions with a plain-JSON caller, by pool key: what a web worker's thread calls through
+# without a hop to the loop (`plain_session`). Kept by the sessions themselves; a forked child
+# starts empty (its parent's sockets are not its own).
+_plain_sessions: dict[tuple[str, str, str], UpstreamSession] = {}
+os.register_at_fork(after_in_child=_plain_sessions.clear)
+
+
+def plain_session(target: UpstreamTarget) -> UpstreamSession | None:
+    """The live pooled session of `target` (any loop's) whose calls go out as plain POSTs, else None."""
+    session = _plain_sessions.get(target.pool_key)
+    if session is None or session.dead or session.json_caller is None:
+        return None
+    return session
 
 
 def pool_for_running_loop() -> SessionPool:

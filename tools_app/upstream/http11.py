@@ -1,5 +1,8 @@
 """Plain JSON POSTs to one checked upstream address, on runner/http1.py's keep-alive connections.
 
+Two sets of them: the session's event loop's (`post`), and blocking sockets for a
+web worker's own thread (`post_blocking`, the runner's fast path, no loop hop).
+
 Why not httpx2 here: a pooled POST through httpx2 crosses its client,
 httpcore2's pool and anyio's stream layers (about 2,800 Python calls per
 request, profiled) and sends the head and the body in two writes;
@@ -19,11 +22,21 @@ twice.
 from __future__ import annotations
 
 import ssl
+import time
 
 import h11
 import httpx2
 
-from runner.http1 import Answer, ConnectFailed, ConnectionClosed, MalformedAnswer, Origin, Pool, ResponseTooLarge
+from runner.http1 import (
+    Answer,
+    BlockingPool,
+    ConnectFailed,
+    ConnectionClosed,
+    MalformedAnswer,
+    Origin,
+    Pool,
+    ResponseTooLarge,
+)
 
 __all__ = ["Answer", "ConnectionClosed", "Http11Pool", "MalformedAnswer", "ResponseTooLarge"]
 
@@ -54,10 +67,10 @@ class Http11Pool:
         self._max_response_bytes = max_response_bytes
         self._connect_timeout_s = connect_timeout_s
         self._pool = Pool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
+        self._blocking = BlockingPool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
 
-    async def post(self, headers: dict[str, str], body: bytes) -> Answer:
-        """One POST; raises OSError/ConnectionClosed/TimeoutError/ResponseTooLarge/MalformedAnswer/h11 errors."""
-        head = h11.Request(
+    def _head(self, headers: dict[str, str], body: bytes) -> h11.Request:
+        return h11.Request(
             method="POST",
             target=self._target,
             headers=[
@@ -66,10 +79,13 @@ class Http11Pool:
                 (b"content-length", str(len(body)).encode()),
             ],
         )
+
+    async def post(self, headers: dict[str, str], body: bytes) -> Answer:
+        """One POST; raises OSError/ConnectionClosed/TimeoutError/ResponseTooLarge/MalformedAnswer/h11 errors."""
         try:
             return await self._pool.request(
                 self._origin,
-                head,
+                self._head(headers, body),
                 body,
                 max_response_bytes=self._max_response_bytes,
                 connect_timeout_s=self._connect_timeout_s,
@@ -80,8 +96,25 @@ class Http11Pool:
                 raise
             raise exc.__cause__ from None  # the OSError, ssl.SSLError or TimeoutError, as before
 
+    def post_blocking(self, headers: dict[str, str], body: bytes, *, deadline: float) -> Answer:
+        """`post` on this thread's blocking socket, answered before `deadline` (time.monotonic()); same errors."""
+        try:
+            return self._blocking.request(
+                self._origin,
+                self._head(headers, body),
+                body,
+                max_response_bytes=self._max_response_bytes,
+                connect_timeout_s=self._connect_timeout_s,
+                deadline=min(deadline, time.monotonic() + READ_TIMEOUT_S),
+            )
+        except ConnectFailed as exc:
+            if exc.__cause__ is None:
+                raise
+            raise exc.__cause__ from None
+
     def close(self) -> None:
         self._pool.close()
+        self._blocking.close()
 
 
 _context: list[ssl.SSLContext] = []

@@ -13,7 +13,10 @@ response cap, stamped as the SDK
 stamps a request of the negotiated era (2025-11-25: the `MCP-Protocol-Version`
 header; 2026-07-28: `params._meta` plus `MCP-Protocol-Version`, `Mcp-Method`,
 `Mcp-Name` and any `Mcp-Param-*` the pinned input schema declares), and reads
-the answer into the SDK's own `CallToolResult`.
+the answer into the SDK's own `CallToolResult`. The same request goes out either
+from the session's event loop (`call`) or, for a sync web worker, from the
+worker's own thread on blocking sockets (`call_blocking`, the runner's fast
+path: no hop to the loop thread and back, see runner.contracts.BlockingExecuteFn).
 
 What the SDK keeps: discovery, sessions (an upstream that issued an
 `Mcp-Session-Id` never gets a caller), event streams, and every upstream that
@@ -27,6 +30,7 @@ back to the SDK for the next calls.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections.abc import Iterator, Mapping
@@ -111,7 +115,8 @@ class JsonCaller:
     def close(self) -> None:
         self._http.close()
 
-    async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
+    def _request(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        """The call's JSON-RPC id, headers and body, stamped as the SDK stamps them in this era."""
         request_id = next(self._ids)
         params: dict[str, Any] = {"name": pinned.name, "arguments": dict(arguments)}
         if self._modern:
@@ -119,32 +124,57 @@ class JsonCaller:
         # As httpx2 writes the SDK's requests: compact, and no NaN/Infinity (not JSON; a ValueError here).
         message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
         body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        try:
-            response = await self._http.post(self._headers(pinned, arguments), body.encode())
-        except ResponseTooLarge:
-            raise UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large") from None
-        except MalformedAnswer:
-            raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood") from None
-        except h11.LocalProtocolError:  # a header value h11 will not send (a control character)
-            raise UpstreamError(UpstreamError.PROTOCOL, "the request could not be written") from None
-        content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        status = response.status
-        if status in AUTH_STATUSES:
-            raise UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
-        if status in NOT_RUN_STATUSES:
+        return request_id, self._headers(pinned, arguments), body.encode()
+
+    async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        request_id, headers, body = self._request(pinned, arguments)
+        with _wire_errors():
+            response = await self._http.post(headers, body)
+        return _answer(response, request_id)
+
+    def call_blocking(
+        self, pinned: types.Tool, arguments: Mapping[str, Any], *, deadline: float
+    ) -> types.CallToolResult:
+        """`call` on the calling thread's blocking socket, answered before `deadline` (time.monotonic())."""
+        request_id, headers, body = self._request(pinned, arguments)
+        with _wire_errors():
+            response = self._http.post_blocking(headers, body, deadline=deadline)
+        return _answer(response, request_id)
+
+
+@contextlib.contextmanager
+def _wire_errors() -> Iterator[None]:
+    """What the HTTP client raises that is ours to word (the rest the session classifies)."""
+    try:
+        yield
+    except ResponseTooLarge:
+        raise UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large") from None
+    except MalformedAnswer:
+        raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood") from None
+    except h11.LocalProtocolError:  # a header value h11 will not send (a control character)
+        raise UpstreamError(UpstreamError.PROTOCOL, "the request could not be written") from None
+
+
+def _answer(response: Answer, request_id: int) -> types.CallToolResult:
+    """The upstream's answer to a plain POST: the call's result, NotRun, SwitchToSdk or an UpstreamError."""
+    content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    status = response.status
+    if status in AUTH_STATUSES:
+        raise UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
+    if status in NOT_RUN_STATUSES:
+        raise NotRun(status)
+    if status >= 300:
+        error = _jsonrpc_error(response.body) if content_type == JSON else None
+        if status == 400 and error in REFUSED_BEFORE_DISPATCH:  # a session required, a header it wants
             raise NotRun(status)
-        if status >= 300:
-            error = _jsonrpc_error(response.body) if content_type == JSON else None
-            if status == 400 and error in REFUSED_BEFORE_DISPATCH:  # a session required, a header it wants
-                raise NotRun(status)
-            if error is not None:
-                raise UpstreamError(UpstreamError.PROTOCOL, f"the upstream answered a protocol error ({error})")
-            raise UpstreamError(UpstreamError.HTTP, "the upstream answered with an HTTP error")
-        if content_type == JSON:
-            return _result(_message(response.body), request_id)
-        if content_type == EVENT_STREAM and status == 200:
-            raise SwitchToSdk(_streamed_result(response, request_id))
-        raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+        if error is not None:
+            raise UpstreamError(UpstreamError.PROTOCOL, f"the upstream answered a protocol error ({error})")
+        raise UpstreamError(UpstreamError.HTTP, "the upstream answered with an HTTP error")
+    if content_type == JSON:
+        return _result(_message(response.body), request_id)
+    if content_type == EVENT_STREAM and status == 200:
+        raise SwitchToSdk(_streamed_result(response, request_id))
+    raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
 
 
 def _message(raw: bytes | str) -> Any:

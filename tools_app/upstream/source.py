@@ -27,14 +27,14 @@ from policies_app.governance import governance_cache
 from runner import wording
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, BearerAuth, ClockCapability, ToolCapabilities
-from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
+from runner.contracts import ON_LOOP, ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolError, ToolFailure
 from runner.ports import ToolSource
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
 from runner.types import ConsequenceLevel, FieldError, ToolContent, ToolEffect, ToolInvocationContext, ToolSpec
 from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
-from tools_app.upstream.client import UpstreamError, UpstreamTarget, pool_for_running_loop
+from tools_app.upstream.client import UpstreamError, UpstreamTarget, plain_session, pool_for_running_loop
 from tools_app.upstream.definitions import compile_validator, default_allowlist, pinned_schema_hash
 from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.models import McpServer, McpTool
@@ -168,31 +168,79 @@ def _executor(upstream: _Upstream) -> Any:
             result = await pool_for_running_loop().call(target, upstream.pinned, args.arguments)
             outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
-            raise ToolFailure(
-                f"upstream MCP server: {error.safe_message}", upstream=f"mcp:{upstream.slug}", host=upstream.host
-            ) from None
+            raise _failure(upstream, error) from None
         except asyncio.CancelledError:  # cut at the runtime budget
             outcome = "timeout"
             raise
         finally:
             mcp_upstream_call_observed(server=upstream.slug, outcome=outcome, seconds=time.monotonic() - started)
-        answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
-        if _holds_nul([answer.content, answer.structured]):  # the audit row (PostgreSQL jsonb) cannot keep it
-            raise ToolFailure(NUL_IN_ANSWER)
-        # The runner checks outputs against a broker's credential; the operator token is ours to check.
-        if (
-            auth is not None
-            and auth is upstream.operator_auth
-            and carries_credential(
-                [answer.content, answer.structured], credential_fragments(auth.headers(), auth.access_token())
-            )
-        ):
-            raise CapabilityError("the upstream's answer carries the server's credential; it was withheld")
-        if result.is_error:  # the tool's own error, written for the model: it gets the blocks
-            raise ToolError(content=answer.content)
-        return answer
+        return _answer(upstream, auth, result)
 
     return execute
+
+
+def _blocking_executor(upstream: _Upstream) -> Any:
+    """The runner's fast path: a plain POST on this thread when a live session has a plain caller, else ON_LOOP.
+
+    The first call of a process (and every call of an upstream the SDK serves) goes
+    to the loop, where the session is opened and negotiated; the next ones skip
+    the hop. The call is the same request on the wire, answered the same way.
+    """
+
+    def execute_blocking(
+        args: McpArguments, ctx: ToolInvocationContext, caps: ToolCapabilities, deadline: float
+    ) -> Any:
+        if upstream.token_unreadable:
+            raise ToolFailure(UNREADABLE_TOKEN)
+        auth = caps.auth
+        started, outcome = time.monotonic(), "error"
+        try:
+            session = plain_session(upstream.target(auth, ctx.connection_id))
+            result = (
+                session.call_blocking(upstream.pinned, args.arguments, deadline=deadline)
+                if session is not None
+                else None
+            )
+            if result is None:
+                outcome = ""  # nothing ran here: the loop's path calls and counts it
+                return ON_LOOP
+            outcome = "tool_error" if result.is_error else "ok"
+        except UpstreamError as error:
+            raise _failure(upstream, error) from None
+        except TimeoutError:  # at the deadline: the runtime budget
+            outcome = "timeout"
+            raise
+        finally:
+            if outcome:
+                mcp_upstream_call_observed(server=upstream.slug, outcome=outcome, seconds=time.monotonic() - started)
+        return _answer(upstream, auth, result)
+
+    return execute_blocking
+
+
+def _failure(upstream: _Upstream, error: UpstreamError) -> ToolFailure:
+    return ToolFailure(
+        f"upstream MCP server: {error.safe_message}", upstream=f"mcp:{upstream.slug}", host=upstream.host
+    )
+
+
+def _answer(upstream: _Upstream, auth: AuthCapability | None, result: types.CallToolResult) -> ToolContent:
+    """The upstream's result as the tool's output, or the refusal it earns (both paths)."""
+    answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
+    if _holds_nul([answer.content, answer.structured]):  # the audit row (PostgreSQL jsonb) cannot keep it
+        raise ToolFailure(NUL_IN_ANSWER)
+    # The runner checks outputs against a broker's credential; the operator token is ours to check.
+    if (
+        auth is not None
+        and auth is upstream.operator_auth
+        and carries_credential(
+            [answer.content, answer.structured], credential_fragments(auth.headers(), auth.access_token())
+        )
+    ):
+        raise CapabilityError("the upstream's answer carries the server's credential; it was withheld")
+    if result.is_error:  # the tool's own error, written for the model: it gets the blocks
+        raise ToolError(content=answer.content)
+    return answer
 
 
 def _holds_nul(value: Any) -> bool:
@@ -277,7 +325,9 @@ def bind_mcp_tool(
         stdio=server.is_stdio,
     )
     return McpBoundTool(
-        definition=ToolDefinition(contract=contract, execute=_executor(upstream)),
+        definition=ToolDefinition(
+            contract=contract, execute=_executor(upstream), execute_blocking=_blocking_executor(upstream)
+        ),
         spec=spec,
         allowlist=compile_allowlist(contract.redaction_allowlist or ()),
         input_validator=_validator(tool.approved_hash, "input", json.dumps(input_schema, sort_keys=True)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 from django.db import connection
@@ -194,14 +195,22 @@ def test_the_tenant_connection_token_reaches_the_upstream_and_the_toolgate_key_d
     assert OPERATOR_TOKEN not in caplog.text
 
 
-def test_a_slow_tool_is_cut_at_the_budget_and_the_pooled_session_still_works(ready, upstream, caller):
+# `warm`: a call first, so that on a plain-JSON upstream the slow one is made on the caller's
+# thread (the runner's fast path, a blocking socket cut at the deadline), not on the loop.
+@pytest.mark.parametrize("warm", [False, True], ids=["first-call", "warm"])
+def test_a_slow_tool_is_cut_at_the_budget_and_the_pooled_session_still_works(ready, upstream, caller, warm):
     account, key = caller
     ToolPolicy.objects.filter(tenant=account.tenant).update(max_runtime_ms=300)
     governance_bump()
+    if warm:
+        assert call(key, "mcp__acme__add", {"a": 0, "b": 0}).status_code == 200
 
+    started = time.monotonic()
     slow = call(key, "mcp__acme__slow", {"ms": 3000})
+    elapsed = time.monotonic() - started
     quick = call(key, "mcp__acme__add", {"a": 1, "b": 1})
 
+    assert elapsed < 2.0
     assert slow.status_code == 504
     assert slow.json()["error_code"] == "timeout"
     assert quick.status_code == 200

@@ -161,7 +161,8 @@ def upstream(request, settings) -> Iterator[McpUpstream]:
 
 
 @pytest.fixture
-def key(upstream) -> str:
+def key(upstream, settings) -> str:
+    """A caller of every test tool; on the plain path the pooled session is warm (see the end)."""
     tenant = TenantFactory(slug="acme-co")
     _account, clear_key = service_account_with_key(tenant, name="agent")
     ToolPolicyFactory(tenant=tenant, allowed_tools=[f"mcp__acme__{name}" for name in TOOLS])
@@ -171,6 +172,11 @@ def key(upstream) -> str:
     for tool_id in tool_ids:
         mcp_tool_approve(tool_id=tool_id, via="test")
     tool_set_enabled(tool_ids=tool_ids, enabled=True)
+    if settings.TOOLGATE_MCP_PLAIN_JSON_CALLS:
+        # One call opens the pooled session on the loop; the tests' calls are then made on the
+        # caller's thread (the runner's fast path), as nearly every call of a running server is.
+        assert exec_rest(clear_key, "weather", {"city": "Oslo"}).status_code == 200
+        upstream.clear()
     return clear_key
 
 

@@ -1,8 +1,14 @@
-"""The plain-JSON path's HTTP/1.1 client against a raw asyncio server on loopback (real sockets, real bytes)."""
+"""The plain-JSON path's HTTP/1.1 client against a raw asyncio server on loopback (real sockets, real bytes).
+
+Every test runs twice: through the event loop's connections (`post`) and through the
+blocking ones a web worker's thread uses (`post_blocking`, run here in a worker thread
+so that the server's loop stays free).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -10,6 +16,20 @@ import pytest
 from tools_app.upstream.http11 import ConnectionClosed, Http11Pool, ResponseTooLarge
 
 Reply = Callable[[bytes], bytes]
+
+
+@pytest.fixture(params=["loop", "blocking"])
+def blocking(request) -> bool:
+    return request.param == "blocking"
+
+
+async def post(http: Http11Pool, headers: dict[str, str], body: bytes, *, blocking: bool, timeout_s: float = 5.0):
+    """One POST the chosen way, cut at `timeout_s` (TimeoutError)."""
+    if blocking:
+        deadline = time.monotonic() + timeout_s
+        return await asyncio.to_thread(http.post_blocking, headers, body, deadline=deadline)
+    async with asyncio.timeout(timeout_s):
+        return await http.post(headers, body)
 
 
 async def serving(reply: Reply, run: Callable[[str, list[bytes], list[int]], Awaitable[None]]) -> None:
@@ -68,11 +88,11 @@ def json_reply(body: bytes = b'{"ok":true}', extra: bytes = b"") -> Reply:
     )
 
 
-def test_requests_reuse_one_keep_alive_connection_and_carry_host_and_credential_headers():
+def test_requests_reuse_one_keep_alive_connection_and_carry_host_and_credential_headers(blocking):
     async def run(url: str, requests: list[bytes], connections: list[int]) -> None:
         http = pool(url)
-        first = await http.post({"content-type": "application/json"}, b'{"a":1}')
-        second = await http.post({"content-type": "application/json"}, b'{"a":2}')
+        first = await post(http, {"content-type": "application/json"}, b'{"a":1}', blocking=blocking)
+        second = await post(http, {"content-type": "application/json"}, b'{"a":2}', blocking=blocking)
         http.close()
         assert (first.status, first.headers["content-type"], first.body) == (200, "application/json", b'{"ok":true}')
         assert second.body == b'{"ok":true}'
@@ -85,7 +105,7 @@ def test_requests_reuse_one_keep_alive_connection_and_carry_host_and_credential_
     asyncio.run(serving(json_reply(), run))
 
 
-def test_a_chunked_answer_is_read_whole():
+def test_a_chunked_answer_is_read_whole(blocking):
     body = b'{"jsonrpc":"2.0"}'
     chunked = (
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\n"
@@ -97,8 +117,8 @@ def test_a_chunked_answer_is_read_whole():
 
     async def run(url: str, requests: list[bytes], connections: list[int]) -> None:
         http = pool(url)
-        answer = await http.post({}, b"{}")
-        again = await http.post({}, b"{}")
+        answer = await post(http, {}, b"{}", blocking=blocking)
+        again = await post(http, {}, b"{}", blocking=blocking)
         http.close()
         assert answer.body == body
         assert again.body == body
@@ -107,23 +127,23 @@ def test_a_chunked_answer_is_read_whole():
     asyncio.run(serving(lambda _request: chunked, run))
 
 
-def test_connection_close_is_honoured_and_the_next_request_opens_a_new_connection():
+def test_connection_close_is_honoured_and_the_next_request_opens_a_new_connection(blocking):
     async def run(url: str, requests: list[bytes], connections: list[int]) -> None:
         http = pool(url)
-        await http.post({}, b"{}")
-        await http.post({}, b"{}")
+        await post(http, {}, b"{}", blocking=blocking)
+        await post(http, {}, b"{}", blocking=blocking)
         http.close()
         assert len(connections) == 2
 
     asyncio.run(serving(json_reply(extra=b"connection: close\r\n"), run))
 
 
-def test_an_answer_past_the_cap_is_refused_and_its_connection_not_reused():
+def test_an_answer_past_the_cap_is_refused_and_its_connection_not_reused(blocking):
     async def run(url: str, requests: list[bytes], connections: list[int]) -> None:
         http = pool(url, cap=100)
         with pytest.raises(ResponseTooLarge):
-            await http.post({}, b"big")
-        small = await http.post({}, b"small")
+            await post(http, {}, b"big", blocking=blocking)
+        small = await post(http, {}, b"small", blocking=blocking)
         http.close()
         assert small.body == b"{}"
         assert len(connections) == 2
@@ -134,13 +154,12 @@ def test_an_answer_past_the_cap_is_refused_and_its_connection_not_reused():
     asyncio.run(serving(reply, run))
 
 
-def test_a_cancelled_request_closes_its_connection():
+def test_a_cancelled_request_closes_its_connection(blocking):
     async def run(url: str, requests: list[bytes], connections: list[int]) -> None:
         http = pool(url)
         with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.2):
-                await http.post({}, b"hang")
-        answer = await http.post({}, b"quick")
+            await post(http, {}, b"hang", blocking=blocking, timeout_s=0.2)
+        answer = await post(http, {}, b"quick", blocking=blocking)
         http.close()
         assert answer.body == b'{"ok":true}'
         assert len(connections) == 2
@@ -151,11 +170,11 @@ def test_a_cancelled_request_closes_its_connection():
     asyncio.run(serving(reply, run))
 
 
-def test_a_connection_closed_before_the_answer_raises():
+def test_a_connection_closed_before_the_answer_raises(blocking):
     async def run(url: str, requests: list[bytes], connections: list[int]) -> None:
         http = pool(url)
         with pytest.raises(ConnectionClosed):
-            await http.post({}, b"{}")
+            await post(http, {}, b"{}", blocking=blocking)
         http.close()
 
     asyncio.run(

@@ -3,8 +3,9 @@
 Every other test in this directory runs against both eras (`upstream` fixture): the
 stateless 2026-07-28 server is called the plain way, the 2025-11-25 server with
 sessions through the SDK; these tests pin that choice, the 2025-11-25 stateless
-case, the switch that turns plain calls off, and what happens when an upstream
-refuses a plain POST or answers it with an event stream.
+case, the switch that turns plain calls off, warm calls made on the caller's
+thread (no hop to the event loop), and what happens when an upstream refuses a
+plain POST or answers it with an event stream, on either side of the hop.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from runner.pipeline import BackgroundLoop
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client
 from tests.support.mcp_upstream import McpUpstream
@@ -124,9 +126,27 @@ def test_with_plain_calls_switched_off_every_call_goes_through_the_sdk(modern, s
     assert not sent.plain
 
 
-@pytest.mark.parametrize("status", [406, 404, 400])
-def test_a_refused_plain_post_runs_once_through_the_sdk_and_later_calls_go_there_directly(modern, status):
+def test_warm_plain_calls_run_on_the_callers_thread_without_a_hop_to_the_loop(modern, monkeypatch):
     slug, key = _serve(modern)
+    hops = []
+    hop = BackgroundLoop.run
+    monkeypatch.setattr(BackgroundLoop, "run", lambda self, coro, **kw: hops.append(1) or hop(self, coro, **kw))
+
+    answers = [call(key, f"mcp__{slug}__add", {"a": n, "b": 1}).json()["value"] for n in range(3)]
+
+    assert answers == [{"result": 1}, {"result": 2}, {"result": 3}]
+    assert len(hops) == 1  # the first call opens the pooled session on the loop; the next ones skip it
+    assert [request.plain for request in tool_calls(modern)] == [True, True, True]
+
+
+# `warm`: a call before the upstream changes its mind, so the change meets a call made on the
+# caller's thread (the runner's fast path) rather than the first one, which the loop makes.
+@pytest.mark.parametrize("warm", [False, True], ids=["on-loop", "fast-path"])
+@pytest.mark.parametrize("status", [406, 404, 400])
+def test_a_refused_plain_post_runs_once_through_the_sdk_and_later_calls_go_there_directly(modern, status, warm):
+    slug, key = _serve(modern)
+    if warm:
+        assert call(key, f"mcp__{slug}__counted", {"tag": "warm"}).status_code == 200
     modern.refuse_plain = status
 
     first = call(key, f"mcp__{slug}__counted", {"tag": "one"})
@@ -134,12 +154,15 @@ def test_a_refused_plain_post_runs_once_through_the_sdk_and_later_calls_go_there
 
     assert first.status_code == 200
     assert second.status_code == 200
-    assert modern.counted == ["one", "two"]  # each ran exactly once
-    assert [request.plain for request in tool_calls(modern)] == [True, False, False]
+    assert modern.counted == ["warm", "one", "two"][0 if warm else 1 :]  # each ran exactly once
+    assert [request.plain for request in tool_calls(modern)] == [True] * warm + [True, False, False]
 
 
-def test_an_event_stream_answer_is_the_calls_answer_and_later_calls_go_through_the_sdk(modern):
+@pytest.mark.parametrize("warm", [False, True], ids=["on-loop", "fast-path"])
+def test_an_event_stream_answer_is_the_calls_answer_and_later_calls_go_through_the_sdk(modern, warm):
     slug, key = _serve(modern)
+    if warm:
+        assert call(key, f"mcp__{slug}__counted", {"tag": "warm"}).status_code == 200
     modern.stream_calls = True
 
     first = call(key, f"mcp__{slug}__counted", {"tag": "one"})
@@ -148,8 +171,8 @@ def test_an_event_stream_answer_is_the_calls_answer_and_later_calls_go_through_t
     assert first.status_code == 200
     assert first.json()["value"] == {"content": [{"type": "text", "text": "ran one"}]}
     assert second.json()["value"] == {"content": [{"type": "text", "text": "ran two"}]}
-    assert modern.counted == ["one", "two"]
-    assert [request.plain for request in tool_calls(modern)] == [True, False]
+    assert modern.counted == ["warm", "one", "two"][0 if warm else 1 :]
+    assert [request.plain for request in tool_calls(modern)] == [True] * warm + [True, False]
 
 
 def test_a_tool_error_on_the_plain_path_reaches_the_model_as_tool_error(modern):
