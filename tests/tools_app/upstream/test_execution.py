@@ -200,17 +200,17 @@ def test_the_tenant_connection_token_reaches_the_upstream_and_the_toolgate_key_d
 @pytest.mark.parametrize("warm", [False, True], ids=["first-call", "warm"])
 def test_a_slow_tool_is_cut_at_the_budget_and_the_pooled_session_still_works(ready, upstream, caller, warm):
     account, key = caller
-    ToolPolicy.objects.filter(tenant=account.tenant).update(max_runtime_ms=300)
-    governance_bump()
-    if warm:
+    if warm:  # under the default budget: opening the session may take a while on a busy machine
         assert call(key, "mcp__acme__add", {"a": 0, "b": 0}).status_code == 200
+    ToolPolicy.objects.filter(tenant=account.tenant).update(max_runtime_ms=1000)
+    governance_bump()
 
     started = time.monotonic()
     slow = call(key, "mcp__acme__slow", {"ms": 3000})
     elapsed = time.monotonic() - started
     quick = call(key, "mcp__acme__add", {"a": 1, "b": 1})
 
-    assert elapsed < 2.0
+    assert elapsed < 2.5  # cut at 1 s, far before the tool's 3 s
     assert slow.status_code == 504
     assert slow.json()["error_code"] == "timeout"
     assert quick.status_code == 200
