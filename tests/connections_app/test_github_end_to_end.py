@@ -16,9 +16,11 @@ import logging
 import socket
 
 import pytest
+from django.conf import settings
 
 from config.runtime import runtime
 from connections_app.models import Connection, ConnectionEvent
+from policies_app import governance
 from policies_app.models import ApprovalRequest
 from policies_app.services import approval_decide
 from runner.pipeline import CREDENTIAL_IN_OUTPUT
@@ -91,6 +93,26 @@ def test_get_user_sends_the_bearer_token_and_answers_only_allowlisted_fields(git
     assert (row.ok, row.executed, row.result, row.connection_id) == (True, True, USER, str(connection.pk))
     assert Connection.objects.get(pk=connection.pk).last_used_at is not None
     assert_nowhere((TOKEN, "octocat@github.example", "ghp_upstreamTokenLookingField", "9999"), response, caplog)
+
+
+def test_a_warm_call_with_a_connection_costs_no_query_more_than_one_without(
+    github, caller, call_tool, monkeypatch, django_assert_num_queries
+):
+    # given the key, policy, grant and connection rows cached by a first call, and no staleness re-read due
+    monkeypatch.setattr(governance, "MAX_STALENESS_S", 3600.0)
+    account, _key = caller
+    connection, grant = granted(account)
+    github.route("GET", "/user", json=USER)
+    assert call_tool(connection, grant).status_code == 200
+    generation_reads = 0 if settings.REDIS_URL else 2
+
+    # when / then: no read of the grant or the connection, no last-use write within the minute
+    with django_assert_num_queries(generation_reads + 1) as captured:
+        assert call_tool(connection, grant).status_code == 200
+
+    # one statement: the audit row (on PostgreSQL with its tool_call_id claim in a CTE before it)
+    assert 'INSERT INTO "tools_app_toolinvocation"' in captured.captured_queries[-1]["sql"]
+    assert len(github.requests) == 2
 
 
 def test_credential_echoed_into_a_field_outside_the_allowlist_is_stripped(github, caller, call_tool, caplog):

@@ -295,20 +295,25 @@ def test_more_than_max_redirects_fail(upstream: LoopbackServer) -> None:
 
 
 @pytest.mark.parametrize(
-    ("location", "message"),
+    ("location", "keep_alive", "message"),
     [
-        ("ftp://127.0.0.1/x", "redirect to a non-HTTP URL"),
-        ("file:///etc/passwd", "redirect to a non-HTTP URL"),
-        # httpx rejects these itself while reading the response; fixed bug: its InvalidURL escaped
-        ("javascript:alert(1)", r"upstream request failed \(InvalidURL\)"),
-        ("data:text/plain,hi", r"upstream request failed \(InvalidURL\)"),
+        ("ftp://127.0.0.1/x", True, "redirect to a non-HTTP URL"),
+        ("file:///etc/passwd", True, "redirect to a non-HTTP URL"),
+        ("javascript:alert(1)", True, "redirect to a non-HTTP URL"),
+        ("data:text/plain,hi", True, "redirect to a non-HTTP URL"),
+        ("ftp://127.0.0.1/x", False, "redirect to a non-HTTP URL"),
+        # httpx's client rejects these itself while reading the response; fixed bug: its InvalidURL escaped
+        ("javascript:alert(1)", False, r"upstream request failed \(InvalidURL\)"),
+        ("data:text/plain,hi", False, r"upstream request failed \(InvalidURL\)"),
     ],
 )
-def test_redirect_to_a_non_http_scheme_fails(upstream: LoopbackServer, location: str, message: str) -> None:
+def test_redirect_to_a_non_http_scheme_fails(
+    upstream: LoopbackServer, location: str, keep_alive: bool, message: str
+) -> None:
     upstream.route("GET", "/r", status=302, headers={"Location": location})
 
     with pytest.raises(CapabilityError, match=f"^{message}$"):
-        asyncio.run(HttpCapability(upstream.url).get("/r", headers=AUTH))
+        asyncio.run(HttpCapability(upstream.url, keep_alive_transport=keep_alive).get("/r", headers=AUTH))
 
     assert [r.path for r in upstream.requests] == ["/r"]
 
@@ -413,6 +418,23 @@ def test_one_capability_serves_successive_event_loops(upstream: LoopbackServer) 
 
     assert statuses == [200, 200]
     assert len(upstream.requests) == 2
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_a_cookie_an_answer_sets_is_not_sent_with_the_next_call(upstream: LoopbackServer, keep_alive: bool) -> None:
+    # one capability serves every tenant's connections: what one call's answer sets stays there
+    upstream.route("GET", "/login", json={}, headers={"Set-Cookie": "session=tenant-a; Path=/"})
+    upstream.route("GET", "/user", json={})
+    http = HttpCapability(upstream.url, keep_alive_transport=keep_alive)
+
+    async def two_calls() -> None:
+        await http.get("/login", headers=AUTH)
+        await http.get("/user")
+
+    asyncio.run(two_calls())
+
+    assert [r.path for r in upstream.requests] == ["/login", "/user"]
+    assert "cookie" not in upstream.requests[1].headers
 
 
 # --- construction and credentials --------------------------------------------------------
