@@ -95,17 +95,81 @@ class Answer:
 _NO_RESPONSE = h11.Response(status_code=200, headers=[])
 
 
-class Connection(asyncio.Protocol):
-    """One keep-alive connection; at most one request in flight (HTTP/1.1 without pipelining)."""
+class _Exchange:
+    """One h11 client connection's request/answer cycle: what the async and the blocking connections share.
+
+    `start` encodes a request (one write); `feed` takes the bytes that arrived
+    and returns the whole answer once it is complete (None: more is needed),
+    or raises ResponseTooLarge, ConnectionClosed or MalformedAnswer.
+    """
 
     def __init__(self) -> None:
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._max_response_bytes = 0
-        self._transport: asyncio.Transport | None = None
-        self._waiter: asyncio.Future[Answer] | None = None
         self._response = _NO_RESPONSE
         self._body: list[bytes] = []
         self._received = 0
+
+    def start(self, head: h11.Request, body: bytes, max_response_bytes: int) -> bytes:
+        """The request's bytes (h11.LocalProtocolError: a request h11 will not send)."""
+        self._response, self._body, self._received = _NO_RESPONSE, [], 0
+        self._max_response_bytes = max_response_bytes
+        wire = self._h11.send(head) or b""
+        if body:
+            wire += self._h11.send(h11.Data(data=body)) or b""
+        return wire + (self._h11.send(h11.EndOfMessage()) or b"")
+
+    def feed(self, data: bytes) -> Answer | None:
+        """`data` received (b"": the upstream closed its side); the answer once whole."""
+        self._h11.receive_data(data)
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError:
+                if not data:  # the upstream closed in the middle of its answer
+                    raise ConnectionClosed("the connection to the upstream closed") from None
+                raise MalformedAnswer("the upstream's answer is not HTTP/1.1") from None
+            if event is h11.NEED_DATA:
+                return None
+            if isinstance(event, h11.Response):
+                self._response = event
+            elif isinstance(event, h11.Data):
+                self._received += len(event.data)
+                if self._received > self._max_response_bytes:
+                    raise ResponseTooLarge
+                self._body.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                head = self._response  # h11 gives a Response before EndOfMessage
+                return Answer(head.status_code, bytes(head.reason), head.headers, b"".join(self._body))
+            elif isinstance(event, h11.ConnectionClosed):
+                raise ConnectionClosed("the connection to the upstream closed")
+            # h11.InformationalResponse (1xx): wait for the final answer
+
+    def reusable(self) -> bool:
+        """Both sides finished the exchange cleanly: start the next one."""
+        if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+            return False
+        self._h11.start_next_cycle()
+        return True
+
+
+def _socket_quiet(sock: socket.socket) -> bool:
+    """An idle socket the server has not closed or written to since (checked before reuse)."""
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; at most one request in flight (HTTP/1.1 without pipelining)."""
+
+    def __init__(self) -> None:
+        self._exchange = _Exchange()
+        self._transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future[Answer] | None = None
         # Set while an answer is awaited with a timeout per read: each arrival pushes the deadline on.
         self._per_read: asyncio.Timeout | None = None
         self._read_timeout_s = 0.0
@@ -134,34 +198,12 @@ class Connection(asyncio.Protocol):
             self.close()  # bytes nobody asked for: this connection is not trusted any more
             return
         try:
-            self._h11.receive_data(data)
-            while True:
-                event = self._h11.next_event()
-                if event is h11.NEED_DATA:
-                    return
-                if isinstance(event, h11.Response):
-                    self._response = event
-                elif isinstance(event, h11.Data):
-                    self._received += len(event.data)
-                    if self._received > self._max_response_bytes:
-                        raise ResponseTooLarge
-                    self._body.append(bytes(event.data))
-                elif isinstance(event, h11.EndOfMessage):
-                    head = self._response  # h11 gives a Response before EndOfMessage
-                    self._waiter.set_result(
-                        Answer(head.status_code, bytes(head.reason), head.headers, b"".join(self._body))
-                    )
-                    return
-                elif isinstance(event, h11.ConnectionClosed):
-                    raise ConnectionClosed("the connection to the upstream closed")
-                # h11.InformationalResponse (1xx): wait for the final answer
-        except h11.RemoteProtocolError:
-            if not data:  # the upstream closed in the middle of its answer
-                self._fail(ConnectionClosed("the connection to the upstream closed"))
-            else:
-                self._fail(MalformedAnswer("the upstream's answer is not HTTP/1.1"))
-        except (ResponseTooLarge, ConnectionClosed) as exc:
+            answer = self._exchange.feed(data)
+        except (ResponseTooLarge, ConnectionClosed, MalformedAnswer) as exc:
             self._fail(exc)
+            return
+        if answer is not None:
+            self._waiter.set_result(answer)
 
     def _fail(self, exc: BaseException) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -177,13 +219,9 @@ class Connection(asyncio.Protocol):
         """
         if self._transport is None or self.closed:
             raise ConnectionClosed("the connection to the upstream closed")
-        self._response, self._body, self._received = _NO_RESPONSE, [], 0
-        self._max_response_bytes = max_response_bytes
+        wire = self._exchange.start(head, body, max_response_bytes)
         self._waiter = asyncio.get_running_loop().create_future()
-        wire = self._h11.send(head) or b""
-        if body:
-            wire += self._h11.send(h11.Data(data=body)) or b""
-        self._transport.write(wire + (self._h11.send(h11.EndOfMessage()) or b""))
+        self._transport.write(wire)
         async with asyncio.timeout(read_timeout_s) as deadline:
             if per_read and read_timeout_s is not None:
                 self._per_read, self._read_timeout_s = deadline, read_timeout_s
@@ -194,24 +232,14 @@ class Connection(asyncio.Protocol):
 
     def reusable(self) -> bool:
         """Both sides finished the exchange cleanly and may go on: start the next one."""
-        if self.closed or self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
-            return False
-        self._h11.start_next_cycle()
-        return True
+        return not self.closed and self._exchange.reusable()
 
     def still_open(self) -> bool:
         """An idle connection the server has not closed or written to since (checked before reuse)."""
         if self.closed or self._transport is None:
             return False
         sock = self._transport.get_extra_info("socket")
-        if sock is None:
-            return False
-        try:
-            poller = select.poll()
-            poller.register(sock.fileno(), select.POLLIN)
-            return not poller.poll(0)
-        except (OSError, ValueError):
-            return False
+        return sock is not None and _socket_quiet(sock)
 
     def close(self) -> None:
         self.closed = True
@@ -313,42 +341,19 @@ class BlockingConnection:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._exchange = _Exchange()
         self.closed = False
 
     def request(self, head: h11.Request, body: bytes, max_response_bytes: int, deadline: float) -> Answer:
         """Send one request in one write and read its whole answer before `deadline` (time.monotonic())."""
-        wire = self._h11.send(head) or b""
-        if body:
-            wire += self._h11.send(h11.Data(data=body)) or b""
-        wire += self._h11.send(h11.EndOfMessage()) or b""
+        wire = self._exchange.start(head, body, max_response_bytes)
         self._wait_until(deadline)
         self._sock.sendall(wire)
-        response, chunks, received, data = _NO_RESPONSE, [], 0, b"-"
         while True:
-            try:
-                event = self._h11.next_event()
-            except h11.RemoteProtocolError:
-                if not data:  # the upstream closed in the middle of its answer
-                    raise ConnectionClosed("the connection to the upstream closed") from None
-                raise MalformedAnswer("the upstream's answer is not HTTP/1.1") from None
-            if event is h11.NEED_DATA:
-                self._wait_until(deadline)
-                data = self._sock.recv(RECV_BYTES)
-                self._h11.receive_data(data)
-                continue
-            if isinstance(event, h11.Response):
-                response = event
-            elif isinstance(event, h11.Data):
-                received += len(event.data)
-                if received > max_response_bytes:
-                    raise ResponseTooLarge
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                return Answer(response.status_code, bytes(response.reason), response.headers, b"".join(chunks))
-            elif isinstance(event, h11.ConnectionClosed):
-                raise ConnectionClosed("the connection to the upstream closed")
-            # h11.InformationalResponse (1xx): wait for the final answer
+            self._wait_until(deadline)
+            answer = self._exchange.feed(self._sock.recv(RECV_BYTES))
+            if answer is not None:
+                return answer
 
     def _wait_until(self, deadline: float) -> None:
         """The socket's next send or receive waits at most until `deadline`."""
@@ -359,21 +364,11 @@ class BlockingConnection:
 
     def reusable(self) -> bool:
         """Both sides finished the exchange cleanly and may go on: start the next one."""
-        if self.closed or self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
-            return False
-        self._h11.start_next_cycle()
-        return True
+        return not self.closed and self._exchange.reusable()
 
     def still_open(self) -> bool:
         """An idle connection the server has not closed or written to since (checked before reuse)."""
-        if self.closed:
-            return False
-        try:
-            poller = select.poll()
-            poller.register(self._sock.fileno(), select.POLLIN)
-            return not poller.poll(0)
-        except (OSError, ValueError):
-            return False
+        return not self.closed and _socket_quiet(self._sock)
 
     def close(self) -> None:
         self.closed = True
