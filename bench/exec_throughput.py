@@ -10,7 +10,13 @@ machines differ. After every exec run the audit rows written are compared with
 the answers wrk received: the audit row is durable, one per answer.
 
     make bench        (or: python -m bench.exec_throughput [--seconds N] [--rounds N] [--only exec,...]
-                       [--worker-class sync|gthread|uvicorn.workers.UvicornWorker] [--workers N] [--threads N])
+                       [--worker-class sync|gthread|uvicorn.workers.UvicornWorker] [--workers N] [--threads N]
+                       [--compare sync:4,gthread:2x4,...])
+
+`--compare` serves each configuration at once, on its own port, and takes
+turns between them as between targets, each compared with its own /healthz:
+on this noisy machine, configurations measured in separate runs minutes apart
+could not be told apart.
 
 The targets take turns, round after round, and each figure is the median of
 its rounds: on a machine of two cores a baseline alone moved by a third
@@ -72,6 +78,7 @@ class Run:
     non_2xx: int
     audit_rows: int | None = None
     cpu_ms_per_answer: float = 0.0  # the gateway's (gunicorn master and workers), read from /proc
+    server: str = ""  # which configuration served it (--compare)
 
 
 def main() -> None:
@@ -83,6 +90,12 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=None, help="gunicorn workers (default: the config's)")
     parser.add_argument("--threads", type=int, default=None, help="threads per gthread worker")
+    parser.add_argument(
+        "--compare",
+        default="",
+        help="serve several configurations side by side and take turns between them, e.g. "
+        "'sync:4,gthread:2x4' (class:workers[xthreads]); each is compared with its own /healthz",
+    )
     parser.add_argument("--only", default="", help="comma-separated targets to run (default: all)")
     options = parser.parse_args()
     wrk = _wrk()
@@ -94,39 +107,85 @@ def main() -> None:
     with _FakeGitHub() as github:
         env["TOOLGATE_GITHUB_API_URL"] = github.url
         accounts = _seed()
-        port = _free_port()
-        server = subprocess.Popen(_gunicorn_command(options, port), cwd=ROOT, env=env)
+        servers = _servers(options)
+        for server in servers:
+            server.start(env)
         try:
-            base = f"http://127.0.0.1:{port}"
-            _wait_until_up(base)
-            runs = _measure(
-                wrk, base, accounts, options.seconds, options.rounds, only=_targets(options.only), server_pid=server.pid
-            )
+            for server in servers:
+                server.wait_until_up()
+            runs = _measure(wrk, servers, accounts, options.seconds, options.rounds, only=_targets(options.only))
         finally:
-            server.terminate()
-            server.wait(timeout=30)
-    _report(runs)
+            for server in servers:
+                server.stop()
+    _report(runs, servers)
 
 
 # --- set-up --------------------------------------------------------------------------------
 
 
-def _gunicorn_command(options: argparse.Namespace, port: int) -> list[str]:
-    """gunicorn as production starts it (config/gunicorn.conf.py), on a free port, overridden as asked.
+@dataclass
+class Server:
+    """One gunicorn serving Toolgate (config/gunicorn.conf.py, overridden as asked) on a free port."""
 
-    An ASGI worker class (uvicorn's) serves config.asgi instead of config.wsgi.
-    """
-    worker_class = options.worker_class or ""
-    application = "config.asgi:application" if "uvicorn" in worker_class.lower() else "config.wsgi:application"
-    command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "config" / "gunicorn.conf.py"), application]
-    command += ["--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
-    if worker_class:
-        command += ["--worker-class", worker_class]
-    if options.workers:
-        command += ["--workers", str(options.workers)]
-    if options.threads:
-        command += ["--threads", str(options.threads)]
-    return command
+    label: str  # "" when it is the only one
+    worker_class: str | None = None
+    workers: int | None = None
+    threads: int | None = None
+    base: str = ""
+    process: subprocess.Popen | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        port = _free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(self._command(port), cwd=ROOT, env=env)
+
+    def _command(self, port: int) -> list[str]:
+        """An ASGI worker class (uvicorn's) serves config.asgi instead of config.wsgi."""
+        worker_class = self.worker_class or ""
+        application = "config.asgi:application" if "uvicorn" in worker_class.lower() else "config.wsgi:application"
+        command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "config" / "gunicorn.conf.py"), application]
+        command += ["--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
+        if worker_class:
+            command += ["--worker-class", worker_class]
+        if self.workers:
+            command += ["--workers", str(self.workers)]
+        if self.threads:
+            command += ["--threads", str(self.threads)]
+        return command
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def wait_until_up(self) -> None:
+        for _ in range(200):
+            try:
+                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        sys.exit(f"bench: gunicorn {self.label} did not come up")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def _servers(options: argparse.Namespace) -> list[Server]:
+    """The configurations to measure: `--compare`'s, else the one the other options describe."""
+    if not options.compare:
+        return [Server("", options.worker_class, options.workers, options.threads)]
+    servers = []
+    for label in options.compare.split(","):
+        match = re.fullmatch(r"([\w.]+):(\d+)(?:x(\d+))?", label.strip())
+        if not match:
+            sys.exit(f"bench: --compare takes class:workers[xthreads], not {label!r}")
+        worker_class, workers, threads = match.groups()
+        servers.append(Server(label.strip(), worker_class, int(workers), int(threads) if threads else None))
+    return servers
 
 
 def _targets(only: str) -> frozenset[str] | None:
@@ -156,17 +215,6 @@ def _seed() -> list[dict[str, str]]:
         grant = grant_create(tenant=tenant, service_account=account, connections=[connection])
         accounts.append({"key": key, "connection_id": str(connection.pk), "grant_id": str(grant.pk)})
     return accounts
-
-
-def _wait_until_up(base: str) -> None:
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    sys.exit("bench: gunicorn did not come up")
 
 
 def _free_port() -> int:
@@ -234,13 +282,12 @@ def _script(directory: Path, name: str, method: str, path: str, calls: list[tupl
 
 def _measure(
     wrk: str,
-    base: str,
+    servers: list[Server],
     accounts: list[dict[str, str]],
     seconds: int,
     rounds: int,
     *,
     only: frozenset[str] | None,
-    server_pid: int,
 ) -> list[Run]:
     time_body = json.dumps({"tool_id": "core__get_current_time", "args": {}})
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,25 +323,27 @@ def _measure(
             targets = {name: script for name, script in targets.items() if name in only | {"healthz", "bare DRF"}}
         runs = []
         for connections in (32, 1):
-            turns: dict[str, list[Run]] = {name: [] for name in targets}
+            turns: dict[tuple[str, str], list[Run]] = {(s.label, name): [] for s in servers for name in targets}
             for round_number in range(1, rounds + 1):
-                for name, script in targets.items():
-                    if round_number == 1:
-                        _wrk_run(wrk, base, script, connections, 2)  # warm every worker's caches and pools
-                    time.sleep(0.5)  # let answers still in flight land before counting
-                    before = ToolInvocation.objects.count()
-                    cpu_before = _gateway_cpu_s(server_pid)
-                    run = _wrk_run(wrk, base, script, connections, seconds)
-                    run.cpu_ms_per_answer = (_gateway_cpu_s(server_pid) - cpu_before) * 1000 / max(run.requests, 1)
-                    run.name = name
-                    if name.startswith("exec"):
-                        time.sleep(0.5)  # answers in flight when wrk stopped
-                        run.audit_rows = ToolInvocation.objects.count() - before
-                    turns[name].append(run)
-                    print(
-                        f"bench: round {round_number}, {name} c{connections}: {run.requests_per_s:,.0f} req/s",
-                        flush=True,
-                    )
+                for server in servers:
+                    for name, script in targets.items():
+                        if round_number == 1:
+                            _wrk_run(wrk, server.base, script, connections, 2)  # warm every worker's caches and pools
+                        time.sleep(0.5)  # let answers still in flight land before counting
+                        before = ToolInvocation.objects.count()
+                        cpu_before = _gateway_cpu_s(server.pid)
+                        run = _wrk_run(wrk, server.base, script, connections, seconds)
+                        run.cpu_ms_per_answer = (_gateway_cpu_s(server.pid) - cpu_before) * 1000 / max(run.requests, 1)
+                        run.name, run.server = name, server.label
+                        if name.startswith("exec"):
+                            time.sleep(0.5)  # answers in flight when wrk stopped
+                            run.audit_rows = ToolInvocation.objects.count() - before
+                        turns[server.label, name].append(run)
+                        print(
+                            f"bench: round {round_number}, {server.label or 'gunicorn'} {name} c{connections}: "
+                            f"{run.requests_per_s:,.0f} req/s",
+                            flush=True,
+                        )
             runs.extend(_median_of(taken) for taken in turns.values())
     return runs
 
@@ -304,6 +353,7 @@ def _median_of(taken: list[Run]) -> Run:
     audit = [run.audit_rows for run in taken if run.audit_rows is not None]
     return Run(
         name=taken[0].name,
+        server=taken[0].server,
         connections=taken[0].connections,
         requests_per_s=statistics.median(run.requests_per_s for run in taken),
         p50_ms=statistics.median(run.p50_ms for run in taken),
@@ -360,24 +410,28 @@ def _latency(output: str, percentile: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def _report(runs: list[Run]) -> None:
-    print()
-    print(
-        f"{'endpoint':<20}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'x healthz':>11}{'x bare':>8}{'cpu ms':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
-    )
-    for connections in (32, 1):
-        group = {run.name: run for run in runs if run.connections == connections}
-        healthz, bare = group["healthz"], group["bare DRF"]
-        for run in group.values():
-            audit = f"{run.audit_rows}/{run.requests}" if run.audit_rows is not None else "-"
-            print(
-                f"{run.name:<20}{connections:>6}{run.requests_per_s:>10,.0f}{run.p50_ms:>9.2f}{run.p99_ms:>9.2f}"
-                f"{run.requests_per_s / healthz.requests_per_s:>11.2f}{run.requests_per_s / bare.requests_per_s:>8.2f}"
-                f"{run.cpu_ms_per_answer:>8.2f}{run.non_2xx:>9}{audit:>21}"
-            )
-        if "exec" in group:
-            print(f"  c{connections}: exec p50 is {group['exec'].p50_ms / healthz.p50_ms:.1f}x healthz's")
+def _report(runs: list[Run], servers: list[Server]) -> None:
+    for server in servers:
+        print()
+        if server.label:
+            print(f"gunicorn {server.label}")
+        print(
+            f"{'endpoint':<20}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+            f"{'x healthz':>11}{'x bare':>8}{'cpu ms':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
+        )
+        for connections in (32, 1):
+            group = {run.name: run for run in runs if run.connections == connections and run.server == server.label}
+            healthz, bare = group["healthz"], group["bare DRF"]
+            for run in group.values():
+                audit = f"{run.audit_rows}/{run.requests}" if run.audit_rows is not None else "-"
+                print(
+                    f"{run.name:<20}{connections:>6}{run.requests_per_s:>10,.0f}{run.p50_ms:>9.2f}{run.p99_ms:>9.2f}"
+                    f"{run.requests_per_s / healthz.requests_per_s:>11.2f}"
+                    f"{run.requests_per_s / bare.requests_per_s:>8.2f}"
+                    f"{run.cpu_ms_per_answer:>8.2f}{run.non_2xx:>9}{audit:>21}"
+                )
+            if "exec" in group:
+                print(f"  c{connections}: exec p50 is {group['exec'].p50_ms / healthz.p50_ms:.1f}x healthz's")
 
 
 if __name__ == "__main__":

@@ -1,31 +1,31 @@
 """gunicorn's settings for the web process (Procfile, Dockerfile, docker-compose.yml: `-c config/gunicorn.conf.py`).
 
-Sync workers, 2 per core. A sync worker serves one connection from its first
-byte to its last, so it must never face clients directly: config/nginx.conf
-waits for slow clients and hands over complete requests (README, "Production").
+Threaded workers (gthread): 2 processes of 4 threads by default, `WEB_CONCURRENCY`
+and `WEB_THREADS` to change. A worker thread serves one request at a time, so it must
+never face clients directly: config/nginx.conf waits for slow clients and hands over
+complete requests over kept-alive connections (README, "Production").
 
-Measured (issue 28), `python -m bench.exec_throughput --only exec --seconds 5
---rounds 1 --worker-class K --workers N [--threads T]`, configurations taking
-turns, two rounds, on 2 cores shared with other busy processes (so
-throughput was noise; the gateway's CPU per answer, read from /proc for
-master and workers, held): CPU ms per built-in exec answer, round 1 / round 2
+Measured (issue 28) side by side, each configuration served at once on its own port
+and taking turns with the others, each compared with its own /healthz:
+`python -m bench.exec_throughput --seconds 5 --rounds 3 --compare sync:4,gthread:2x4`
+on 2 cores (PostgreSQL, Redis and wrk on the same cores). Gateway CPU per answer
+(master and workers, read from /proc), ms, in three runs of that machine (the first
+quiet, then with other work on the cores, so throughput moved with the load while
+the CPU per answer held its order):
 
-    worker           c32           c1
-    sync x2          6.8 / 6.2     4.7 / 5.1
-    sync x4          7.5 / 7.3     4.7 / 5.4   <- this default
-    sync x6          6.9 / 6.5     4.6 / 5.3
-    gthread 2x4      5.2 / 4.2     4.2 / 5.1
-    uvicorn x2      10.9 / 11.7   10.5 / 8.8   (ASGI; 503s at c32: 98 and 186)
-    uvicorn x4      14.9 / -      15.3 / -     (59 503s at c32)
+    worker        healthz c32   exec c32     exec c1    exec + connection c32
+    sync x4       0.86 / 1.24   2.98 / 5.51  2.89 / 4.60   4.52 / 6.50
+    gthread 2x4   0.74 / 0.72   2.14 / 3.07  2.09 / 3.70   3.53 / 4.86
+    sync x6/x8, gthread 4x2, 2x8 (quiet run, one round each): none below gthread 2x4
+    uvicorn x2    (ASGI; an earlier run) twice sync's CPU and 503s at c32: Django's sync
+                  ORM behind the ASGI adapter's thread hop ran out of database connections
 
-uvicorn (Django's sync ORM behind the ASGI adapter's thread hop) costs twice
-the CPU and ran out of database connections. gthread 2x4 spent the least
-CPU at c32; it is not the default yet because its gunicorn timeout only
-watches the worker's main loop, not a request stuck in a thread (the
-replacement of a stuck worker below is a sync worker's guarantee). sync x2
-spent less than x4 at c32 but leaves no worker free while an upstream
-(GitHub, an MCP server) takes its time. To be measured again on a quiet
-machine.
+gthread spends a fifth to a third less CPU per exec than sync x4: a thread that waits
+on PostgreSQL or Redis hands the core to another thread of the same process instead
+of a context switch to another process, and a kept-alive connection is not accepted
+and torn down per request. Its one weakness against sync workers is that gunicorn's
+`timeout` watches the worker's main loop, which stays alive while a request thread is
+stuck; the watchdog below gives that guarantee back.
 
 The limits are set so that nginx, or the application, answers first with the
 API's JSON envelope: gunicorn's own answers to oversized request lines and
@@ -38,6 +38,8 @@ test_deployment.py checks the numbers against each other.
 import os
 import shutil
 import tempfile
+import threading
+import time
 
 from runner.pipeline import REQUEST_TIMEOUT_S
 
@@ -54,8 +56,12 @@ raw_env = [f"PROMETHEUS_MULTIPROC_DIR={PROMETHEUS_MULTIPROC_DIR}"]
 # Loopback by default: a sync worker facing clients directly is frozen by a handful of slow-header
 # sockets. docker-compose binds the web service's network interface explicitly (only nginx reaches it).
 bind = f"127.0.0.1:{os.environ.get('PORT', '8000')}"
-workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
-worker_class = "sync"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+worker_class = "gthread"
+threads = int(os.environ.get("WEB_THREADS", "4"))
+# nginx keeps its connections to gunicorn open (config/nginx.conf: `keepalive`, closed after 30 s idle):
+# gunicorn must not close one first, or nginx could send a request on a connection gunicorn is closing.
+keepalive = 75
 
 # gunicorn's largest line limit; nginx refuses request lines over 8000 bytes itself.
 limit_request_line = 8190
@@ -64,13 +70,48 @@ limit_request_field_size = 8190
 limit_request_fields = 10000
 
 # No call outlives REQUEST_TIMEOUT_S (the longest tool budget a contract may declare, plus the
-# grace of a tool_call_id claim): the application answers `timeout` before it. A worker still
-# busy 15 s later is stuck and gets replaced; nginx's proxy_read_timeout (95 s) lies beyond.
+# grace of a tool_call_id claim): the application answers `timeout` before it. A request still
+# running 15 s later is stuck and its worker gets replaced (the watchdog below); nginx's
+# proxy_read_timeout (95 s) lies beyond.
 timeout = int(REQUEST_TIMEOUT_S) + 15
 graceful_timeout = 30
 
 # One JSON line per request comes from the application (config/logs.py); gunicorn's own would be a second.
 accesslog = None
+
+
+# How often the watchdog looks at the requests in flight.
+WATCHDOG_INTERVAL_S = 1.0
+
+
+def post_worker_init(worker) -> None:
+    """Start the worker's request watchdog: a sync worker's timeout guarantee, for threads.
+
+    A request running longer than `timeout` (each thread notes when its request
+    started, below) is stuck: the worker is ended at once, its other requests
+    with it, as gunicorn ends a silent sync worker, and gunicorn starts a fresh
+    one. It ends with os._exit: a normal exit would wait for the stuck thread.
+    """
+    worker.toolgate_requests = {}
+    threading.Thread(target=_watch, args=(worker,), name="toolgate-request-watchdog", daemon=True).start()
+
+
+def pre_request(worker, req) -> None:
+    worker.toolgate_requests[threading.get_ident()] = time.monotonic()
+
+
+def post_request(worker, req, environ, resp) -> None:
+    worker.toolgate_requests.pop(threading.get_ident(), None)
+
+
+def _watch(worker) -> None:
+    limit_s = worker.cfg.timeout
+    while True:
+        time.sleep(WATCHDOG_INTERVAL_S)
+        oldest = min(worker.toolgate_requests.copy().values(), default=None)
+        if oldest is not None and time.monotonic() - oldest > limit_s:
+            worker.log.critical("a request has run for more than %s s: replacing worker %s", limit_s, os.getpid())
+            os._exit(1)
 
 
 def on_starting(server) -> None:

@@ -211,16 +211,26 @@ def test_the_application_answers_before_gunicorn_kills_the_worker_and_before_ngi
     assert longest_budget_s <= MAX_TIMEOUT_MS / 1000  # no contract may declare more
     assert MAX_TIMEOUT_MS / 1000 + before_the_tool + 5 < REQUEST_TIMEOUT_S < gunicorn.timeout
     assert gunicorn.timeout < seconds(one(server, "proxy_read_timeout")[0])
-    assert gunicorn.worker_class_str == "sync"
+    assert gunicorn.worker_class_str == "gthread"
+
+
+def test_nginx_reuses_its_connections_to_gunicorn_and_gunicorn_never_closes_one_first(server, gunicorn):
+    (_name, _arguments, upstream) = next(d for d in parse_nginx(NGINX_CONF.read_text()) if d[0] == "upstream")
+
+    assert int(one(upstream, "keepalive")[0]) > 0
+    assert one(server, "proxy_http_version") == ["1.1"]
+    assert ["Connection", ""] in directives(server, "proxy_set_header")  # not "close", as nginx sends by default
+    assert seconds(one(upstream, "keepalive_timeout")[0]) < gunicorn.keepalive
 
 
 def test_gunicorn_reads_port_and_concurrency_from_the_environment(monkeypatch):
     monkeypatch.setenv("PORT", "9123")
     monkeypatch.setenv("WEB_CONCURRENCY", "6")
+    monkeypatch.setenv("WEB_THREADS", "3")
 
     loaded = runpy.run_path(str(ROOT / GUNICORN_CONF))
 
-    assert (loaded["bind"], loaded["workers"]) == ("127.0.0.1:9123", 6)
+    assert (loaded["bind"], loaded["workers"], loaded["threads"]) == ("127.0.0.1:9123", 6, 3)
 
 
 # --- nginx's own errors are the API's envelope ------------------------------------------------------
