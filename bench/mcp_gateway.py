@@ -4,8 +4,8 @@ Starts an SDK MCPServer upstream (one uvicorn process), registers it in
 Toolgate, approves and enables its `add` tool; registers the same server as a
 stdio server run by Toolgate's MCP host (`manage.py mcp_host`, one child, no
 sandbox: bubblewrap costs only at spawn); serves Toolgate with two gunicorns
-started as production starts them (config/gunicorn.conf.py: sync workers, 2 x
-cores), one at a time under load: one as configured, whose calls to these
+started as production starts them (config/gunicorn.conf.py: its worker class
+and counts), one at a time under load: one as configured, whose calls to these
 stateless JSON upstreams go out as plain POSTs (tools_app/upstream/lean.py),
 and one with TOOLGATE_MCP_PLAIN_JSON_CALLS=false, whose calls all go through
 the SDK client: the same-run baseline of that path. wrk drives each target at
