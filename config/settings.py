@@ -141,6 +141,11 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # An unreachable database costs a request about a second, then a 503 `unavailable_dependency`.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 1)
+    # psycopg may prepare statements (Django turns that off, for connection poolers): only the audit
+    # INSERTs use it (config/postgresql's prepared_cursor); Django's own queries stay unprepared.
+    # False for PgBouncer in transaction mode before 1.21 (or without max_prepared_statements).
+    if env.bool("TOOLGATE_DATABASE_PREPARED_STATEMENTS", default=True):
+        DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 if not DEBUG and not REDIS_URL:

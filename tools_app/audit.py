@@ -32,6 +32,7 @@ from functools import cache
 from typing import Any, TextIO
 
 from django.db import IntegrityError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -146,7 +147,7 @@ def invocation_claim(
     }
     if audit_is_partitioned():
         columns, params = _invocations.prepared(**values)
-        with _savepoint_if_in_transaction(), connection.cursor() as cursor:
+        with _savepoint_if_in_transaction(), _prepared_cursor() as cursor:
             cursor.execute(_claimed_insert_sql(columns), [ctx.tenant_id, ctx.tool_call_id, now, *params])
             inserted = cursor.fetchone()
         return None if inserted is None else ToolInvocation(id=inserted[0], **values)
@@ -163,7 +164,7 @@ def _insert_with_claim(ctx: ToolInvocationContext, fields: dict[str, Any]) -> No
     Its row is written whatever the claim finds: the audit never loses a row.
     """
     columns, params = _invocations.prepared(**_context_fields(ctx), **fields)
-    with connection.cursor() as cursor:
+    with _prepared_cursor() as cursor:  # the same text every call: PostgreSQL keeps its plan
         cursor.execute(_claiming_insert_sql(columns), [ctx.tenant_id, ctx.tool_call_id, fields["started_at"], *params])
 
 
@@ -187,6 +188,12 @@ def _claiming_insert_sql(columns: tuple[str, ...]) -> str:
     names = ", ".join(f'"{column}"' for column in columns)
     values = ", ".join("%s" for _ in columns)
     return f'{_claim_cte()}INSERT INTO "{_TABLE}" ({names}) VALUES ({values})'  # noqa: S608
+
+
+def _prepared_cursor() -> CursorWrapper:
+    """Toolgate's PostgreSQL backend (config/postgresql) prepares the audit INSERTs; another backend's plain cursor."""
+    prepared_cursor = getattr(connection, "prepared_cursor", None)
+    return prepared_cursor() if prepared_cursor is not None else connection.cursor()
 
 
 def _savepoint_if_in_transaction() -> AbstractContextManager[object]:

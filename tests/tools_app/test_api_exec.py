@@ -127,6 +127,24 @@ def test_a_warm_call_without_a_tool_call_id_is_one_insert(warm, django_assert_nu
     assert 'INSERT INTO "tools_app_toolinvocation"' in audit_write
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are PostgreSQL's")
+def test_postgresql_keeps_the_audit_inserts_prepared_and_each_row_as_sent(warm):
+    for number in range(6):  # psycopg prepares a statement at its fifth run on a connection
+        exec_call(warm, tool_id="core__get_current_time")
+        exec_call(warm, tool_id="core__get_current_time", tool_call_id=f"prepared-{number}")
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [statement for (statement,) in cursor.fetchall()]
+    claimed_first = [s for s in prepared if "tools_app_toolcallclaim" in s and 'RETURNING "id"' in s]
+    claimed_with_row = [s for s in prepared if "tools_app_toolcallclaim" in s and 'RETURNING "id"' not in s]
+    assert len(claimed_first) == len(claimed_with_row) == 1, prepared
+    rows = ToolInvocation.objects.filter(tool_call_id__startswith="prepared-").order_by("tool_call_id")
+    assert [(row.tool_call_id, row.ok, row.state, row.result is not None) for row in rows] == [
+        (f"prepared-{number}", True, ToolInvocation.State.DONE, True) for number in range(6)
+    ]
+
+
 def test_a_warm_call_with_a_tool_call_id_claims_then_finishes_its_row(warm, django_assert_num_queries):
     # the claim's INSERT runs under a savepoint here because tests run inside a transaction;
     # a web request runs in autocommit, where it is the INSERT alone: two round trips in all.
