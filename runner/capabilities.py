@@ -381,6 +381,11 @@ class HttpCapability:
             await self._pool.aclose()
             self._pool = None
 
+    def close(self) -> None:
+        """Close the blocking path's idle connections (one in use closes when its request ends)."""
+        if self._blocking is not None:
+            self._blocking.close()
+
     async def _read_bounded(self, response: httpx.Response) -> bytes:
         chunks: list[bytes] = []
         size = 0
