@@ -31,7 +31,8 @@ httpx's own transport when an HTTP(S)/ALL_PROXY variable applies
 A pool belongs to one event loop (HttpCapability keeps one client per loop,
 an MCP session's caller lives on its session's loop). `BlockingPool` keeps
 the same guarantees on blocking sockets for callers on their own threads (the
-sync web worker's plain-JSON MCP calls), any number of threads at once.
+sync web worker's plain-JSON MCP calls and HttpCapability.request_blocking),
+any number of threads at once.
 """
 
 from __future__ import annotations
