@@ -14,16 +14,30 @@ import asyncio
 import base64
 import http.cookiejar
 import json
+import math
+import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
+import h11
 import httpx
 
 from runner.errors import CapabilityError
-from runner.http1 import KeepAliveTransport, ResponseTooLarge, proxy_applies
+from runner.http1 import (
+    DEFAULT_PORTS,
+    BlockingPool,
+    ConnectFailed,
+    ConnectionClosed,
+    KeepAliveTransport,
+    MalformedAnswer,
+    Origin,
+    ResponseTooLarge,
+    proxy_applies,
+)
 from runner.types import ToolInvocationContext, ToolSpec
 
 MAX_REDIRECTS = 5
@@ -109,6 +123,10 @@ class HttpCapability:
     Paths are resolved against the configured base URL and must stay on its
     origin. Redirects are followed by hand (at most five) so that a redirect to
     another origin is allowed to proceed only without the Authorization header.
+
+    Two ways in: `request` on an event loop, and `request_blocking` for a caller
+    on its own thread (a tool's blocking fast path: no hand-off to the loop
+    thread). Both send the same requests and answer the same way.
     """
 
     def __init__(
@@ -138,6 +156,8 @@ class HttpCapability:
         self._lean = keep_alive_transport and not proxy_applies(self._base_url)
         self._pool: KeepAliveTransport | httpx.AsyncClient | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
+        # Thread-safe, one for every thread; none where httpx's own transport must carry requests.
+        self._blocking = BlockingPool(tls_context=httpx.create_ssl_context) if self._lean else None
 
     @property
     def base_url(self) -> str:
@@ -171,7 +191,14 @@ class HttpCapability:
                 response = await self._send(method, url, send_headers, json_body, params)
                 try:
                     if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
-                        url, method, json_body, send_headers = _next_hop(url, method, json_body, send_headers, response)
+                        url, method, json_body, send_headers = _next_hop(
+                            url,
+                            method,
+                            json_body,
+                            send_headers,
+                            status=response.status_code,
+                            location=response.headers["location"],
+                        )
                         params = None
                         continue
                     content = await self._read_bounded(response)
@@ -189,6 +216,127 @@ class HttpCapability:
 
     def _failed(self, message: str) -> CapabilityError:
         return CapabilityError(message, upstream=self._upstream, host=self._host)
+
+    def request_blocking(
+        self,
+        method: str,
+        path: str,
+        *,
+        deadline: float,
+        headers: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> HttpResponse | None:
+        """`request` on this thread's blocking sockets, answered before `deadline` (a time.monotonic() instant).
+
+        None, having sent nothing, when only httpx's own transport may carry the
+        request (a proxy from the environment, or OpenTelemetry instrumenting
+        httpx): the caller then makes it with `request` on the loop. Otherwise
+        the same requests as `request` (origin, headers, body, redirects, cap,
+        timeouts, errors); a TimeoutError means the deadline passed (the caller's
+        budget), while the capability's own timeouts fail as "upstream timed out".
+
+        Content decoding: the same `Accept-Encoding: gzip, deflate` is asked for
+        and the same codings decoded (httpx's: gzip, deflate, identity; any other
+        is left as sent), so an upstream sees one client, not two, and a large
+        JSON answer still crosses the network compressed. Inflating is cut at the
+        response cap (`_decoded`), so a small compressed body cannot grow past it.
+        """
+        if self._blocking is None:
+            return None
+        url = self._resolve(path)
+        send_headers = {"User-Agent": self._user_agent, "Accept": "application/json", **(headers or {})}
+        try:
+            for _hop in range(MAX_REDIRECTS + 1):
+                status, answer_headers, body = self._send_blocking(
+                    self._blocking, method, url, send_headers, json_body, params=params, deadline=deadline
+                )
+                if status in REDIRECT_STATUSES and "location" in answer_headers:
+                    url, method, json_body, send_headers = _next_hop(
+                        url, method, json_body, send_headers, status=status, location=answer_headers["location"]
+                    )
+                    params = None
+                    continue
+                return HttpResponse(status, dict(answer_headers), self._decoded(answer_headers, body))
+            raise self._failed("too many redirects")
+        except ResponseTooLarge as exc:
+            raise self._failed("upstream response too large") from exc
+        except ConnectFailed as exc:
+            if isinstance(exc.__cause__, TimeoutError):
+                raise self._timed_out(deadline) from exc
+            raise self._failed("upstream request failed (ConnectError)") from exc
+        except TimeoutError as exc:
+            raise self._timed_out(deadline) from exc
+        except ConnectionClosed as exc:  # named as httpx's transport names them on the loop
+            name = "ReadError" if isinstance(exc.__cause__, OSError) else "RemoteProtocolError"
+            raise self._failed(f"upstream request failed ({name})") from exc
+        except MalformedAnswer as exc:
+            raise self._failed("upstream request failed (RemoteProtocolError)") from exc
+        except h11.LocalProtocolError as exc:
+            raise self._failed("upstream request failed (LocalProtocolError)") from exc
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise self._failed(f"upstream request failed ({type(exc).__name__})") from exc
+
+    def _timed_out(self, deadline: float) -> Exception:
+        """The caller's deadline passed (its budget: TimeoutError), or one of the capability's own timeouts."""
+        if time.monotonic() >= deadline:
+            return TimeoutError("the deadline passed")
+        return self._failed("upstream timed out")
+
+    def _send_blocking(
+        self,
+        pool: BlockingPool,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        json_body: Any,
+        *,
+        params: Mapping[str, str] | None,
+        deadline: float,
+    ) -> tuple[int, httpx.Headers, bytes]:
+        """One request, answered whole (still encoded); redirects are not followed here.
+
+        httpx's Request builds it, as on the loop: the same URL, headers and body encoding.
+        """
+        request = httpx.Request(method, url, headers={**_CLIENT_HEADERS, **headers}, json=json_body, params=params)
+        target = request.url
+        origin = Origin(target.host, target.port or DEFAULT_PORTS[target.scheme], target.scheme == "https", target.host)
+        answer = pool.request(
+            origin,
+            h11.Request(method=request.method, target=target.raw_path, headers=request.headers.raw),
+            request.read(),
+            max_response_bytes=self._max_response_bytes,
+            connect_timeout_s=self._timeouts.get("connect") or math.inf,
+            deadline=deadline,
+            read_timeout_s=self._timeouts.get("read"),
+        )
+        return answer.status, httpx.Headers(answer.raw_headers), answer.body
+
+    def _decoded(self, headers: httpx.Headers, body: bytes) -> bytes:
+        """The body with its content codings undone, as httpx undoes them, never past the response cap."""
+        for value in reversed(headers.get_list("content-encoding", split_commas=True)):
+            coding = value.strip().lower()
+            if coding == "gzip":
+                body = self._inflate(body, zlib.MAX_WBITS | 16)
+            elif coding == "deflate":
+                try:  # zlib-wrapped as the RFC says, or raw deflate as some servers send it (httpx tries both)
+                    body = self._inflate(body, zlib.MAX_WBITS)
+                except httpx.DecodingError:
+                    body = self._inflate(body, -zlib.MAX_WBITS)
+        return body
+
+    def _inflate(self, body: bytes, wbits: int) -> bytes:
+        limit = self._max_response_bytes
+        try:
+            inflater = zlib.decompressobj(wbits)
+            plain = inflater.decompress(body, limit + 1)
+            if len(plain) <= limit:
+                plain += inflater.flush()
+        except zlib.error as exc:
+            raise httpx.DecodingError(str(exc)) from exc
+        if len(plain) > limit:
+            raise ResponseTooLarge
+        return plain
 
     async def _send(
         self, method: str, url: str, headers: Mapping[str, str], json_body: Any, params: Mapping[str, str] | None
@@ -233,6 +381,11 @@ class HttpCapability:
             await self._pool.aclose()
             self._pool = None
 
+    def close(self) -> None:
+        """Close the blocking path's idle connections (one in use closes when its request ends)."""
+        if self._blocking is not None:
+            self._blocking.close()
+
     async def _read_bounded(self, response: httpx.Response) -> bytes:
         chunks: list[bytes] = []
         size = 0
@@ -267,18 +420,18 @@ def _origin(url: str) -> tuple[str, str]:
 
 
 def _next_hop(
-    url: str, method: str, body: Any, headers: dict[str, str], response: httpx.Response
+    url: str, method: str, body: Any, headers: dict[str, str], *, status: int, location: str
 ) -> tuple[str, str, Any, dict[str, str]]:
-    """Where a redirect leads, with what method, body and headers (RFC 9110 §15.4)."""
+    """Where a redirect (`status`, `location`) leads, with what method, body and headers (RFC 9110 §15.4)."""
     try:
-        target = urljoin(url, response.headers["location"])
+        target = urljoin(url, location)
         scheme = urlsplit(target).scheme
         cross_origin = scheme in ("http", "https") and _origin(target) != _origin(url)
     except ValueError:  # a bad port or IPv6 literal in Location: the upstream's fault, not the tool's
         raise CapabilityError("redirect to an invalid URL") from None
     if scheme not in ("http", "https"):
         raise CapabilityError("redirect to a non-HTTP URL")
-    if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
+    if status == 303 or (status in (301, 302) and method == "POST"):
         method, body = "GET", None
     if cross_origin:
         headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}

@@ -31,7 +31,8 @@ httpx's own transport when an HTTP(S)/ALL_PROXY variable applies
 A pool belongs to one event loop (HttpCapability keeps one client per loop,
 an MCP session's caller lives on its session's loop). `BlockingPool` keeps
 the same guarantees on blocking sockets for callers on their own threads (the
-sync web worker's plain-JSON MCP calls), any number of threads at once.
+sync web worker's plain-JSON MCP calls and HttpCapability.request_blocking),
+any number of threads at once.
 """
 
 from __future__ import annotations
@@ -344,23 +345,33 @@ class BlockingConnection:
         self._exchange = _Exchange()
         self.closed = False
 
-    def request(self, head: h11.Request, body: bytes, max_response_bytes: int, deadline: float) -> Answer:
-        """Send one request in one write and read its whole answer before `deadline` (time.monotonic())."""
+    def request(
+        self,
+        head: h11.Request,
+        body: bytes,
+        max_response_bytes: int,
+        deadline: float,
+        read_timeout_s: float | None = None,
+    ) -> Answer:
+        """Send one request in one write and read its whole answer before `deadline` (time.monotonic()).
+
+        `read_timeout_s` also bounds each wait for more of the answer (httpx's per-read meaning).
+        """
         wire = self._exchange.start(head, body, max_response_bytes)
         self._wait_until(deadline)
         self._sock.sendall(wire)
         while True:
-            self._wait_until(deadline)
+            self._wait_until(deadline, read_timeout_s)
             answer = self._exchange.feed(self._sock.recv(RECV_BYTES))
             if answer is not None:
                 return answer
 
-    def _wait_until(self, deadline: float) -> None:
-        """The socket's next send or receive waits at most until `deadline`."""
+    def _wait_until(self, deadline: float, at_most_s: float | None = None) -> None:
+        """The socket's next send or receive waits at most until `deadline`, and at most `at_most_s`."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("the deadline passed")
-        self._sock.settimeout(remaining)
+        self._sock.settimeout(remaining if at_most_s is None else min(remaining, at_most_s))
 
     def reusable(self) -> bool:
         """Both sides finished the exchange cleanly and may go on: start the next one."""
@@ -406,9 +417,11 @@ class BlockingPool:
         max_response_bytes: int,
         connect_timeout_s: float,
         deadline: float,
+        read_timeout_s: float | None = None,
     ) -> Answer:
         """One request on an idle or new connection of `origin`, answered whole before `deadline`.
 
+        `read_timeout_s`, if given, also bounds each wait for more of the answer.
         Raises ConnectFailed (nothing sent), then ConnectionClosed, TimeoutError,
         ResponseTooLarge, MalformedAnswer or h11.LocalProtocolError (a header h11 will not send).
         """
@@ -416,7 +429,7 @@ class BlockingPool:
         keep = False
         try:
             try:
-                answer = connection.request(head, body, max_response_bytes, deadline)
+                answer = connection.request(head, body, max_response_bytes, deadline, read_timeout_s)
             except (ConnectionClosed, TimeoutError):
                 raise
             except OSError as exc:  # reset, broken pipe: as `Connection.connection_lost` reports them

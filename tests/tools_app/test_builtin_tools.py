@@ -8,6 +8,7 @@ in-memory fakes: no database is touched.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -107,6 +108,7 @@ class Harness:
     audit: ListAudit
     events: ListEvents
     catalog: FixedCatalog
+    policy: AllowAll
 
     def exec(self, tool_id: str, args: Any = None, **ctx_fields: Any) -> ToolExecResult:
         ctx = ToolInvocationContext(
@@ -145,10 +147,11 @@ def make_harness(
         ListEvents(),
         FixedClock(NOW),
     )
+    policy = AllowAll(budgets or Budgets())
     stages = default_stages(
         governance=FakeGovernance(),
         source=source,
-        policy=AllowAll(budgets or Budgets()),
+        policy=policy,
         limiter=Unlimited(),
         grants=OneGrant(grant),
         broker=broker,
@@ -156,7 +159,7 @@ def make_harness(
         events=events,
         clock=clock,
     )
-    return Harness(ToolRunner(stages, clock), broker, audit, events, catalog)
+    return Harness(ToolRunner(stages, clock), broker, audit, events, catalog, policy)
 
 
 @pytest.fixture
@@ -366,26 +369,93 @@ def test_get_user_takes_no_arguments(github: LoopbackServer, harness: Harness) -
     assert harness.broker.resolved == []  # arguments are checked before any credential is touched
 
 
-def test_get_user_against_a_stalled_github_times_out_at_the_policy_budget(github: LoopbackServer) -> None:
+# The threads that opened a connection to GitHub, as the interpreter reports each socket.connect.
+_CONNECTS: list[tuple[str, int]] = []
+
+
+def _record_connect(event: str, args: tuple) -> None:
+    if event == "socket.connect" and isinstance(args[1], tuple) and len(args[1]) == 2:
+        _CONNECTS.append((threading.current_thread().name, args[1][1]))
+
+
+sys.addaudithook(_record_connect)
+
+
+def connecting_threads(port: int) -> list[str]:
+    return [name for name, to_port in _CONNECTS if to_port == port]
+
+
+def test_get_user_is_sent_from_the_calling_thread_not_handed_to_the_loop(github: LoopbackServer) -> None:
+    github.handle("GET", "/user", github_user)
+    harness = make_harness(github.url)
+    _CONNECTS.clear()
+
+    result = harness.exec_github("github__get_user")
+
+    assert result.ok, result
+    assert connecting_threads(github.port) == [threading.current_thread().name]
+
+
+def test_with_a_proxy_get_user_goes_through_the_loop_and_answers_the_same(github: LoopbackServer, monkeypatch) -> None:
+    github.handle("GET", "/user", github_user)
+    direct = make_harness(github.url).exec_github("github__get_user")
+    with LoopbackServer() as proxy:
+        proxy.handle("GET", f"{github.url}/user", github_user)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "")
+        harness = make_harness(github.url)
+        _CONNECTS.clear()
+
+        proxied = harness.exec_github("github__get_user")
+
+        threads = connecting_threads(proxy.port)
+    assert proxied.ok, proxied
+    assert proxied.value == direct.value
+    assert len(threads) == 1
+    assert threads != [threading.current_thread().name]  # the loop's thread
+    assert [r.path for r in github.requests] == ["/user"]  # the direct call only
+    assert [r.target for r in proxy.requests] == [f"{github.url}/user"]
+    assert proxy.requests[0].headers["authorization"] == f"Bearer {TOKEN}"
+
+
+@pytest.mark.parametrize("proxied", [False, True], ids=["thread", "loop"])
+def test_get_user_against_a_stalled_github_times_out_at_the_policy_budget(
+    github: LoopbackServer, proxied: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     release = threading.Event()
 
-    def stall(_request: RecordedRequest) -> tuple[int, dict[str, str], bytes]:
-        release.wait(10)
-        return json_answer(200, {})
+    def stall_after_the_first(request: RecordedRequest) -> tuple[int, dict[str, str], bytes]:
+        if len(reached.requests) > 1:
+            release.wait(10)
+        return github_user(request)
 
-    github.handle("GET", "/user", stall)
-    harness = make_harness(github.url, budgets=Budgets(max_runtime_ms=300))
+    with LoopbackServer() as proxy:
+        reached = proxy if proxied else github
+        reached.handle("GET", f"{github.url}/user" if proxied else "/user", stall_after_the_first)
+        if proxied:  # the blocking path declines: the loop's budget cuts the call
+            monkeypatch.setenv("HTTP_PROXY", proxy.url)
+            monkeypatch.setenv("NO_PROXY", "")
+        harness = make_harness(github.url)
+        # a first call under the default budget: on the loop, making its client may take a while on a busy machine
+        assert harness.exec_github("github__get_user").ok
+        harness.audit.records.clear()
+        harness.policy.budgets = Budgets(max_runtime_ms=300)
 
-    started = time.monotonic()
-    try:
-        result = harness.exec_github("github__get_user")
-        elapsed = time.monotonic() - started
-    finally:
-        release.set()
+        started = time.monotonic()
+        try:
+            result = harness.exec_github("github__get_user")
+            elapsed = time.monotonic() - started
+        finally:
+            release.set()
+        requests = list(reached.requests)
 
     assert (result.error_code, result.safe_message) == (ErrorCode.TIMEOUT, "the tool ran past its 300 ms budget")
     assert elapsed < 0.3 + 0.1
-    assert [r.path for r in github.requests] == ["/user"]
+    assert len(requests) == 2
+    [record] = harness.audit.records
+    assert (record.ok, record.executed, record.error_code) == (False, True, ErrorCode.TIMEOUT)
+    assert record.safe_message == "the tool ran past its 300 ms budget"
+    assert TOKEN not in harness.everything_recorded(result)
 
 
 # --- github__create_issue ---------------------------------------------------------------------------

@@ -3,17 +3,24 @@
 The base URL is bound by the composition root (TOOLGATE_GITHUB_API_URL) and
 the token by the broker; nothing here knows either. Error messages describe
 GitHub's answer by status, never by echoing its body.
+
+Each tool is stated once, as the request its arguments make (`GitHubRequest`);
+`_definition` runs it on the loop (`execute`) and on the caller's own thread
+(`execute_blocking`, the runner's fast path), checked the same way.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from pydantic import Field, field_validator
 
 from runner.capabilities import HttpResponse, ToolCapabilities
-from runner.contracts import ToolArgs, ToolContract, ToolDefinition, ToolOutput
+from runner.contracts import ON_LOOP, ToolArgs, ToolContract, ToolDefinition, ToolOutput
 from runner.errors import ToolFailure
 from runner.types import ConsequenceLevel, ToolEffect, ToolInvocationContext
 
@@ -26,6 +33,40 @@ _STATUS_MESSAGES = {
     410: "issues are disabled for this repository",
     422: "GitHub refused the request as invalid",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class GitHubRequest:
+    """One call to GitHub's API: what to send, and the status that means it worked."""
+
+    method: str
+    path: str
+    expected_status: int
+    json_body: Any = None
+
+
+def _definition(contract: ToolContract, describe: Callable[[Any], GitHubRequest]) -> ToolDefinition:
+    """The tool whose `execute` and `execute_blocking` both send `describe(args)` with the connection's credentials.
+
+    The blocking one answers ON_LOOP, having sent nothing, when the HTTP
+    capability must keep httpx's own transport (a proxy, tracing).
+    """
+
+    async def execute(args: Any, ctx: ToolInvocationContext, caps: ToolCapabilities) -> dict:
+        request = describe(args)
+        http, auth = caps.require_http(), caps.require_auth()
+        response = await http.request(request.method, request.path, headers=auth.headers(), json_body=request.json_body)
+        return _check(response, request.expected_status)
+
+    def execute_blocking(args: Any, ctx: ToolInvocationContext, caps: ToolCapabilities, deadline: float) -> Any:
+        request = describe(args)
+        http, auth = caps.require_http(), caps.require_auth()
+        response = http.request_blocking(
+            request.method, request.path, deadline=deadline, headers=auth.headers(), json_body=request.json_body
+        )
+        return ON_LOOP if response is None else _check(response, request.expected_status)
+
+    return ToolDefinition(contract, execute, execute_blocking)
 
 
 def _check(response: HttpResponse, expected: int) -> dict:
@@ -49,9 +90,8 @@ class GitHubUser(ToolOutput):
     html_url: str
 
 
-async def get_user(args: GetUserArgs, ctx: ToolInvocationContext, caps: ToolCapabilities) -> dict:
-    response = await caps.require_http().get("/user", headers=caps.require_auth().headers())
-    return _check(response, 200)
+def get_user(args: GetUserArgs) -> GitHubRequest:
+    return GitHubRequest("GET", "/user", 200)
 
 
 class CreateIssueArgs(ToolArgs):
@@ -74,16 +114,13 @@ class CreatedIssue(ToolOutput):
     html_url: str
 
 
-async def create_issue(args: CreateIssueArgs, ctx: ToolInvocationContext, caps: ToolCapabilities) -> dict:
+def create_issue(args: CreateIssueArgs) -> GitHubRequest:
     path = f"/repos/{quote(args.owner, safe='')}/{quote(args.repo, safe='')}/issues"
-    response = await caps.require_http().post(
-        path, headers=caps.require_auth().headers(), json_body={"title": args.title, "body": args.body}
-    )
-    return _check(response, 201)
+    return GitHubRequest("POST", path, 201, json_body={"title": args.title, "body": args.body})
 
 
-GET_USER = ToolDefinition(
-    contract=ToolContract(
+GET_USER = _definition(
+    ToolContract(
         name="github__get_user",
         description="Get the GitHub user behind the connection: login, id, name and profile URL.",
         input_model=GetUserArgs,
@@ -98,11 +135,11 @@ GET_USER = ToolDefinition(
         tags=("github", "identity"),
         version="1.0.0",
     ),
-    execute=get_user,
+    get_user,
 )
 
-CREATE_ISSUE = ToolDefinition(
-    contract=ToolContract(
+CREATE_ISSUE = _definition(
+    ToolContract(
         name="github__create_issue",
         description="Open an issue in a GitHub repository. Returns the issue number and URL.",
         input_model=CreateIssueArgs,
@@ -118,5 +155,5 @@ CREATE_ISSUE = ToolDefinition(
         tags=("github", "issues"),
         version="1.0.0",
     ),
-    execute=create_issue,
+    create_issue,
 )
