@@ -141,11 +141,12 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # An unreachable database costs a request about a second, then a 503 `unavailable_dependency`.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 1)
-    # psycopg may prepare statements (Django turns that off, for connection poolers): only the audit
-    # INSERTs use it (config/postgresql's prepared_cursor); Django's own queries stay unprepared.
-    # False for PgBouncer in transaction mode before 1.21 (or without max_prepared_statements).
+    # psycopg may prepare statements, at their first run (Django turns that off, for connection poolers):
+    # only statements bound on the server are prepared, and only the audit INSERTs are (config/postgresql's
+    # prepared_cursor); Django's own queries stay client-bound and unprepared. False for PgBouncer in
+    # transaction mode before 1.21 (or without max_prepared_statements).
     if env.bool("TOOLGATE_DATABASE_PREPARED_STATEMENTS", default=True):
-        DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
+        DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 0)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 if not DEBUG and not REDIS_URL:

@@ -129,7 +129,7 @@ def test_a_warm_call_without_a_tool_call_id_is_one_insert(warm, django_assert_nu
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are PostgreSQL's")
 def test_postgresql_keeps_the_audit_inserts_prepared_and_each_row_as_sent(warm):
-    for number in range(6):  # psycopg prepares a statement at its fifth run on a connection
+    for number in range(6):
         exec_call(warm, tool_id="core__get_current_time")
         exec_call(warm, tool_id="core__get_current_time", tool_call_id=f"prepared-{number}")
 
