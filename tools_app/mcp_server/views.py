@@ -231,14 +231,13 @@ class CallerBackend:
         refused call; only the answer is the one an unknown tool gets. A tool
         the runner did run (a replay, or a policy change between the two looks)
         answers its result: the runner, not this check, is the authority.
+        The catalog is looked at only for such a refusal: a call that ran (or
+        failed otherwise) answers its result whatever the catalog says, so the
+        hot path does not build the caller's catalog for nothing.
         """
         request = exec_request_of(name, arguments, meta)
         if isinstance(request, ToolExecResult):
             return request
-        own_catalog = tool_catalog(
-            source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
-        )
-        visible = any(spec.name == name for spec in own_catalog)
         result = tool_exec(
             runner=self._runtime.runner,
             caller=self._caller,
@@ -246,9 +245,16 @@ class CallerBackend:
             subject_token=self._subject(meta),
             tool_scope=self.tool_scope,
         )
-        if not visible and not result.ok and result.error_code in HIDDEN_REFUSALS:
+        if not result.ok and result.error_code in HIDDEN_REFUSALS and not self._in_own_catalog(name):
             return None
         return result
+
+    def _in_own_catalog(self, name: str) -> bool:
+        """Whether the caller's own catalog (its policy and toolset, no person's delegation) lists `name`."""
+        own_catalog = tool_catalog(
+            source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
+        )
+        return any(spec.name == name for spec in own_catalog)
 
 
 def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ExecRequest | ToolExecResult:
