@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,11 +28,13 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView, set_rollback
 
+from policies_app.api.negotiation import PlainAcceptNegotiation
 from policies_app.authentication import (
     SCHEME,
     ServiceAccountRateThrottle,
@@ -73,6 +75,8 @@ MCP_PATH_OF_FIELD: Mapping[str, str] = {
 # Refusals that would tell a caller a tool outside its catalog exists: answered as unknown.
 HIDDEN_REFUSALS = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.POLICY_DENIED})
 REQUEST_INVALID = "the request is invalid"
+# What MCP's Streamable HTTP clients send (the SDKs of both eras): JSON or an event stream, either first.
+MCP_CLIENT_ACCEPTS = frozenset({"application/json, text/event-stream", "text/event-stream, application/json"})
 
 
 class NotARequest(exceptions.ParseError):
@@ -131,6 +135,27 @@ def _json_or_not_json(raw: bytes) -> Any:
         return _NOT_JSON
 
 
+class McpNegotiation(PlainAcceptNegotiation):
+    """The API's plain negotiation, with the Accept every MCP client sends answered directly too.
+
+    DRF parses `application/json, text/event-stream` into media types on every
+    message to pick the JSON renderer, the only one that can match: this answers
+    the same choice without parsing (tests/tools_app/test_mcp_negotiation.py holds
+    both to the same answers). Any other value goes through DRF's negotiation.
+    """
+
+    def plain_choice(
+        self, request: Any, renderers: Sequence[BaseRenderer], format_suffix: str | None
+    ) -> tuple[BaseRenderer, str] | None:
+        plain = super().plain_choice(request, renderers, format_suffix)
+        if plain is not None or format_suffix or not renderers or self.settings.URL_FORMAT_OVERRIDE:
+            return plain
+        first = renderers[0]
+        if first.media_type == McpJsonParser.media_type and request.META.get("HTTP_ACCEPT") in MCP_CLIENT_ACCEPTS:
+            return first, first.media_type
+        return None
+
+
 class NonCallThrottle(ServiceAccountRateThrottle):
     """The API's fairness share for every MCP message but `tools/call`, which spends it in the runner.
 
@@ -152,6 +177,7 @@ class McpView(APIView):
     permission_classes = [ToolsExecScope]
     parser_classes = [McpJsonParser]
     throttle_classes = [NonCallThrottle]
+    content_negotiation_class = McpNegotiation
     # No OPTIONS (DRF's metadata): MCP clients only POST, and everything else answers 405.
     http_method_names = ["get", "post", "put", "patch", "delete", "head", "trace"]
     runtime_provider: Callable[[], ToolRuntime] | None = None
