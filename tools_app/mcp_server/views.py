@@ -65,6 +65,8 @@ from tools_app.services import ExecRequest, tool_catalog, tool_exec
 logger = logging.getLogger(__name__)
 
 ROUTING_HEADERS = (MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER)
+# Where the WSGI/ASGI request keeps each (read from META: no HttpHeaders view built per message).
+ROUTING_META_KEYS = tuple((name, "HTTP_" + name.upper().replace("-", "_")) for name in ROUTING_HEADERS)
 # The person a call is made for: their subject token, beside the caller's key (never in `arguments`).
 SUBJECT_META_KEY = f"{META_PREFIX}subject"
 MCP_PATH_OF_FIELD: Mapping[str, str] = {
@@ -188,7 +190,7 @@ class McpView(APIView):
         return self.runtime_provider()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        origin = request.headers.get("Origin")
+        origin = request.META.get("HTTP_ORIGIN")
         if origin is not None and origin not in settings.TOOLGATE_MCP_ALLOWED_ORIGINS:
             raise OriginRefused("this Origin may not use the MCP endpoint")
         super().initial(request, *args, **kwargs)
@@ -199,7 +201,8 @@ class McpView(APIView):
         if not request.content_type:  # nor without a content type: it would answer an empty dict
             raise exceptions.UnsupportedMediaType("")
         message = request.data
-        headers = {name: request.headers[name] for name in ROUTING_HEADERS if name in request.headers}
+        meta = request.META
+        headers = {name: meta[key] for name, key in ROUTING_META_KEYS if key in meta}
         return _response(handle(message, headers, self.backend_for(request, **kwargs)))
 
     def backend_for(self, request: Request, **kwargs: Any) -> Backend:
