@@ -66,6 +66,9 @@ EVENT_STREAM = "text/event-stream"
 ACCEPT = f"{JSON}, {EVENT_STREAM}"
 # Ids of their own (a stateless upstream correlates nothing across requests), far above the SDK's.
 PLAIN_ID_BASE = 1 << 30
+# As httpx2 writes the SDK's requests: compact, and no NaN/Infinity (not JSON; a ValueError here).
+# One encoder for every call: json.dumps with options builds a new one each time.
+_REQUEST_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class NotRun(Exception):
@@ -134,9 +137,8 @@ class JsonCaller:
         params: dict[str, Any] = {"name": pinned.name, "arguments": dict(arguments)}
         if self._modern:
             params["_meta"] = self._meta
-        # As httpx2 writes the SDK's requests: compact, and no NaN/Infinity (not JSON; a ValueError here).
         message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        body = _REQUEST_ENCODER.encode(message)
         return request_id, self._headers(pinned, arguments), body.encode()
 
     async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
