@@ -403,6 +403,7 @@ MCP_ALLOWED_NAMES = frozenset(
         "policies_app.authentication.ServiceAccountRateThrottle",
         "policies_app.authentication.mcp_resource_url",  # /mcp and /mcp/t/<name> are one protected resource
         "policies_app.selectors.Caller",
+        "policies_app.api.negotiation.PlainAcceptNegotiation",  # the API's shortcut, extended by McpNegotiation
         # the outage mapping and its answer, and the application error, shared with the REST exception handler
         "policies_app.outages.OUTAGE_ERRORS",
         "policies_app.errors.AppError",

@@ -243,6 +243,27 @@ def test_depth_scanner_follows_strings_and_escapes(text, too_deep):
     assert strict_json.json_depth_exceeds(text, 32) is too_deep
 
 
+@pytest.mark.parametrize(
+    ("text", "clean"),
+    [
+        ('{"a": "plain", "b": ["x", {"c": 1.5}]}', True),
+        ('{"a": "\\n\\t\\"\\\\\\/\\b\\f\\r"}', True),  # escapes that make neither NUL nor a surrogate
+        ('{"a": "\\\\u0000"}', True),  # an escaped backslash before u: no escape, the full look says clean
+        ('{"a": "\\u00e9\\ud83d\\ude00"}', True),  # a paired surrogate escape
+        ('{"a": "\\u0000"}', False),
+        ('{"\\u0000": 1}', False),
+        ('{"a": ["ok", "\\udc00"]}', False),
+        ('{"a": "\ud800"}', False),  # a raw lone surrogate (text from a JSON string, not from UTF-8 bytes)
+    ],
+)
+def test_strict_loads_refuses_nul_and_lone_surrogates_whether_escaped_or_raw(text, clean):
+    if clean:
+        assert strict_json.loads(text) == json.loads(text)
+    else:
+        with pytest.raises(strict_json.StrictJsonError, match="NUL characters or unpaired surrogates"):
+            strict_json.loads(text)
+
+
 def test_parser_accepts_the_deepest_allowed_document_and_no_deeper():
     deepest = {"a": json.loads("[" * 31 + "]" * 31)}  # the object is level 1
 

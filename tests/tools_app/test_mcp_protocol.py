@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.conf import settings
 from django.test import Client
 
 from config.runtime import runtime
+from policies_app import governance
 from policies_app.services import service_account_revoke
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import enable_tools
@@ -571,3 +573,23 @@ def test_a_validation_refusal_names_each_wrong_argument_in_the_text_the_model_re
         "(unknown field): unknown field; the tool's input_schema lists the fields it accepts"
     )
     assert "Mars/Base" not in response.content.decode()
+
+
+# --- the hot path's database work -------------------------------------------------------------
+
+# As over REST (tests/tools_app/test_api_exec.py): without Redis the generation is read twice per request.
+GENERATION_READS = 0 if settings.REDIS_URL else 2
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_a_warm_call_is_one_insert_like_a_warm_rest_exec(client, monkeypatch, django_assert_num_queries, era):
+    """The endpoint adds no query of its own to the runner's (no catalog, no lookups: all cached)."""
+    monkeypatch.setattr(governance, "MAX_STALENESS_S", 3600.0)  # no staleness re-read due mid-test
+    send = modern if era == "modern" else legacy
+    assert send(client, "tools/call", {"name": TIME, "arguments": {}}).status_code == 200  # warm the caches
+
+    with django_assert_num_queries(GENERATION_READS + 1) as captured:
+        response = send(client, "tools/call", {"name": TIME, "arguments": {}})
+
+    assert response.json()["result"]["isError"] is False
+    assert 'INSERT INTO "tools_app_toolinvocation"' in captured.captured_queries[-1]["sql"]

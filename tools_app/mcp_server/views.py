@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,11 +28,13 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView, set_rollback
 
+from policies_app.api.negotiation import PlainAcceptNegotiation
 from policies_app.authentication import (
     SCHEME,
     ServiceAccountRateThrottle,
@@ -63,6 +65,8 @@ from tools_app.services import ExecRequest, tool_catalog, tool_exec
 logger = logging.getLogger(__name__)
 
 ROUTING_HEADERS = (MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER)
+# Where the WSGI/ASGI request keeps each (read from META: no HttpHeaders view built per message).
+ROUTING_META_KEYS = tuple((name, "HTTP_" + name.upper().replace("-", "_")) for name in ROUTING_HEADERS)
 # The person a call is made for: their subject token, beside the caller's key (never in `arguments`).
 SUBJECT_META_KEY = f"{META_PREFIX}subject"
 MCP_PATH_OF_FIELD: Mapping[str, str] = {
@@ -73,6 +77,8 @@ MCP_PATH_OF_FIELD: Mapping[str, str] = {
 # Refusals that would tell a caller a tool outside its catalog exists: answered as unknown.
 HIDDEN_REFUSALS = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.POLICY_DENIED})
 REQUEST_INVALID = "the request is invalid"
+# What MCP's Streamable HTTP clients send (the SDKs of both eras): JSON or an event stream, either first.
+MCP_CLIENT_ACCEPTS = frozenset({"application/json, text/event-stream", "text/event-stream, application/json"})
 
 
 class NotARequest(exceptions.ParseError):
@@ -131,6 +137,27 @@ def _json_or_not_json(raw: bytes) -> Any:
         return _NOT_JSON
 
 
+class McpNegotiation(PlainAcceptNegotiation):
+    """The API's plain negotiation, with the Accept every MCP client sends answered directly too.
+
+    DRF parses `application/json, text/event-stream` into media types on every
+    message to pick the JSON renderer, the only one that can match: this answers
+    the same choice without parsing (tests/tools_app/test_mcp_negotiation.py holds
+    both to the same answers). Any other value goes through DRF's negotiation.
+    """
+
+    def plain_choice(
+        self, request: Any, renderers: Sequence[BaseRenderer], format_suffix: str | None
+    ) -> tuple[BaseRenderer, str] | None:
+        plain = super().plain_choice(request, renderers, format_suffix)
+        if plain is not None or format_suffix or not renderers or self.settings.URL_FORMAT_OVERRIDE:
+            return plain
+        first = renderers[0]
+        if first.media_type == McpJsonParser.media_type and request.META.get("HTTP_ACCEPT") in MCP_CLIENT_ACCEPTS:
+            return first, first.media_type
+        return None
+
+
 class NonCallThrottle(ServiceAccountRateThrottle):
     """The API's fairness share for every MCP message but `tools/call`, which spends it in the runner.
 
@@ -152,6 +179,7 @@ class McpView(APIView):
     permission_classes = [ToolsExecScope]
     parser_classes = [McpJsonParser]
     throttle_classes = [NonCallThrottle]
+    content_negotiation_class = McpNegotiation
     # No OPTIONS (DRF's metadata): MCP clients only POST, and everything else answers 405.
     http_method_names = ["get", "post", "put", "patch", "delete", "head", "trace"]
     runtime_provider: Callable[[], ToolRuntime] | None = None
@@ -162,7 +190,7 @@ class McpView(APIView):
         return self.runtime_provider()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        origin = request.headers.get("Origin")
+        origin = request.META.get("HTTP_ORIGIN")
         if origin is not None and origin not in settings.TOOLGATE_MCP_ALLOWED_ORIGINS:
             raise OriginRefused("this Origin may not use the MCP endpoint")
         super().initial(request, *args, **kwargs)
@@ -173,7 +201,8 @@ class McpView(APIView):
         if not request.content_type:  # nor without a content type: it would answer an empty dict
             raise exceptions.UnsupportedMediaType("")
         message = request.data
-        headers = {name: request.headers[name] for name in ROUTING_HEADERS if name in request.headers}
+        meta = request.META
+        headers = {name: meta[key] for name, key in ROUTING_META_KEYS if key in meta}
         return _response(handle(message, headers, self.backend_for(request, **kwargs)))
 
     def backend_for(self, request: Request, **kwargs: Any) -> Backend:
@@ -231,14 +260,13 @@ class CallerBackend:
         refused call; only the answer is the one an unknown tool gets. A tool
         the runner did run (a replay, or a policy change between the two looks)
         answers its result: the runner, not this check, is the authority.
+        The catalog is looked at only for such a refusal: a call that ran (or
+        failed otherwise) answers its result whatever the catalog says, so the
+        hot path does not build the caller's catalog for nothing.
         """
         request = exec_request_of(name, arguments, meta)
         if isinstance(request, ToolExecResult):
             return request
-        own_catalog = tool_catalog(
-            source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
-        )
-        visible = any(spec.name == name for spec in own_catalog)
         result = tool_exec(
             runner=self._runtime.runner,
             caller=self._caller,
@@ -246,9 +274,16 @@ class CallerBackend:
             subject_token=self._subject(meta),
             tool_scope=self.tool_scope,
         )
-        if not visible and not result.ok and result.error_code in HIDDEN_REFUSALS:
+        if not result.ok and result.error_code in HIDDEN_REFUSALS and not self._in_own_catalog(name):
             return None
         return result
+
+    def _in_own_catalog(self, name: str) -> bool:
+        """Whether the caller's own catalog (its policy and toolset, no person's delegation) lists `name`."""
+        own_catalog = tool_catalog(
+            source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
+        )
+        return any(spec.name == name for spec in own_catalog)
 
 
 def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ExecRequest | ToolExecResult:

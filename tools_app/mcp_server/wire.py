@@ -36,6 +36,8 @@ _ANNOTATIONS: Mapping[ToolEffect, Mapping[str, bool]] = {
     ToolEffect.EXTERNAL_SIDE_EFFECT: {"readOnlyHint": False, "openWorldHint": True},
 }
 _CURSOR_VERSION = "v1"
+# A value's JSON text block, compact; one encoder for every call (json.dumps with options builds one each time).
+_TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def tool_entry(spec: ToolSpec) -> dict[str, Any]:
@@ -124,7 +126,7 @@ def _blocks(result: ToolExecResult) -> list[dict[str, Any]]:
 
 
 def _json_block(value: Any) -> dict[str, Any]:
-    return {"type": "text", "text": json.dumps(value, ensure_ascii=False, separators=(",", ":"))}
+    return {"type": "text", "text": _TEXT_ENCODER.encode(value)}
 
 
 def encode_cursor(after: str) -> str:

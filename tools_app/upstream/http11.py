@@ -32,6 +32,7 @@ from runner.http1 import (
     BlockingPool,
     ConnectFailed,
     ConnectionClosed,
+    Headers,
     MalformedAnswer,
     Origin,
     Pool,
@@ -69,19 +70,18 @@ class Http11Pool:
         self._pool = Pool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
         self._blocking = BlockingPool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
 
-    def _head(self, headers: dict[str, str], body: bytes) -> h11.Request:
+    def _head(self, headers: Headers, body: bytes) -> h11.Request:
         return h11.Request(
             method="POST",
             target=self._target,
-            headers=[
-                *self._fixed_headers,
-                *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()),
-                (b"content-length", str(len(body)).encode()),
-            ],
+            headers=[*self._fixed_headers, *headers, (b"content-length", str(len(body)).encode())],
         )
 
-    async def post(self, headers: dict[str, str], body: bytes) -> Answer:
-        """One POST; raises OSError/ConnectionClosed/TimeoutError/ResponseTooLarge/MalformedAnswer/h11 errors."""
+    async def post(self, headers: Headers, body: bytes) -> Answer:
+        """One POST with `headers` (name and value bytes, as h11 takes them).
+
+        Raises OSError/ConnectionClosed/TimeoutError/ResponseTooLarge/MalformedAnswer/h11 errors.
+        """
         try:
             return await self._pool.request(
                 self._origin,
@@ -96,7 +96,7 @@ class Http11Pool:
                 raise
             raise exc.__cause__ from None  # the OSError, ssl.SSLError or TimeoutError, as before
 
-    def post_blocking(self, headers: dict[str, str], body: bytes, *, deadline: float) -> Answer:
+    def post_blocking(self, headers: Headers, body: bytes, *, deadline: float) -> Answer:
         """`post` on this thread's blocking socket, answered before `deadline` (time.monotonic()); same errors."""
         try:
             return self._blocking.request(

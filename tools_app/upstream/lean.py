@@ -34,7 +34,7 @@ import contextlib
 import itertools
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import h11
 import mcp_types as types
@@ -66,6 +66,9 @@ EVENT_STREAM = "text/event-stream"
 ACCEPT = f"{JSON}, {EVENT_STREAM}"
 # Ids of their own (a stateless upstream correlates nothing across requests), far above the SDK's.
 PLAIN_ID_BASE = 1 << 30
+# As httpx2 writes the SDK's requests: compact, and no NaN/Infinity (not JSON; a ValueError here).
+# One encoder for every call: json.dumps with options builds a new one each time.
+_REQUEST_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class NotRun(Exception):
@@ -95,35 +98,47 @@ class JsonCaller:
             CLIENT_CAPABILITIES_META_KEY: {},
         }
         self._ids = itertools.count(PLAIN_ID_BASE)
-        self._param_headers: dict[str, tuple[types.Tool, dict[tuple[str, ...], str]]] = {}
+        self._per_tool: dict[str, _ToolHeaders] = {}
 
-    def _headers(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> dict[str, str]:
-        headers = {"accept": ACCEPT, "content-type": JSON, MCP_PROTOCOL_VERSION_HEADER: self._version}
-        if self._modern:
-            headers[MCP_METHOD_HEADER] = "tools/call"
-            headers[MCP_NAME_HEADER] = encode_header_value(pinned.name)
-            headers.update(mcp_param_headers(self._header_map(pinned), arguments))
+    def _headers(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
+        """The call's headers, encoded: the tool's fixed ones, then any `Mcp-Param-*` its arguments fill."""
+        known = self._tool_headers(pinned)
+        headers = list(known.fixed)
+        if known.param_map:
+            headers += _encoded(mcp_param_headers(known.param_map, arguments))
         return headers
 
-    def _header_map(self, pinned: types.Tool) -> dict[tuple[str, ...], str]:
-        """`Mcp-Param-*` mirrors declared by the PINNED input schema (computed once per definition)."""
-        known = self._param_headers.get(pinned.name)
-        if known is None or known[0] is not pinned:
-            known = self._param_headers[pinned.name] = (pinned, x_mcp_header_map(pinned.input_schema))
-        return known[1]
+    def _tool_headers(self, pinned: types.Tool) -> _ToolHeaders:
+        """What every call of the PINNED definition sends alike, computed once per definition.
+
+        `Mcp-Param-*` mirrors are those the pinned input schema declares; a
+        re-pinned definition (another object) is computed anew.
+        """
+        known = self._per_tool.get(pinned.name)
+        if known is not None and known.pinned is pinned:
+            return known
+        fixed = {"accept": ACCEPT, "content-type": JSON, MCP_PROTOCOL_VERSION_HEADER: self._version}
+        param_map: dict[tuple[str, ...], str] = {}
+        if self._modern:
+            fixed[MCP_METHOD_HEADER] = "tools/call"
+            fixed[MCP_NAME_HEADER] = encode_header_value(pinned.name)
+            param_map = x_mcp_header_map(pinned.input_schema)
+        known = self._per_tool[pinned.name] = _ToolHeaders(pinned, tuple(_encoded(fixed)), param_map)
+        return known
 
     def close(self) -> None:
         self._http.close()
 
-    def _request(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    def _request(
+        self, pinned: types.Tool, arguments: Mapping[str, Any]
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """The call's JSON-RPC id, headers and body, stamped as the SDK stamps them in this era."""
         request_id = next(self._ids)
         params: dict[str, Any] = {"name": pinned.name, "arguments": dict(arguments)}
         if self._modern:
             params["_meta"] = self._meta
-        # As httpx2 writes the SDK's requests: compact, and no NaN/Infinity (not JSON; a ValueError here).
         message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        body = _REQUEST_ENCODER.encode(message)
         return request_id, self._headers(pinned, arguments), body.encode()
 
     async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
@@ -140,6 +155,16 @@ class JsonCaller:
         with _wire_errors():
             response = self._http.post_blocking(headers, body, deadline=deadline)
         return _answer(response, request_id)
+
+
+class _ToolHeaders(NamedTuple):
+    pinned: types.Tool
+    fixed: tuple[tuple[bytes, bytes], ...]
+    param_map: dict[tuple[str, ...], str]
+
+
+def _encoded(headers: Mapping[str, str]) -> Iterator[tuple[bytes, bytes]]:
+    return ((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items())
 
 
 @contextlib.contextmanager

@@ -25,11 +25,12 @@ def blocking(request) -> bool:
 
 async def post(http: Http11Pool, headers: dict[str, str], body: bytes, *, blocking: bool, timeout_s: float = 5.0):
     """One POST the chosen way, cut at `timeout_s` (TimeoutError)."""
+    encoded = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
     if blocking:
         deadline = time.monotonic() + timeout_s
-        return await asyncio.to_thread(http.post_blocking, headers, body, deadline=deadline)
+        return await asyncio.to_thread(http.post_blocking, encoded, body, deadline=deadline)
     async with asyncio.timeout(timeout_s):
-        return await http.post(headers, body)
+        return await http.post(encoded, body)
 
 
 async def serving(reply: Reply, run: Callable[[str, list[bytes], list[int]], Awaitable[None]]) -> None:
