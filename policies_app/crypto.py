@@ -77,7 +77,13 @@ class KeyRing:
 
     @classmethod
     def from_settings(cls) -> KeyRing:
-        return cls(settings.TOOLGATE_KEY_RING)
+        """The ring TOOLGATE_KEY_RING names, built (and checked) once per distinct ring.
+
+        The broker opens an envelope on every call; the cache is keyed by the
+        ring's (key id, key) pairs in order, so a ring changed in settings (a
+        rotation, a test) is a new ring, never a stale one.
+        """
+        return _ring_of(tuple(settings.TOOLGATE_KEY_RING.items()))
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -97,10 +103,20 @@ class KeyRing:
         return f"KeyRing(key_ids={list(self._keys)!r})"
 
 
+@lru_cache(maxsize=8)
+def _ring_of(keys: tuple[tuple[str, bytes], ...]) -> KeyRing:
+    return KeyRing(dict(keys))
+
+
 @lru_cache(maxsize=64)
 def _cipher(key: bytes) -> AESGCM:
     """One AESGCM object per key: building it costs more than a decrypt."""
     return AESGCM(key)
+
+
+# json.dumps with any argument builds a new encoder per call, which costs more than
+# encoding a binding; one encoder with the same settings writes the same bytes.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def canonical_binding(binding: Mapping[str, str]) -> bytes:
@@ -111,7 +127,7 @@ def canonical_binding(binding: Mapping[str, str]) -> bytes:
     """
     if not all(isinstance(key, str) and isinstance(value, str) for key, value in binding.items()):
         raise TypeError("binding keys and values must be strings")
-    return json.dumps(dict(binding), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return _CANONICAL.encode(dict(binding)).encode()
 
 
 def envelope_header(key_id: str) -> bytes:
