@@ -125,9 +125,21 @@ def canonical_binding(binding: Mapping[str, str]) -> bytes:
     Keys are checked too: json.dumps would turn a key 1 into "1", and two
     different bindings would share their associated data.
     """
-    if not all(isinstance(key, str) and isinstance(value, str) for key, value in binding.items()):
+    items = tuple(binding.items())
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in items):
         raise TypeError("binding keys and values must be strings")
-    return _CANONICAL.encode(dict(binding)).encode()
+    return _canonical(items)
+
+
+@lru_cache(maxsize=1024)
+def _canonical(items: tuple[tuple[str, str], ...]) -> bytes:
+    """The encoding of one binding, kept: the broker binds every call to the same few rows.
+
+    Bindings name rows (tenant, connection, provider), never secrets. Only
+    all-string items get here, and a string equals only a string, so an entry
+    is never returned for a binding the check above would refuse.
+    """
+    return _CANONICAL.encode(dict(items)).encode()
 
 
 def envelope_header(key_id: str) -> bytes:
