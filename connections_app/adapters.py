@@ -16,6 +16,7 @@ from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.selectors import UsableConnection, connection_for_use, grant_for_gate
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
 from policies_app.crypto import CredentialError
+from policies_app.governance import governance_cache
 from policies_app.outages import outage_guard
 from policies_app.selectors import subject_id_of
 from runner.capabilities import AuthCapability
@@ -140,17 +141,31 @@ def _refresh_now(ctx: ToolInvocationContext, spec: ToolSpec, connection: UsableC
 
 
 class DatabaseGrantStore:
+    """The connection gate's grants, as views kept beside the rows they come from.
+
+    A view is built once per grant id and kept in the governance cache with
+    the grant rows, so it is dropped whenever they are (any write that changes
+    a grant bumps the generation): a revocation still refuses the next call.
+    Unknown ids are not remembered.
+    """
+
     @outage_guard
     def get(self, grant_id: str) -> GrantView | None:
-        grant = grant_for_gate(grant_id=grant_id)
-        if grant is None:
-            return None
-        return GrantView(
-            grant_id=grant_id.lower(),
-            tenant_id=str(grant.tenant_id),
-            actor_id=str(grant.service_account_id),
-            connection_ids=grant.connection_ids,
-            expires_at=grant.expires_at,
-            revoked=grant.revoked_at is not None,
-            personal={connection_id: subject_id_of(user_id) for connection_id, user_id in grant.owners.items()},
+        return governance_cache.get(
+            ("grant view", grant_id.lower()), lambda: _grant_view(grant_id), remember_missing=False
         )
+
+
+def _grant_view(grant_id: str) -> GrantView | None:
+    grant = grant_for_gate(grant_id=grant_id)
+    if grant is None:
+        return None
+    return GrantView(
+        grant_id=grant_id.lower(),
+        tenant_id=str(grant.tenant_id),
+        actor_id=str(grant.service_account_id),
+        connection_ids=grant.connection_ids,
+        expires_at=grant.expires_at,
+        revoked=grant.revoked_at is not None,
+        personal={connection_id: subject_id_of(user_id) for connection_id, user_id in grant.owners.items()},
+    )

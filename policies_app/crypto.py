@@ -77,7 +77,13 @@ class KeyRing:
 
     @classmethod
     def from_settings(cls) -> KeyRing:
-        return cls(settings.TOOLGATE_KEY_RING)
+        """The ring TOOLGATE_KEY_RING names, built (and checked) once per distinct ring.
+
+        The broker opens an envelope on every call; the cache is keyed by the
+        ring's (key id, key) pairs in order, so a ring changed in settings (a
+        rotation, a test) is a new ring, never a stale one.
+        """
+        return _ring_of(tuple(settings.TOOLGATE_KEY_RING.items()))
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -97,10 +103,20 @@ class KeyRing:
         return f"KeyRing(key_ids={list(self._keys)!r})"
 
 
+@lru_cache(maxsize=8)
+def _ring_of(keys: tuple[tuple[str, bytes], ...]) -> KeyRing:
+    return KeyRing(dict(keys))
+
+
 @lru_cache(maxsize=64)
 def _cipher(key: bytes) -> AESGCM:
     """One AESGCM object per key: building it costs more than a decrypt."""
     return AESGCM(key)
+
+
+# json.dumps with any argument builds a new encoder per call, which costs more than
+# encoding a binding; one encoder with the same settings writes the same bytes.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def canonical_binding(binding: Mapping[str, str]) -> bytes:
@@ -109,9 +125,21 @@ def canonical_binding(binding: Mapping[str, str]) -> bytes:
     Keys are checked too: json.dumps would turn a key 1 into "1", and two
     different bindings would share their associated data.
     """
-    if not all(isinstance(key, str) and isinstance(value, str) for key, value in binding.items()):
+    items = tuple(binding.items())
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in items):
         raise TypeError("binding keys and values must be strings")
-    return json.dumps(dict(binding), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return _canonical(items)
+
+
+@lru_cache(maxsize=1024)
+def _canonical(items: tuple[tuple[str, str], ...]) -> bytes:
+    """The encoding of one binding, kept: the broker binds every call to the same few rows.
+
+    Bindings name rows (tenant, connection, provider), never secrets. Only
+    all-string items get here, and a string equals only a string, so an entry
+    is never returned for a binding the check above would refuse.
+    """
+    return _CANONICAL.encode(dict(items)).encode()
 
 
 def envelope_header(key_id: str) -> bytes:

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
@@ -47,6 +48,19 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # What an httpx.AsyncClient sends besides User-Agent and Accept (the capability sets those):
 # the keep-alive path sends the same, asking only for the encodings httpx always decodes.
 _CLIENT_HEADERS = {"Accept-Encoding": "gzip, deflate", "Connection": "keep-alive"}
+
+
+@lru_cache(maxsize=256)
+def _parsed_url(url: str) -> httpx.URL:
+    """httpx's parse of a resolved URL, once per URL rather than once per call.
+
+    Parsing is over half of what building the blocking path's httpx.Request
+    costs, and a tool calls the same few URLs again and again. httpx.URL is
+    immutable and Request(URL) takes its parse as it is, so the request is the
+    one Request(str) builds. Calls with `params` still parse (httpx merges them
+    into a new URL); the cache is bounded because paths may carry arguments.
+    """
+    return httpx.URL(url)
 
 
 class AuthCapability(Protocol):
@@ -164,13 +178,7 @@ class HttpCapability:
         return self._base_url
 
     def _resolve(self, path: str) -> str:
-        if urlsplit(path).scheme or path.startswith("//"):
-            raise CapabilityError("only paths relative to the configured base URL are allowed")
-        try:
-            url = urljoin(self._base_url, path.lstrip("/"))
-            origin = _origin(url)
-        except ValueError:  # urljoin strips leading blanks, so " //host:99999/" gets here
-            raise CapabilityError("path does not form a valid URL") from None
+        url, origin = _joined(self._base_url, path)
         if origin != self._origin:
             raise CapabilityError("request left the configured origin")
         return url
@@ -298,7 +306,10 @@ class HttpCapability:
 
         httpx's Request builds it, as on the loop: the same URL, headers and body encoding.
         """
-        request = httpx.Request(method, url, headers={**_CLIENT_HEADERS, **headers}, json=json_body, params=params)
+        target_url = _parsed_url(url) if params is None else url
+        request = httpx.Request(
+            method, target_url, headers={**_CLIENT_HEADERS, **headers}, json=json_body, params=params
+        )
         target = request.url
         origin = Origin(target.host, target.port or DEFAULT_PORTS[target.scheme], target.scheme == "https", target.host)
         answer = pool.request(
@@ -410,6 +421,23 @@ def _cookie_jar_keeping_none() -> http.cookiejar.CookieJar:
     """One client serves every tenant's connections: a cookie one answer sets must not ride along
     with the next call (the keep-alive path has no jar at all)."""
     return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
+@lru_cache(maxsize=256)
+def _joined(base_url: str, path: str) -> tuple[str, tuple[str, str]]:
+    """(the URL a relative path leads to from base_url, its origin), once per (base, path).
+
+    Joining and splitting cost a call as much as parsing its URL does, and a
+    tool asks for the same few paths again and again. A path that is absolute
+    or does not form a URL raises, and raising is never cached.
+    """
+    if urlsplit(path).scheme or path.startswith("//"):
+        raise CapabilityError("only paths relative to the configured base URL are allowed")
+    try:
+        url = urljoin(base_url, path.lstrip("/"))
+        return url, _origin(url)
+    except ValueError:  # urljoin strips leading blanks, so " //host:99999/" gets here
+        raise CapabilityError("path does not form a valid URL") from None
 
 
 def _origin(url: str) -> tuple[str, str]:

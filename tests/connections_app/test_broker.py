@@ -235,6 +235,26 @@ def test_revoked_grant_answers_403(github, call_tool, connection, grant):
     assert last_used(connection) is None
 
 
+def test_a_grant_revoked_after_it_was_used_refuses_the_next_call(github, call_tool, connection, grant, monkeypatch):
+    # given the grant used once, so this process keeps its view, and no staleness re-read due during the test
+    monkeypatch.setattr(governance, "MAX_STALENESS_S", 3600.0)
+    github.route("GET", "/user", json=USER)
+    assert call_tool(connection, grant).status_code == 200
+
+    # when it is revoked
+    grant_revoke(grant=grant)
+    response = call_tool(connection, grant)
+
+    # then the kept view was dropped with it
+    body = response.json()
+    assert (response.status_code, body["error_code"], body["safe_message"]) == (
+        403,
+        "policy_denied",
+        "the grant was revoked; ask the tenant for a new one",
+    )
+    assert [request.path for request in github.requests] == ["/user"]
+
+
 def test_expired_grant_answers_403(github, caller, call_tool, connection):
     account, _key = caller
     grant = GrantFactory(

@@ -209,3 +209,23 @@ def test_key_ring_encrypts_with_its_first_key_and_never_shows_keys():
     assert seal(b"x", binding=BINDING, ring=ring).key_id == "k2"
     assert ("k1" in ring, "k3" in ring) == (True, False)
     assert repr(ring) == "KeyRing(key_ids=['k2', 'k1'])"
+
+
+def test_the_ring_from_settings_follows_every_change_of_the_setting(settings):
+    """The broker's ring is built once per distinct ring: a rotation (new primary, key dropped) is never missed."""
+    settings.TOOLGATE_KEY_RING = {"old": OLD_KEY}
+    first = KeyRing.from_settings()
+    sealed_old = seal(b"x", binding=BINDING, ring=first).blob
+
+    settings.TOOLGATE_KEY_RING = {"new": NEW_KEY, "old": OLD_KEY}
+    rotated = KeyRing.from_settings()
+    assert (first.key_ids, rotated.key_ids) == (("old",), ("new", "old"))
+    assert open_sealed(sealed_old, binding=BINDING, ring=rotated) == b"x"
+
+    settings.TOOLGATE_KEY_RING["old"] = NEW_KEY  # edited in place, not replaced
+    with pytest.raises(CredentialUndecryptable):
+        open_sealed(sealed_old, binding=BINDING, ring=KeyRing.from_settings())
+
+    settings.TOOLGATE_KEY_RING = {"new": NEW_KEY}
+    with pytest.raises(EncryptionKeyMissing):
+        open_sealed(sealed_old, binding=BINDING, ring=KeyRing.from_settings())
