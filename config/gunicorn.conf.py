@@ -9,18 +9,22 @@ Measured (issue 28) side by side, each configuration served at once on its own p
 and taking turns with the others, each compared with its own /healthz:
 `python -m bench.exec_throughput --seconds 5 --rounds 3 --compare sync:4,gthread:2x4`
 on 2 cores (PostgreSQL, Redis and wrk on the same cores). Gateway CPU per answer
-(master and workers, read from /proc), ms, in three runs of that machine (the first
-quiet, then with other work on the cores, so throughput moved with the load while
-the CPU per answer held its order):
+(master and workers, read from /proc), ms, in two runs: a quiet machine before this
+session's other changes / the final code on the same machine in a slower hour (its
+speed moves by a third within the hour, so compare within a run):
 
-    worker        healthz c32   exec c32     exec c1    exec + connection c32
-    sync x4       0.86 / 1.24   2.98 / 5.51  2.89 / 4.60   4.52 / 6.50
-    gthread 2x4   0.74 / 0.72   2.14 / 3.07  2.09 / 3.70   3.53 / 4.86
-    sync x6/x8, gthread 4x2, 2x8 (quiet run, one round each): none below gthread 2x4
+    worker        healthz c32   exec c32     exec c1      exec + connection c32
+    sync x4       0.86 / 1.01   2.98 / 3.54  2.89 / 3.00  4.52 / 5.50
+    gthread 2x4   0.74 / 0.81   2.14 / 3.00  2.09 / 2.91  3.53 / 4.54
+
+    req/s at c32 in the second run: healthz 1,839 / 2,244, exec 374 / 465,
+    exec + connection 296 / 302 (sync x4 / gthread 2x4)
+    sync x6/x8, gthread 4x2, 2x8 (the quiet machine, one round each): none below gthread 2x4
     uvicorn x2    (ASGI; an earlier run) twice sync's CPU and 503s at c32: Django's sync
                   ORM behind the ASGI adapter's thread hop ran out of database connections
 
-gthread spends a fifth to a third less CPU per exec than sync x4: a thread that waits
+gthread spent 15-28% less CPU per exec than sync x4 (17-22% with a connection), and
+served more requests a second at the same time: a thread that waits
 on PostgreSQL or Redis hands the core to another thread of the same process instead
 of a context switch to another process, and a kept-alive connection is not accepted
 and torn down per request. Its one weakness against sync workers is that gunicorn's
