@@ -11,7 +11,6 @@ import asyncio
 import gzip
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -22,18 +21,6 @@ from tests.support.loopback import LoopbackServer, RecordedRequest, json_answer,
 
 TOKEN = "canary-token-5f1e0c"  # a secret that must reach only the configured origin
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture
-def upstream() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as server:
-        yield server
-
-
-@pytest.fixture
-def elsewhere() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as server:
-        yield server
 
 
 def at_port(template: str, server: LoopbackServer) -> str:

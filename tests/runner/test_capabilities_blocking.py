@@ -16,7 +16,7 @@ import gzip
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -30,18 +30,6 @@ from tests.support.loopback import LoopbackServer, RecordedRequest, json_answer
 TOKEN = "canary-token-7d2a91"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CAP = 100_000
-
-
-@pytest.fixture
-def upstream() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as server:
-        yield server
-
-
-@pytest.fixture
-def elsewhere() -> Iterator[LoopbackServer]:
-    with LoopbackServer() as server:
-        yield server
 
 
 def on_loop(http: HttpCapability, method: str, path: str, **kwargs: Any) -> HttpResponse:
