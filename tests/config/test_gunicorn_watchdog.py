@@ -9,23 +9,14 @@ project's configuration serves a two-line WSGI application, with a 2 s timeout.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.gunicorn import free_port, start_gunicorn
+
 TIMEOUT_S = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _worker_pid(url: str, deadline_s: float = 30) -> str:
@@ -42,27 +33,14 @@ def _worker_pid(url: str, deadline_s: float = 30) -> str:
 
 @pytest.fixture
 def gunicorn_one_worker(tmp_path):
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "gunicorn.log"
     with log.open("w") as log_file:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "-c",
-                "config/gunicorn.conf.py",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-                "--timeout",
-                str(TIMEOUT_S),
-                "tests.config.stuck_app:application",
-            ],
-            cwd=ROOT,
+        process = start_gunicorn(
+            "tests.config.stuck_app:application",
+            port=port,
             env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")},
-            stdout=subprocess.DEVNULL,
+            options=("--workers", "1", "--timeout", str(TIMEOUT_S)),
             stderr=log_file,
         )
     try:

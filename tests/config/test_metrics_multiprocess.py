@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -20,18 +19,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.gunicorn import free_port, start_gunicorn
+
 ROOT = Path(__file__).resolve().parents[2]
 CALLS = 24
 COUNTED = re.compile(
     r'^toolgate_tool_calls_total\{error_code="",outcome="ok",tenant="[^"]+",tool="core__get_current_time"\} (\S+)$',
     re.MULTILINE,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _manage(env: dict[str, str], *args: str) -> None:
@@ -52,22 +47,11 @@ def gunicorn_with_three_workers(tmp_path):
     _manage(env, "sync_tools")
     _manage(env, "seed_demo", "--credentials-file", str(tmp_path / "demo.json"))
     key = json.loads((tmp_path / "demo.json").read_text())["api_key"]
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-c",
-            "config/gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "config.wsgi:application",
-        ],
-        cwd=ROOT,
+    port = free_port()
+    process = start_gunicorn(
+        "config.wsgi:application",
+        port=port,
         env={**env, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"), "WEB_CONCURRENCY": "3"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:
