@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import http
+import threading
 from collections.abc import Callable
+from typing import Any
 
+from csp.constants import HEADER, HEADER_REPORT_ONLY
+from csp.middleware import CheckableLazyObject, CSPMiddleware
+from csp.utils import build_policy
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http.response import HttpResponseBase
 
 from changes_app.context import ChangeSource, actor_for_user, source_bind, source_reset
 from changes_app.kinds import Origin
@@ -61,3 +70,68 @@ def change_source(get_response: Callable[[HttpRequest], HttpResponse]) -> Callab
             source_reset(token)
 
     return middleware
+
+
+# What a view or a template may set to make one response's policy differ from the site's (django-csp's names).
+_RESPONSE_OVERRIDES = (
+    "_csp_config",
+    "_csp_update",
+    "_csp_replace",
+    "_csp_exempt",
+    "_csp_config_ro",
+    "_csp_update_ro",
+    "_csp_replace_ro",
+    "_csp_exempt_ro",
+)
+_DEBUG_PAGES = (http.HTTPStatus.NOT_FOUND, http.HTTPStatus.INTERNAL_SERVER_ERROR)
+
+
+class SitePolicyCSPMiddleware(CSPMiddleware):
+    """django-csp's middleware, with the site's own policy built once instead of on every response.
+
+    django-csp builds both headers from the settings for every response (about
+    150 µs of a request's CPU here, API answers and `/healthz` included), yet
+    they differ only when a view changes its response's policy, a template used
+    a nonce, or the settings change. Those responses (and DEBUG's error pages,
+    and sites with excluded URL prefixes) still go through django-csp; the rest
+    get the same two headers, built again only when the settings differ from
+    the copy they were built from (tests override them).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        super().__init__(get_response)
+        self._lock = threading.Lock()
+        self._built: tuple[tuple[Any, Any], str, str] | None = None  # (the two policies, their headers)
+
+    def process_response(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        policies = (
+            getattr(settings, "CONTENT_SECURITY_POLICY", None),
+            getattr(settings, "CONTENT_SECURITY_POLICY_REPORT_ONLY", None),
+        )
+        if not self._site_policy_applies(request, response, policies):
+            return super().process_response(request, response)
+        header, header_report_only = self._site_headers(policies)
+        if header and HEADER not in response:
+            response[HEADER] = header
+        if header_report_only and HEADER_REPORT_ONLY not in response:
+            response[HEADER_REPORT_ONLY] = header_report_only
+        # As django-csp does: a template asking for a nonce after the header was written is an error, not a gap.
+        request.csp_nonce = CheckableLazyObject(self._csp_nonce_post_response)  # type: ignore[attr-defined]
+        return response
+
+    @staticmethod
+    def _site_policy_applies(request: HttpRequest, response: HttpResponseBase, policies: tuple[Any, Any]) -> bool:
+        if getattr(request, "_csp_nonce", None) is not None:
+            return False
+        if any(hasattr(response, name) for name in _RESPONSE_OVERRIDES):
+            return False
+        if settings.DEBUG and response.status_code in _DEBUG_PAGES:
+            return False
+        return not any((policy or {}).get("EXCLUDE_URL_PREFIXES") for policy in policies)
+
+    def _site_headers(self, policies: tuple[Any, Any]) -> tuple[str, str]:
+        built = self._built
+        if built is None or built[0] != policies:
+            with self._lock:
+                built = self._built = (copy.deepcopy(policies), build_policy(), build_policy(report_only=True))
+        return built[1], built[2]

@@ -100,7 +100,7 @@ MIDDLEWARE = [
     "config.middleware.change_source",  # who and through what, for the change log (actor read at write time)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "config.middleware.SitePolicyCSPMiddleware",  # django-csp's, building the site's policy once
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
 
