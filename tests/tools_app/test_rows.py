@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
 
 from tests.factories import TenantFactory, service_account_with_key
 from tools_app.models import ToolInvocation
-from tools_app.rows import RowInserter
+from tools_app.rows import RowInserter, _as_given
 
 pytestmark = pytest.mark.django_db
 
@@ -81,3 +82,18 @@ def test_a_keyword_that_names_no_field_is_refused_before_anything_is_written():
         RowInserter(ToolInvocation).insert(**_values(tenant, account, "x") | {"tool_cal_id": "y"})
 
     assert not ToolInvocation.objects.exists()
+
+
+@pytest.mark.parametrize("field", ToolInvocation._meta.concrete_fields, ids=lambda field: field.name)
+def test_a_value_passed_as_given_is_what_the_field_itself_would_send(field):
+    # given: the type the inserter hands over without asking the field (None: it always asks)
+    as_given = _as_given(field)
+    samples = {str: ["", "run-ü", "x" * 500], bool: [True, False]}.get(as_given, [])
+
+    # then: for this Django, the field's own preparation would have sent exactly that value
+    for value in [None, *samples] if as_given is not None else []:
+        prepared = field.get_db_prep_save(value, connection)
+        assert prepared == value
+        assert type(prepared) is type(value)
+    if field.get_internal_type() in {"CharField", "BooleanField"}:
+        assert as_given is not None
