@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 
 import pytest
 import time_machine
+from redis._parsers import _HiredisParser
+from redis.connection import DefaultParser
 
 from config.runtime import runtime
 from policies_app.counters import LocalCounters, RedisCounters
@@ -135,3 +137,8 @@ def test_an_unreachable_redis_answers_503_fast_and_runs_nothing(settings):
     assert elapsed < 2.0
     row = ToolInvocation.objects.get()
     assert (row.error_code, row.executed, row.ok) == ("unavailable_dependency", False, False)
+
+
+def test_redis_replies_are_parsed_by_hiredis():
+    """The hot path's Redis round trip reads its reply in C (requirements.txt pins hiredis for it)."""
+    assert DefaultParser is _HiredisParser
