@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import mcp_types as types
-from jsonschema.protocols import Validator
 from pydantic import BaseModel
 
 from policies_app.governance import governance_cache
@@ -35,7 +34,7 @@ from runner.types import ConsequenceLevel, FieldError, ToolContent, ToolEffect, 
 from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
 from tools_app.upstream.client import UpstreamError, UpstreamTarget, plain_session, pool_for_running_loop
-from tools_app.upstream.definitions import compile_validator, default_allowlist, pinned_schema_hash
+from tools_app.upstream.definitions import PinnedSchema, compile_pinned, default_allowlist, pinned_schema_hash
 from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import allow_private_networks, spec_description
@@ -55,20 +54,23 @@ class McpArguments(ToolArgs):
 
 
 @lru_cache(maxsize=4096)
-def _validator(definition_hash: str, which: str, schema_json: str) -> Validator:
+def _validator(definition_hash: str, which: str, schema_json: str) -> PinnedSchema:
     """Compiled once per (definition, schema): compiling costs ~10x a validation."""
-    return compile_validator(json.loads(schema_json))
+    return compile_pinned(json.loads(schema_json))
 
 
-def schema_errors(validator: Validator, instance: Any) -> tuple[FieldError, ...]:
+def schema_errors(schema: PinnedSchema, instance: Any) -> tuple[FieldError, ...]:
     """Where and why `instance` breaks the schema, never echoing its values.
 
     Names come from the pinned schema only: a missing property is named at its
     own path, an undeclared one never is (it is the caller's text) but the
     declared ones are listed.
     """
+    if schema.accepts_quickly(instance):
+        return ()
     errors = []
-    for error in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))[:MAX_ERRORS]:
+    found = schema.validator.iter_errors(instance)
+    for error in sorted(found, key=lambda e: list(map(str, e.absolute_path)))[:MAX_ERRORS]:
         path = ".".join(str(part) for part in error.absolute_path)
         if str(error.validator) == "required" and isinstance(error.instance, dict):
             missing = [name for name in error.validator_value if isinstance(name, str) and name not in error.instance]
@@ -99,12 +101,12 @@ def _message(error: Any) -> str:
     return f"does not satisfy the schema's {keyword[:40]!r} rule"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class McpBoundTool(BoundTool):
     """A BoundTool whose schemas are the pinned upstream JSON Schemas, not pydantic models."""
 
-    input_validator: Any = None
-    output_validator: Any = None
+    input_validator: PinnedSchema
+    output_validator: PinnedSchema | None = None
     operator_auth: AuthCapability | None = None
 
     def validate_input(self, raw_args: Any) -> BaseModel:
