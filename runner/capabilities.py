@@ -24,7 +24,6 @@ from functools import lru_cache
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
-import h11
 import httpx
 
 from runner.errors import CapabilityError
@@ -36,7 +35,9 @@ from runner.http1 import (
     KeepAliveTransport,
     MalformedAnswer,
     Origin,
+    RequestHead,
     ResponseTooLarge,
+    UnsendableRequest,
     proxy_applies,
 )
 from runner.types import ToolInvocationContext, ToolSpec
@@ -280,7 +281,7 @@ class HttpCapability:
             raise self._failed(f"upstream request failed ({name})") from exc
         except MalformedAnswer as exc:
             raise self._failed("upstream request failed (RemoteProtocolError)") from exc
-        except h11.LocalProtocolError as exc:
+        except UnsendableRequest as exc:
             raise self._failed("upstream request failed (LocalProtocolError)") from exc
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise self._failed(f"upstream request failed ({type(exc).__name__})") from exc
@@ -314,7 +315,7 @@ class HttpCapability:
         origin = Origin(target.host, target.port or DEFAULT_PORTS[target.scheme], target.scheme == "https", target.host)
         answer = pool.request(
             origin,
-            h11.Request(method=request.method, target=target.raw_path, headers=request.headers.raw),
+            RequestHead(request.method.encode(), target.raw_path, request.headers.raw),
             request.read(),
             max_response_bytes=self._max_response_bytes,
             connect_timeout_s=self._timeouts.get("connect") or math.inf,

@@ -26,8 +26,8 @@ EXECUTE_ALLOWED_IN = PROJECT_ROOT / "runner" / "pipeline.py"
 # Hidden directories (.venv, .git, caches) are skipped as well.
 SKIPPED_DIRS = frozenset({"migrations", "__pycache__", "node_modules", "staticfiles", "var"})
 
-# h11 is the HTTP/1.1 parser httpx's own transport uses; runner/http1.py speaks it directly.
-RUNNER_THIRD_PARTY = frozenset({"runner", "pydantic", "pydantic_core", "httpx", "h11"})
+# httptools (llhttp) parses the answers on runner/http1.py's keep-alive connections.
+RUNNER_THIRD_PARTY = frozenset({"runner", "pydantic", "pydantic_core", "httpx", "httptools"})
 TOOL_FORBIDDEN_MODULES = (
     "os",
     "environ",
@@ -213,7 +213,7 @@ def test_runner_imports_no_django_config_or_app_package() -> None:
     assert offences(runner_files, framework_imports, "runner imports") == []
 
 
-def test_runner_depends_only_on_stdlib_pydantic_httpx_and_h11() -> None:
+def test_runner_depends_only_on_stdlib_pydantic_httpx_and_httptools() -> None:
     assert offences(python_files(RUNNER_DIR), non_runner_dependencies, "runner depends on") == []
 
 

@@ -7,7 +7,9 @@ server closed while idle is not, one whose request was cancelled is not,
 chunked and truncated bodies, and a proxy in the environment keeps httpx's own
 transport. tests/tools_app/upstream/test_http11.py holds the same pool through
 the MCP plain-JSON client (the response cap, Connection: close, a pinned address).
-The last tests hold `BlockingPool` (blocking sockets, any thread) to the same rules.
+Then tests hold `BlockingPool` (blocking sockets, any thread) to the same rules, and the
+last ones what runner/http1.py owns since h11 left it: the request head it writes (injection
+refused, byte for byte what h11 wrote) and the answers httptools' llhttp parses for it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ from runner.http1 import (
     ConnectionClosed,
     MalformedAnswer,
     Origin,
+    Pool,
+    RequestHead,
     ResponseTooLarge,
+    UnsendableRequest,
+    encode_request,
     proxy_applies,
 )
 from tests.support.loopback import LoopbackServer
@@ -237,9 +243,17 @@ def test_proxy_applies_reads_the_variables_httpx_reads(monkeypatch, environ, app
 # --- BlockingPool: the same rules on blocking sockets, for callers on their own threads ------
 
 
-def _blocking_get(pool: BlockingPool, url: str, *, timeout_s: float = 5.0, cap: int = 10_000) -> Answer:
+def _blocking_get(
+    pool: BlockingPool,
+    url: str,
+    *,
+    timeout_s: float = 5.0,
+    cap: int = 10_000,
+    method: bytes = b"GET",
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> Answer:
     host, port = url.removeprefix("http://").split(":")
-    head = h11.Request(method="GET", target="/user", headers=[("host", f"{host}:{port}")])
+    head = RequestHead(method, b"/user", [(b"host", f"{host}:{port}".encode()), *headers])
     return pool.request(
         Origin(host, int(port), False, host),
         head,
@@ -352,3 +366,204 @@ def test_threads_at_once_each_use_a_connection_of_their_own(keep_alive: KeepAliv
     assert [answer.body for answer in answers] == [BODY] * 20
     assert len(keep_alive.requests) == 20
     assert 1 <= keep_alive.connections <= 4  # reused, never shared by two requests at once
+
+
+# --- what runner/http1.py owns since it left h11: the request it writes, the answers it accepts -----
+
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+# A caller's header names and values (an MCP tool's Mcp-Param-* come from its arguments) that would write
+# headers or a request of their own, or that h11 refused: each is refused before a byte is sent.
+UNSENDABLE = [
+    (b"x-param", b"a\r\nx-admin: 1"),
+    (b"x-param", b"a\nx-admin: 1"),
+    (b"x-param", b"a\rb"),
+    (b"x-param", b"a\x00b"),
+    (b"x-param", b"a\x7fb"),
+    (b"x-param", b" leading"),
+    (b"x-param", b"trailing\t"),
+    (b"x-param\r\nx-admin", b"1"),
+    (b"x-param\n", b"1"),
+    (b"x-param\x00", b"1"),
+    (b"x param", b"1"),
+    (b"", b"1"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), UNSENDABLE)
+def test_a_header_that_could_inject_is_refused_before_anything_is_sent_on_a_blocking_connection(name, value) -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer() as server:
+        with pytest.raises(UnsendableRequest):
+            _blocking_get(pool, server.url, headers=((name, value),))
+        after = _blocking_get(pool, server.url)
+    pool.close()
+
+    assert after.status == 200
+    assert server.requests == [b"GET /user HTTP/1.1"]  # only the request after it
+
+
+@pytest.mark.parametrize(("name", "value"), UNSENDABLE)
+def test_a_header_that_could_inject_is_refused_before_anything_is_sent_on_the_loop(name, value) -> None:
+    async def refused(url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        pool = Pool(tls_context=ssl.create_default_context)
+        head = RequestHead(b"GET", b"/user", [(b"host", f"{host}:{port}".encode()), (name, value)])
+        try:
+            await pool.request(
+                Origin(host, int(port), False, host),
+                head,
+                b"",
+                max_response_bytes=10_000,
+                connect_timeout_s=5.0,
+                read_timeout_s=5.0,
+            )
+        finally:
+            pool.close()
+            await asyncio.sleep(0)  # the transport closes on the loop's next turn
+
+    with KeepAliveServer() as server, pytest.raises(UnsendableRequest):
+        asyncio.run(refused(server.url))
+
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "target"), [(b"GET /admin", b"/"), (b"GET", b"/a b"), (b"GET", b"/a\r\nx: 1"), (b"", b"/")]
+)
+def test_a_method_or_target_that_is_not_http_is_refused(method: bytes, target: bytes) -> None:
+    with pytest.raises(UnsendableRequest):
+        encode_request(RequestHead(method, target, [(b"host", b"example.com")]), b"")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"content-length", b"3")],  # no Host
+        [(b"host", b"a"), (b"Host", b"b")],
+        [(b"host", b"a"), (b"content-length", b"4")],  # not the body's length
+        [(b"host", b"a"), (b"content-length", b"-3")],
+        [(b"host", b"a"), (b"transfer-encoding", b"gzip")],
+        [(b"host", b"a"), (b"transfer-encoding", b"chunked"), (b"content-length", b"3")],
+    ],
+)
+def test_a_request_whose_framing_is_not_sound_is_refused(headers) -> None:
+    with pytest.raises(UnsendableRequest):
+        encode_request(RequestHead(b"POST", b"/", headers), b"abc")
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "body"),
+    [
+        (b"GET", [(b"accept", b"application/json"), (b"host", b"api.example.com:8443")], b""),
+        (b"POST", [(b"host", b"h"), (b"Content-Type", b"application/json"), (b"content-length", b"7")], b'{"a":1}'),
+        (b"POST", [(b"host", b"h"), (b"x-a", b"b \t c\xe9"), (b"transfer-encoding", b"chunked")], b"abc"),
+        (b"DELETE", [(b"host", b"h"), (b"transfer-encoding", b"Chunked")], b""),
+    ],
+)
+def test_the_request_is_written_byte_for_byte_as_h11_wrote_it(method, headers, body) -> None:
+    connection = h11.Connection(h11.CLIENT)
+    wire = connection.send(h11.Request(method=method, target=b"/v1/x?q=1", headers=headers))
+    if body:
+        wire += connection.send(h11.Data(data=body))
+    wire += connection.send(h11.EndOfMessage())
+
+    assert encode_request(RequestHead(method, b"/v1/x?q=1", headers), body) == wire
+
+
+def test_a_body_delimited_by_the_close_is_complete_at_eof_and_its_connection_not_reused() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end"]) as server:
+        server.close_after_answer = True
+        answer = _blocking_get(pool, server.url)
+        server.close_after_answer = False
+        after = _blocking_get(pool, server.url)
+    pool.close()
+
+    assert (answer.status, answer.body) == (200, b"until the end")
+    assert after.body == BODY
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nhi",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhi",  # h11 refused any coding but chunked
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhi\r\n0\r\n\r\n",  # a bad chunk size
+        b"HTTP/1.1 200 OK\r\nX-Evil: a\x00b\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",
+    ],
+)
+def test_an_answer_with_conflicting_or_broken_framing_raises_malformed_answer(answer: bytes) -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[answer]) as server, pytest.raises(MalformedAnswer):
+        _blocking_get(pool, server.url)
+    pool.close()
+
+
+@pytest.mark.parametrize("ends", [True, False])
+def test_a_head_past_max_head_bytes_raises_malformed_answer(ends: bool) -> None:
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"x-filler-%d: %s\r\n" % (n, b"a" * 1000) for n in range(70))
+    answer = head + (b"Content-Length: 0\r\n\r\n" if ends else b"")
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[answer]) as server, pytest.raises(MalformedAnswer):
+        _blocking_get(pool, server.url, timeout_s=2.0)
+    pool.close()
+
+
+def test_informational_answers_are_skipped_until_the_final_one() -> None:
+    early = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[(early, ANSWER)]) as server:
+        answer = _blocking_get(pool, server.url)
+        _blocking_get(pool, server.url)
+    pool.close()
+
+    assert (answer.status, answer.reason, answer.body) == (200, b"OK", BODY)
+    assert answer.raw_headers == [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(BODY))]
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ANSWER.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1),
+        ANSWER.replace(b"HTTP/1.1", b"HTTP/1.0"),
+        ANSWER + b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",  # an answer nobody asked for
+        ANSWER + b"garbage",
+    ],
+)
+def test_an_answer_that_does_not_keep_the_connection_clean_is_read_and_its_connection_not_reused(answer) -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[answer]) as server:
+        first = _blocking_get(pool, server.url)
+        after = _blocking_get(pool, server.url)
+    pool.close()
+
+    assert (first.status, first.body) == (200, BODY)
+    assert after.body == BODY
+    assert server.connections == 2
+
+
+def test_the_answer_to_head_ends_at_its_head_whatever_its_content_length() -> None:
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[ANSWER.split(b"\r\n\r\n")[0] + b"\r\n\r\n"]) as server:
+        answer = _blocking_get(pool, server.url, method=b"HEAD", timeout_s=2.0)
+        after = _blocking_get(pool, server.url)
+    pool.close()
+
+    assert (answer.status, answer.body) == (200, b"")
+    assert dict(answer.raw_headers)[b"content-length"] == b"%d" % len(BODY)
+    assert after.body == BODY
+
+
+def test_a_connection_close_answer_on_the_loop_is_read_and_its_connection_not_reused() -> None:
+    close = ANSWER.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)
+    with KeepAliveServer(first=[close]) as server:
+        statuses = asyncio.run(_get_many(HttpCapability(server.url), 2))
+
+    assert statuses == [200, 200]
+    assert server.connections == 2

@@ -13,7 +13,7 @@ What it keeps of the guarded transport (`netguard.PinnedTransport`): it only
 ever connects to the address that was resolved and checked when the session
 opened, sends the URL's host as `Host` and as the TLS server name, and cuts an
 answer larger than the response cap before it is parsed. A connection is
-reused only when h11 says both sides finished the exchange cleanly; one
+reused only when its answer ended cleanly, keep-alive (runner/http1.py); one
 whose request was cancelled (the runtime budget) or failed is closed, never
 reused. Requests are never retried here: a POST that may have run is not sent
 twice.
@@ -24,7 +24,6 @@ from __future__ import annotations
 import ssl
 import time
 
-import h11
 import httpx2
 
 from runner.http1 import (
@@ -36,10 +35,12 @@ from runner.http1 import (
     MalformedAnswer,
     Origin,
     Pool,
+    RequestHead,
     ResponseTooLarge,
+    UnsendableRequest,
 )
 
-__all__ = ["Answer", "ConnectionClosed", "Http11Pool", "MalformedAnswer", "ResponseTooLarge"]
+__all__ = ["Answer", "ConnectionClosed", "Http11Pool", "MalformedAnswer", "ResponseTooLarge", "UnsendableRequest"]
 
 READ_TIMEOUT_S = 300.0
 MAX_IDLE_CONNECTIONS = 8
@@ -70,17 +71,15 @@ class Http11Pool:
         self._pool = Pool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
         self._blocking = BlockingPool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
 
-    def _head(self, headers: Headers, body: bytes) -> h11.Request:
-        return h11.Request(
-            method="POST",
-            target=self._target,
-            headers=[*self._fixed_headers, *headers, (b"content-length", str(len(body)).encode())],
+    def _head(self, headers: Headers, body: bytes) -> RequestHead:
+        return RequestHead(
+            b"POST", self._target, [*self._fixed_headers, *headers, (b"content-length", b"%d" % len(body))]
         )
 
     async def post(self, headers: Headers, body: bytes) -> Answer:
-        """One POST with `headers` (name and value bytes, as h11 takes them).
+        """One POST with `headers` (name and value bytes, as sent).
 
-        Raises OSError/ConnectionClosed/TimeoutError/ResponseTooLarge/MalformedAnswer/h11 errors.
+        Raises OSError/ConnectionClosed/TimeoutError/ResponseTooLarge/MalformedAnswer/UnsendableRequest.
         """
         try:
             return await self._pool.request(

@@ -36,7 +36,6 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-import h11
 import mcp_types as types
 from mcp.shared.inbound import (
     MCP_METHOD_HEADER,
@@ -52,7 +51,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from tools_app.upstream.errors import UpstreamError
-from tools_app.upstream.http11 import Answer, Http11Pool, MalformedAnswer, ResponseTooLarge
+from tools_app.upstream.http11 import Answer, Http11Pool, MalformedAnswer, ResponseTooLarge, UnsendableRequest
 
 # Statuses with which a server refuses a POST before dispatching it (unknown endpoint or
 # session, method, Accept or media type): the call did not run and may go through the SDK.
@@ -176,7 +175,7 @@ def _wire_errors() -> Iterator[None]:
         raise UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large") from None
     except MalformedAnswer:
         raise UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood") from None
-    except h11.LocalProtocolError:  # a header value h11 will not send (a control character)
+    except UnsendableRequest:  # a header value we will not send (a control character)
         raise UpstreamError(UpstreamError.PROTOCOL, "the request could not be written") from None
 
 
