@@ -58,6 +58,7 @@ format: install-dev
 # Needs PostgreSQL and Redis (DATABASE_URL / REDIS_URL, defaults on 127.0.0.1); installs wrk when missing.
 bench: export DEBUG ?= true
 bench: install-dev
+	$(BIN)/python -m bench.machine
 	$(BIN)/python -m bench.runner_overhead
 	$(BIN)/python -m bench.exec_throughput
 	$(BIN)/python -m bench.mcp_vs_rest
