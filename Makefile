@@ -43,8 +43,10 @@ run: install
 	@echo "Starting Toolgate on http://$(HOST):$(PORT)/ (web, worker, beat, MCP host); the demo's logins follow once it is ready."
 	@PATH="$(CURDIR)/$(BIN):$$PATH" WEB_ADDRESS=$(HOST):$(PORT) PORT=$(PORT) exec $(BIN)/honcho -f Procfile.dev start
 
+# Two pytest-xdist workers (an idle one takes tests queued for the other: the slow ones end the run); each has its own test
+# database and Redis database (tests/support/xdist_services.py). `python -m` puts the tree on sys.path for `-p`.
 test: install-dev
-	$(BIN)/pytest
+	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 2 --dist worksteal
 
 lint: install-dev
 	$(BIN)/ruff check .
