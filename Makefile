@@ -43,10 +43,11 @@ run: install
 	@echo "Starting Toolgate on http://$(HOST):$(PORT)/ (web, worker, beat, MCP host); the demo's logins follow once it is ready."
 	@PATH="$(CURDIR)/$(BIN):$$PATH" WEB_ADDRESS=$(HOST):$(PORT) PORT=$(PORT) exec $(BIN)/honcho -f Procfile.dev start
 
-# Two pytest-xdist workers (an idle one takes tests queued for the other: the slow ones end the run); each has its own test
-# database and Redis database (tests/support/xdist_services.py). `python -m` puts the tree on sys.path for `-p`.
+# Two pytest-xdist workers, each with its own test database and Redis database (tests/support/xdist_services.py;
+# `python -m` puts the tree on sys.path for `-p`). `loadfile` hands out whole files in collection order, so the
+# browser tests still run last in their worker: Playwright's session browser keeps an event loop running there.
 test: install-dev
-	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 2 --dist worksteal
+	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 2 --dist loadfile
 
 lint: install-dev
 	$(BIN)/ruff check .
