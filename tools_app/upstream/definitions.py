@@ -225,6 +225,7 @@ class PinnedSchema:
 
 
 def compile_pinned(schema: Mapping[str, Any]) -> PinnedSchema:
+    """The pinned schema's validator, with a quick check when every keyword in it is one both libraries share."""
     validator = compile_validator(schema)
     quick_class = _QUICK_DIALECTS.get(type(validator).__name__)
     if quick_class is None or not _quick_safe(schema):
