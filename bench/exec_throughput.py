@@ -1,4 +1,4 @@
-"""`POST /api/v1/tools/exec` against `/healthz` and a bare DRF view, in one run, under gunicorn.
+"""`POST /api/v1/tools/exec` against `/healthz`, a bare DRF view and the floor, in one run, under gunicorn.
 
 What issue 11 measures: gunicorn as config/gunicorn.conf.py starts it (or
 `--worker-class`, `--workers`, `--threads`) on PostgreSQL and Redis (loopback),
@@ -6,8 +6,13 @@ wrk -t2 -c32 and -c1, 64 service accounts rotated, `core__get_current_time`
 with a policy and no connection; then `github__get_user` with a connection and
 a grant (decrypt, broker, a loopback GitHub answering a fixed user). Each
 figure is compared with the baselines measured in the same run, since
-machines differ. After every exec run the audit rows written are compared with
-the answers wrk received: the audit row is durable, one per answer.
+machines differ. The floor (bench/urls.py) is the bare view plus the fairness
+round trip and the audit row a warm exec must make (`floor + provider` adds
+the GitHub call, for exec with a connection): exec's ratio to its floor is
+Toolgate's own work, the floor's ratio to `/healthz` the most exec can reach.
+After every run of a target that writes audit rows (the floors and exec), the
+rows written are compared with the answers wrk received: the audit row is
+durable, one per answer.
 
     make bench        (or: python -m bench.exec_throughput [--seconds N] [--rounds N] [--only exec,...]
                        [--worker-class sync|gthread|uvicorn.workers.UvicornWorker] [--workers N] [--threads N]
@@ -54,6 +59,9 @@ from bench.database import fresh_database, manage, production_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
+BASELINES = frozenset({"healthz", "bare DRF", "floor", "floor + provider"})
+# Each target's floor: the round trips it cannot do without, and nothing else of exec.
+FLOOR_OF = {"exec + connection": "floor + provider", "floor + provider": "floor + provider"}
 USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
 
 
@@ -295,6 +303,10 @@ def _measure(
         targets = {
             "healthz": _script(directory, "healthz", "GET", "/healthz", [("", "")]),
             "bare DRF": _script(directory, "bare", "POST", "/bench/bare", [("Bearer bench-bare-token", time_body)]),
+            "floor": _script(directory, "floor", "POST", "/bench/floor", [("Bearer bench-bare-token", time_body)]),
+            "floor + provider": _script(
+                directory, "floor_provider", "POST", "/bench/floor/provider", [("Bearer bench-bare-token", time_body)]
+            ),
             "exec": _script(
                 directory, "exec", "POST", "/api/v1/tools/exec", [(f"Bearer {a['key']}", time_body) for a in accounts]
             ),
@@ -320,7 +332,7 @@ def _measure(
             ),
         }
         if only:  # the baselines stay: every figure is a ratio to them
-            targets = {name: script for name, script in targets.items() if name in only | {"healthz", "bare DRF"}}
+            targets = {name: script for name, script in targets.items() if name in only | BASELINES}
         runs = []
         for connections in (32, 1):
             turns: dict[tuple[str, str], list[Run]] = {(s.label, name): [] for s in servers for name in targets}
@@ -335,7 +347,7 @@ def _measure(
                         run = _wrk_run(wrk, server.base, script, connections, seconds)
                         run.cpu_ms_per_answer = (_gateway_cpu_s(server.pid) - cpu_before) * 1000 / max(run.requests, 1)
                         run.name, run.server = name, server.label
-                        if name.startswith("exec"):
+                        if name not in ("healthz", "bare DRF"):  # the targets that write audit rows
                             time.sleep(0.5)  # answers in flight when wrk stopped
                             run.audit_rows = ToolInvocation.objects.count() - before
                         turns[server.label, name].append(run)
@@ -417,21 +429,24 @@ def _report(runs: list[Run], servers: list[Server]) -> None:
             print(f"gunicorn {server.label}")
         print(
             f"{'endpoint':<20}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-            f"{'x healthz':>11}{'x bare':>8}{'cpu ms':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
+            f"{'x healthz':>11}{'x bare':>8}{'x floor':>9}{'cpu ms':>8}{'non-2xx':>9}{'audit rows/answers':>21}"
         )
         for connections in (32, 1):
             group = {run.name: run for run in runs if run.connections == connections and run.server == server.label}
-            healthz, bare = group["healthz"], group["bare DRF"]
+            healthz, bare, floor = group["healthz"], group["bare DRF"], group["floor"]
             for run in group.values():
                 audit = f"{run.audit_rows}/{run.requests}" if run.audit_rows is not None else "-"
                 print(
                     f"{run.name:<20}{connections:>6}{run.requests_per_s:>10,.0f}{run.p50_ms:>9.2f}{run.p99_ms:>9.2f}"
                     f"{run.requests_per_s / healthz.requests_per_s:>11.2f}"
                     f"{run.requests_per_s / bare.requests_per_s:>8.2f}"
+                    f"{run.requests_per_s / group[FLOOR_OF.get(run.name, 'floor')].requests_per_s:>9.2f}"
                     f"{run.cpu_ms_per_answer:>8.2f}{run.non_2xx:>9}{audit:>21}"
                 )
+            print(f"  c{connections}: the floor's p50 is {floor.p50_ms / healthz.p50_ms:.1f}x healthz's", end="")
             if "exec" in group:
-                print(f"  c{connections}: exec p50 is {group['exec'].p50_ms / healthz.p50_ms:.1f}x healthz's")
+                print(f", exec's {group['exec'].p50_ms / healthz.p50_ms:.1f}x", end="")
+            print()
 
 
 if __name__ == "__main__":
