@@ -1,4 +1,4 @@
-"""Toolgate's URLs plus two baselines `make bench` measures exec against.
+"""Toolgate's URLs plus the baselines `make bench` measures exec against.
 
 - `POST /bench/bare`: a bare DRF echo with a token check. The same middleware,
   parser and gunicorn as exec, with none of Toolgate's work (no key lookup, no
@@ -118,6 +118,8 @@ def _floor_accounts() -> list[tuple[str, str]]:
     """The seeded service accounts the floor writes its rows for, read once per process."""
     rows = ServiceAccount.objects.order_by("created_at").values_list("tenant_id", "id")[:FLOOR_ACCOUNTS]
     accounts = [(str(tenant_id), str(account_id)) for tenant_id, account_id in rows]
+    if not accounts:
+        raise RuntimeError("bench: the floor writes audit rows for the seeded service accounts; seed them first")
     return list(itertools.islice(itertools.cycle(accounts), FLOOR_ACCOUNTS))
 
 
