@@ -310,6 +310,29 @@ def test_only_post_is_allowed(client, method):
     assert response.headers["Allow"] == "POST"
 
 
+@pytest.mark.parametrize("accept", ["text/event-stream", "application/json, text/event-stream", "text/html"])
+@pytest.mark.parametrize("path", ["/mcp", "/mcp/t/clock", "/mcp?mode=search"])
+@pytest.mark.parametrize("version", ["2025-11-25", MODERN])
+def test_the_stream_probe_is_401_without_a_key_and_405_with_one(client, accept, path, version):
+    """A client may GET the endpoint to open a server stream; there is none, and that is 405, never 406."""
+    headers = {"Accept": accept, "MCP-Protocol-Version": version}
+
+    anonymous = Client().get(path, headers=headers)
+    signed = client.get(path, headers=headers)
+
+    assert error_of(anonymous) == (401, -32600, None)
+    assert anonymous.headers["WWW-Authenticate"].startswith("Bearer ")
+    assert error_of(signed) == (405, -32600, None)
+    assert signed.headers["Allow"] == "POST"
+    assert signed.headers["Content-Type"] == "application/json"
+
+
+def test_a_post_that_accepts_no_json_is_still_406(client):
+    response = client.post("/mcp", json.dumps(rpc("ping")), content_type="application/json", headers={"Accept": "text/html"})
+
+    assert error_of(response) == (406, -32600, None)
+
+
 def test_a_foreign_origin_is_403_and_listed_origins_pass(client, settings):
     settings.TOOLGATE_MCP_ALLOWED_ORIGINS = ["https://console.example"]
 
