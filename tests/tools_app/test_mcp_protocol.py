@@ -328,7 +328,9 @@ def test_the_stream_probe_is_401_without_a_key_and_405_with_one(client, accept, 
 
 
 def test_a_post_that_accepts_no_json_is_still_406(client):
-    response = client.post("/mcp", json.dumps(rpc("ping")), content_type="application/json", headers={"Accept": "text/html"})
+    response = client.post(
+        "/mcp", json.dumps(rpc("ping")), content_type="application/json", headers={"Accept": "text/html"}
+    )
 
     assert error_of(response) == (406, -32600, None)
 
