@@ -134,6 +134,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;",
     }
+    # Tests get a file too, not Django's shared-cache in-memory database: there, a second connection (a
+    # live server's thread, a racing writer) meets a table lock that fails at once ("database table is
+    # locked") instead of waiting out the busy timeout as it does on the file the embedded default serves.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_toolgate.sqlite3")}
 else:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"]["ENGINE"] = "config.postgresql"  # its health check asks the socket, not the server

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import hypothesis
 import pytest
 from django.core.cache import cache
 from django.db import connection
@@ -19,6 +20,11 @@ from policies_app.fairness import allowances as fairness_allowances
 from policies_app.governance import governance_cache
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+# Hypothesis judges what a property holds, not how fast an example ran: on a shared two-core machine
+# a database example can take 250 ms, and a deadline would fail the run for the machine's load.
+hypothesis.settings.register_profile("toolgate", deadline=None)
+hypothesis.settings.load_profile("toolgate")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
