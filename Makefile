@@ -46,8 +46,9 @@ run: install
 # Two pytest-xdist workers, each with its own test database and Redis database (tests/support/xdist_services.py;
 # `python -m` puts the tree on sys.path for `-p`). `loadfile` hands out whole files in collection order, so the
 # browser tests still run last in their worker: Playwright's session browser keeps an event loop running there.
+# PYTEST_ARGS narrows a run (CI: `--engine-sensitive` on the embedded default; tests/conftest.py says which).
 test: install-dev
-	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 2 --dist loadfile
+	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 2 --dist loadfile $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -9,6 +9,7 @@ letting its tests skip.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import hypothesis
 import pytest
@@ -25,6 +26,37 @@ REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
 # a database example can take 250 ms, and a deadline would fail the run for the machine's load.
 hypothesis.settings.register_profile("toolgate", deadline=None)
 hypothesis.settings.load_profile("toolgate")
+
+
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+SEVERAL_CONNECTIONS_FIXTURES = frozenset({"transactional_db", "live_server", "django_db_serialized_rollback"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--engine-sensitive",
+        action="store_true",
+        help="run only the tests whose outcome can depend on the database engine: those that use several "
+        "connections (transactional tests, live servers, threads) or processes of their own (tests/integration)",
+    )
+
+
+def _engine_sensitive(item: pytest.Item) -> bool:
+    """Whether `item` can pass on one engine and fail on another (CI runs these on SQLite too)."""
+    if Path(item.path).is_relative_to(INTEGRATION_DIR):
+        return True
+    marker = item.get_closest_marker("django_db")
+    if marker is not None and marker.kwargs.get("transaction"):
+        return True
+    return bool(SEVERAL_CONNECTIONS_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("engine_sensitive"):
+        return
+    selected = [item for item in items if _engine_sensitive(item)]
+    config.hook.pytest_deselected(items=[item for item in items if not _engine_sensitive(item)])
+    items[:] = selected
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
