@@ -29,26 +29,34 @@ hypothesis.settings.load_profile("toolgate")
 
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
-SEVERAL_CONNECTIONS_FIXTURES = frozenset({"transactional_db", "live_server", "django_db_serialized_rollback"})
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--engine-sensitive",
         action="store_true",
-        help="run only the tests whose outcome can depend on the database engine: those that use several "
-        "connections (transactional tests, live servers, threads) or processes of their own (tests/integration)",
+        help="run only the tests whose outcome can depend on the database engine: transactional tests (several "
+        "connections: threads, live servers) and tests/integration (processes of their own); not the browser tests",
     )
 
 
 def _engine_sensitive(item: pytest.Item) -> bool:
-    """Whether `item` can pass on one engine and fail on another (CI runs these on SQLite too)."""
-    if Path(item.path).is_relative_to(INTEGRATION_DIR):
+    """Whether `item` can pass on one engine and fail on another (CI runs these on SQLite too).
+
+    A test in one transaction on one connection sees the same database behaviour on both engines;
+    what differs (locking, concurrent writers, what another process sees) needs commits. The browser
+    tests commit too, but test pages, not the database, and are the slowest of all.
+    """
+    path = Path(item.path)
+    if path.is_relative_to(INTEGRATION_DIR):
         return True
+    if path.is_relative_to(E2E_DIR):
+        return False
     marker = item.get_closest_marker("django_db")
-    if marker is not None and marker.kwargs.get("transaction"):
-        return True
-    return bool(SEVERAL_CONNECTIONS_FIXTURES & set(getattr(item, "fixturenames", ())))
+    return bool(marker is not None and marker.kwargs.get("transaction")) or "transactional_db" in getattr(
+        item, "fixturenames", ()
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
