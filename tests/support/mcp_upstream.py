@@ -147,7 +147,7 @@ class _Recorder:
 
 
 def _compressed(send: Callable, coding: str) -> Callable:
-    """Re-sends an answer whole in `coding` (gzip or deflate), with its Content-Encoding and length."""
+    """Re-sends an answer whole in `coding` (gzip or deflate; any other name labels the plain body)."""
     start: dict = {}
     chunks: list[bytes] = []
 
@@ -159,7 +159,7 @@ def _compressed(send: Callable, coding: str) -> Callable:
         if message.get("more_body", False):
             return
         plain = b"".join(chunks)
-        body = gzip.compress(plain) if coding == "gzip" else zlib.compress(plain)
+        body = {"gzip": gzip.compress, "deflate": zlib.compress}.get(coding, lambda raw: raw)(plain)
         headers = [(name, value) for name, value in start.get("headers", []) if name.lower() != b"content-length"]
         headers += [(b"content-encoding", coding.encode()), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": start["status"], "headers": headers})

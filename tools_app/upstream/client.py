@@ -39,7 +39,13 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 from tools_app.upstream.errors import UpstreamError
 from tools_app.upstream.http11 import Http11Pool
 from tools_app.upstream.lean import JsonCaller, NotRun, SwitchToSdk
-from tools_app.upstream.netguard import PinnedTransport, UpstreamAddressRefused, parse_endpoint, resolve_checked
+from tools_app.upstream.netguard import (
+    PinnedTransport,
+    UnaskedContentEncoding,
+    UpstreamAddressRefused,
+    parse_endpoint,
+    resolve_checked,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,12 +102,12 @@ async def connected(
             yield client
 
 
-def counters(transport: PinnedTransport) -> tuple[int, int, int]:
-    return (transport.auth_rejections, transport.oversized, transport.not_found)
+def counters(transport: PinnedTransport) -> tuple[int, int, int, int]:
+    return (transport.auth_rejections, transport.oversized, transport.not_found, transport.unasked_encodings)
 
 
 def classify(
-    exc: BaseException, transport: PinnedTransport | None, before: tuple[int, int, int] = (0, 0, 0)
+    exc: BaseException, transport: PinnedTransport | None, before: tuple[int, int, int, int] = (0, 0, 0, 0)
 ) -> UpstreamError:
     """Turn whatever the SDK or httpx2 raised into an UpstreamError with a message of ours."""
     leaf = _leaf(exc)
@@ -113,6 +119,8 @@ def classify(
         return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
     if transport is not None and transport.oversized > before[1]:
         return UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large")
+    if transport is not None and transport.unasked_encodings > before[3]:
+        return UpstreamError(UpstreamError.PROTOCOL, UnaskedContentEncoding.MESSAGE)
     if isinstance(leaf, MCPError):
         session_gone = transport is not None and transport.not_found > before[2]
         if leaf.code == INVALID_REQUEST and (session_gone or leaf.error.message == SESSION_TERMINATED):

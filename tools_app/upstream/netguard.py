@@ -167,6 +167,8 @@ class ResponseTooLarge(httpx2.StreamError):
 class UnaskedContentEncoding(httpx2.DecodingError):
     """The upstream encoded its answer in a way the transport did not ask for (ACCEPTED_ENCODINGS)."""
 
+    MESSAGE = "the upstream answered in a content encoding Toolgate did not ask for"
+
 
 # What the transport asks for and undoes itself, whatever the client in front of it would ask.
 ACCEPTED_ENCODINGS = ("gzip", "deflate")
@@ -323,7 +325,7 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         if any(coding not in ACCEPTED_ENCODINGS for coding in codings) or len(codings) > MAX_CONTENT_CODINGS:
             await response.aclose()
             self.unasked_encodings += 1
-            raise UnaskedContentEncoding("the upstream answered in a content encoding Toolgate did not ask for")
+            raise UnaskedContentEncoding(UnaskedContentEncoding.MESSAGE)
         if response.status_code in AUTH_REJECTED_STATUSES:
             self.auth_rejections += 1
         elif response.status_code == 404:

@@ -178,6 +178,16 @@ def test_a_compressed_listing_is_counted_after_decoding(registered, upstream, co
     assert {request.headers.get("accept-encoding") for request in upstream.requests} == {"gzip, deflate"}
 
 
+def test_a_listing_in_an_encoding_not_asked_for_is_refused(registered, upstream):
+    upstream.content_encoding = "br"  # labelled, never asked for: Toolgate asks for gzip and deflate only
+
+    with pytest.raises(DiscoveryFailed) as failure:
+        discover(registered)
+
+    assert failure.value.safe_message == "the upstream answered in a content encoding Toolgate did not ask for"
+    assert not McpTool.objects.exists()
+
+
 def test_an_unreachable_server_fails_with_a_clear_message(allow_private, capsys):
     with McpUpstream(legacy=True) as gone:
         url = gone.url
