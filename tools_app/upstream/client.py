@@ -102,12 +102,12 @@ async def connected(
             yield client
 
 
-def counters(transport: PinnedTransport) -> tuple[int, int, int, int]:
-    return (transport.auth_rejections, transport.oversized, transport.not_found, transport.unasked_encodings)
+def counters(transport: PinnedTransport) -> tuple[int, int, int]:
+    return (transport.auth_rejections, transport.oversized, transport.not_found)
 
 
 def classify(
-    exc: BaseException, transport: PinnedTransport | None, before: tuple[int, int, int, int] = (0, 0, 0, 0)
+    exc: BaseException, transport: PinnedTransport | None, before: tuple[int, int, int] = (0, 0, 0)
 ) -> UpstreamError:
     """Turn whatever the SDK or httpx2 raised into an UpstreamError with a message of ours."""
     leaf = _leaf(exc)
@@ -119,7 +119,7 @@ def classify(
         return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
     if transport is not None and transport.oversized > before[1]:
         return UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large")
-    if transport is not None and transport.unasked_encodings > before[3]:
+    if _caused_by(exc, UnaskedContentEncoding):  # the SDK folds it into a generic error, but keeps the chain
         return UpstreamError(UpstreamError.PROTOCOL, UnaskedContentEncoding.MESSAGE)
     if isinstance(leaf, MCPError):
         session_gone = transport is not None and transport.not_found > before[2]
@@ -137,6 +137,23 @@ def classify(
     if isinstance(leaf, httpx2.HTTPError):
         return UpstreamError(UpstreamError.UNREACHABLE, "the connection to the upstream failed")
     return UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `kind` is in the exception's groups, causes or contexts (each looked at once)."""
+    pending: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend((current.__cause__, current.__context__))
+    return False
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -310,11 +310,11 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         self.auth_rejections = 0
         self.not_found = 0
         self.oversized = 0
-        self.unasked_encodings = 0
         # What the upstream showed of itself (read once a session is open): a session id it
         # issued, an event stream it answered with. Either keeps calls on the SDK's path.
         self.session_ids = 0
         self.event_streams = 0
+        self.unasked_encodings = 0  # answers refused for a content coding that was not asked for
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.url = request.url.copy_with(host=self._address)
