@@ -115,12 +115,12 @@ def classify(
         return leaf
     if isinstance(leaf, UpstreamAddressRefused):
         return UpstreamError(UpstreamError.REFUSED, str(leaf))
+    if _caused_by(exc, UnaskedContentEncoding):  # the SDK folds it into a generic error, but keeps the chain
+        return UpstreamError(UpstreamError.PROTOCOL, UnaskedContentEncoding.MESSAGE)
     if transport is not None and transport.auth_rejections > before[0]:
         return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
     if transport is not None and transport.oversized > before[1]:
         return UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large")
-    if _caused_by(exc, UnaskedContentEncoding):  # the SDK folds it into a generic error, but keeps the chain
-        return UpstreamError(UpstreamError.PROTOCOL, UnaskedContentEncoding.MESSAGE)
     if isinstance(leaf, MCPError):
         session_gone = transport is not None and transport.not_found > before[2]
         if leaf.code == INVALID_REQUEST and (session_gone or leaf.error.message == SESSION_TERMINATED):
