@@ -31,41 +31,52 @@ from tools_app.selectors import invocation_list
 
 
 def connection_list(
-    *, tenant: Tenant, include_revoked: bool = True, visible_to_user_id: int | None = None
+    *,
+    tenant: Tenant,
+    include_revoked: bool = True,
+    visible_to_user_id: int | None = None,
+    include_personal: bool = True,
 ) -> QuerySet[Connection]:
     """The tenant's connections, newest first.
 
     `visible_to_user_id` narrows them to what a member (not an owner) sees: the
-    tenant's shared connections and their own personal ones. Owners, operators
-    and the REST API see every row's metadata (None).
+    tenant's shared connections and their own personal ones. Owners and
+    operators see every row's metadata (None). `include_personal=False` leaves
+    every personal connection out: the REST API's keys act for the tenant, and a
+    personal connection belongs to its person, not to whoever holds a key.
     """
     rows = Connection.objects.filter(tenant=tenant).select_related(
         "created_by", "created_by_service_account", "revoked_by", "owner"
     )
     if visible_to_user_id is not None:
         rows = rows.filter(Q(owner__isnull=True) | Q(owner_id=visible_to_user_id))
+    if not include_personal:
+        rows = rows.filter(owner__isnull=True)
     if not include_revoked:
         rows = rows.filter(revoked_at__isnull=True)
     return rows.order_by("-created_at")
 
 
 def connection_get(
-    *, tenant: Tenant, connection_id: object, visible_to_user_id: int | None = None
+    *, tenant: Tenant, connection_id: object, visible_to_user_id: int | None = None, include_personal: bool = True
 ) -> Connection | None:
     """The tenant's connection with this id; None for malformed ids, other tenants' and others' personal rows alike."""
     pk = uuid_or_none(connection_id)
     if pk is None:
         return None
-    return connection_list(tenant=tenant, visible_to_user_id=visible_to_user_id).filter(pk=pk).first()
+    rows = connection_list(tenant=tenant, visible_to_user_id=visible_to_user_id, include_personal=include_personal)
+    return rows.filter(pk=pk).first()
 
 
-def connections_of_tenant(*, tenant: Tenant, connection_ids: Iterable[object]) -> tuple[list[Connection], list[str]]:
+def connections_of_tenant(
+    *, tenant: Tenant, connection_ids: Iterable[object], include_personal: bool = True
+) -> tuple[list[Connection], list[str]]:
     """(the tenant's connections among these ids, the ids that are not the tenant's or malformed)."""
     wanted = {str(raw): uuid_or_none(raw) for raw in connection_ids}
-    found = {
-        str(connection.pk): connection
-        for connection in Connection.objects.filter(tenant=tenant, pk__in=[pk for pk in wanted.values() if pk])
-    }
+    rows = Connection.objects.filter(tenant=tenant, pk__in=[pk for pk in wanted.values() if pk])
+    if not include_personal:
+        rows = rows.filter(owner__isnull=True)
+    found = {str(connection.pk): connection for connection in rows}
     missing = [raw for raw, pk in wanted.items() if pk is None or str(pk) not in found]
     return [found[str(pk)] for pk in wanted.values() if pk and str(pk) in found], missing
 

@@ -374,6 +374,9 @@ def grant_create(
         raise AppError("a connection belongs to another tenant")
     if any(connection.revoked_at is not None for connection in connections):
         raise AppError("a connection is revoked")
+    if created_by_service_account_id is not None and any(connection.owner_id is not None for connection in connections):
+        # A key's power is the tenant's, not a person's: only the person (in the portal) grants what is theirs.
+        raise AppError("a personal connection is granted by its person in the tenant portal, never with an API key")
     now = timezone.now()
     if expires_at is not None and expires_at <= now:
         raise AppError("expires_at is in the past")

@@ -125,8 +125,13 @@ def signin_client_register(
 
 
 @transaction.atomic
-def signin_client_from_document(*, client_id: str, document: dict[str, Any]) -> SigninClient:
-    """Create or refresh the row of a client known by its Client ID Metadata Document (already fetched)."""
+def signin_client_from_document(*, client_id: str, document: dict[str, Any], fetched_from: str) -> SigninClient:
+    """Create or refresh the row of a client known by its Client ID Metadata Document (already fetched).
+
+    `fetched_from` is the checked address the document came from, kept as the
+    row's `registered_from`: a client whose document lived on a private address
+    stops being usable when private networks are no longer allowed.
+    """
     if document.get("client_id") != client_id:
         raise AppError("the metadata document's client_id is not its own URL")
     fields = _clean_client_fields(
@@ -134,6 +139,7 @@ def signin_client_from_document(*, client_id: str, document: dict[str, Any]) -> 
         client_uri=document.get("client_uri"),
         redirect_uris=document.get("redirect_uris"),
     )
+    fields["registered_from"] = fetched_from.split("%", 1)[0]
     client, created = SigninClient.objects.select_for_update().get_or_create(
         client_id=client_id,
         defaults={"kind": SigninClient.Kind.METADATA_DOCUMENT, "metadata_fetched_at": timezone.now(), **fields},

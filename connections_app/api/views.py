@@ -5,6 +5,10 @@ the output; a refusal leaves as the service's `AppError` (or a DRF exception),
 which the API's exception handler (config/api.py) turns into the contract's
 envelope: no view translates errors by hand. Rows of other tenants are
 answered exactly like rows that do not exist, so ids cannot be probed.
+
+A key acts for the tenant, never for a person: personal connections (they
+belong to their person, who grants them in the portal) are answered like rows
+that do not exist here too, so a key can neither read, revoke nor grant one.
 """
 
 from __future__ import annotations
@@ -63,7 +67,9 @@ CONNECTION_ID = OpenApiParameter(
 )
 GRANT_ID = OpenApiParameter("grant_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The grant's id.")
 CONNECTION_NOT_FOUND = {
-    404: error_response("`not_found`: no such connection in this tenant (other tenants' ids alike).")
+    404: error_response(
+        "`not_found`: no such connection in this tenant (other tenants' ids and personal connections alike)."
+    )
 }
 GRANT_NOT_FOUND = {404: error_response("`not_found`: no such grant in this tenant (other tenants' ids alike).")}
 CONNECTION_EXAMPLE = OpenApiExample(
@@ -114,7 +120,7 @@ def _grant_references(
     account = service_account_for_tenant(tenant_id=tenant.pk, name_or_id=service_account)
     if account is None:
         errors.append(("service_account", NO_SUCH_SERVICE_ACCOUNT))
-    found, _missing = connections_of_tenant(tenant=tenant, connection_ids=connection_ids)
+    found, _missing = connections_of_tenant(tenant=tenant, connection_ids=connection_ids, include_personal=False)
     by_id = {connection.pk: connection for connection in found}
     for index, pk in enumerate(connection_ids):
         connection = by_id.get(pk)
@@ -143,7 +149,7 @@ class ConnectionListView(ConnectionsApiView):
     )
     def get(self, request: Request) -> Response:
         PageQuerySerializer(data=request.query_params).is_valid(raise_exception=True)
-        rows = connection_list(tenant=_caller_tenant(request))
+        rows = connection_list(tenant=_caller_tenant(request), include_personal=False)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response(ConnectionOutputSerializer(page, many=True).data)
@@ -208,7 +214,7 @@ class ConnectionRevokeView(ConnectionsApiView):
 
 
 def _connection_or_404(request: Request, connection_id: str) -> Connection:
-    connection = connection_get(tenant=_caller_tenant(request), connection_id=connection_id)
+    connection = connection_get(tenant=_caller_tenant(request), connection_id=connection_id, include_personal=False)
     if connection is None:
         raise NotFound(NO_SUCH_CONNECTION)
     return connection

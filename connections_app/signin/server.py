@@ -6,7 +6,8 @@ RFC 6749 §5.2 error bodies. This module only binds its hooks to
 policies_app.signin (what is stored) and adds Toolgate's rules:
 
 - public clients only (`token_endpoint_auth_method` `none`), registered or known
-  by an https Client ID Metadata Document (documents.py fetches those);
+  by an https Client ID Metadata Document (documents.py fetches those, at the
+  authorization step only: the token and revocation endpoints read stored rows);
 - PKCE with S256 only, always;
 - RFC 8707: `resource`, when sent, must be `<base>/mcp`, and tokens are bound to it;
 - rotating refresh tokens; a reused refresh token or code revokes its family.
@@ -36,7 +37,7 @@ from authlib.oauth2.rfc7636 import CodeChallenge
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse
 
-from connections_app.signin.documents import is_metadata_document_url, metadata_document_client
+from connections_app.signin.documents import document_client_allowed
 from policies_app.errors import AppError
 from policies_app.keys import access_token_generate, refresh_token_generate
 from policies_app.models import Delegation, SigninClient, SigninCode, SigninToken
@@ -370,11 +371,9 @@ class ToolgateAuthorizationServer(AuthorizationServer):
         self.register_endpoint(Registration)
 
     def query_client(self, client_id: str) -> Client | None:
-        if is_metadata_document_url(client_id):
-            row = metadata_document_client(client_id)
-        else:
-            row = signin_client_get(client_id=client_id)
-        return None if row is None else Client(row)
+        """A stored, live client; never a fetch (documents are fetched at the authorization step only)."""
+        row = signin_client_get(client_id=client_id)
+        return None if row is None or not document_client_allowed(row) else Client(row)
 
     def save_token(self, token: dict[str, Any], request: Any) -> None:
         raise NotImplementedError("each grant saves its own tokens")  # pragma: no cover

@@ -28,6 +28,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from connections_app.signin.documents import (
+    DocumentsBusy,
+    DocumentUnavailable,
+    is_metadata_document_url,
+    metadata_document_load,
+)
 from connections_app.signin.server import Consented, authorization_server, mcp_resource, site_base
 from policies_app.errors import AppError
 from policies_app.models import ServiceAccount
@@ -186,6 +192,9 @@ def _refusal(request: HttpRequest, title: str, message: str, status: int = 400) 
 def authorize(request: HttpRequest) -> HttpResponse:
     """GET shows the consent page for a valid request; POST (same query) answers it with Allow or Deny."""
     server = authorization_server()
+    refused = _load_document_client(request)
+    if refused is not None:
+        return refused
     try:
         grant = server.get_consent_grant(request, end_user=request.user)
     except OAuth2Error as error:
@@ -234,6 +243,27 @@ def authorize(request: HttpRequest) -> HttpResponse:
         response["Referrer-Policy"] = "no-referrer"
         return response
     return _consent_page(request, grant, choices, chosen, allowed, redirect_uri=redirect_uri)
+
+
+def _load_document_client(request: HttpRequest) -> HttpResponse | None:
+    """Fetch (or refresh) a metadata-document client before Authlib looks it up; a page saying why it cannot."""
+    client_id = request.GET.get("client_id") or ""
+    if not is_metadata_document_url(client_id):
+        return None
+    try:
+        metadata_document_load(client_id=client_id, source=get_client_ip_address(request))
+    except DocumentsBusy as busy:
+        response = _refusal(request, "Too many sign-ins at once", f"{busy}.", status=503)
+        response["Retry-After"] = "5"
+        return response
+    except DocumentUnavailable as refused:
+        return _refusal(
+            request,
+            "This client cannot sign in",
+            f"Its Client ID Metadata Document could not be used: {refused}. "
+            "Ask the client's publisher to fix the document, or register the client instead.",
+        )
+    return None
 
 
 def _chosen_account(request: HttpRequest, accounts: list[ServiceAccount]) -> ServiceAccount | None:

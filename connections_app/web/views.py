@@ -405,11 +405,26 @@ def service_accounts(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _owners_only(request: HttpRequest) -> HttpResponse | None:
+    """The 403 page for a plain member, None for an owner.
+
+    A service account's key can hold more than any member may do in the portal
+    (every call record of the tenant, every connection and grant over REST), so
+    only owners create, scope and revoke accounts; members see the list.
+    """
+    if request.tenant_role == TenantMembership.Role.OWNER:
+        return None
+    return render(request, "tenant/owner_only.html", {"section": "service-accounts"}, status=403)
+
+
 @tenant_member_required
 @never_cache
 @require_http_methods(["GET", "POST"])
 def service_account_new(request: HttpRequest) -> HttpResponse:
     """Create an account; its key goes straight into this response and nowhere else (no session, no message)."""
+    refused = _owners_only(request)
+    if refused is not None:
+        return refused
     form = ServiceAccountForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -437,6 +452,9 @@ def service_account_revoke_confirm(request: HttpRequest, account_id: UUID) -> Ht
     account = service_account_get(tenant_id=request.tenant.pk, account_id=account_id)
     if account is None:
         raise Http404("no such service account")
+    refused = _owners_only(request)
+    if refused is not None:
+        return refused
     return revoke_confirm(
         request,
         account,

@@ -21,7 +21,7 @@ from connections_app.credentials import (
 from connections_app.models import Connection, ConnectionEvent
 from connections_app.services import connection_credentials_open, connection_revoke
 from policies_app.models import ServiceAccount
-from tests.factories import ConnectionFactory, TenantFactory, service_account_with_key
+from tests.factories import ConnectionFactory, MembershipFactory, TenantFactory, UserFactory, service_account_with_key
 from tests.support.api import api_client
 from tests.support.web import member_client
 
@@ -563,3 +563,24 @@ def test_no_key_or_a_wrong_key_answers_401_everywhere(acme):
             assert response["WWW-Authenticate"] == "Bearer"
     assert Connection.objects.count() == 1
     assert Connection.objects.get().status == "active"
+
+
+# --- personal connections belong to their person ------------------------------------------------------
+
+
+def test_a_key_neither_lists_reads_nor_revokes_a_persons_personal_connection(acme, manager):
+    # given alice's personal connection beside the tenant's shared one
+    alice = MembershipFactory(tenant=acme, user=UserFactory(username="alice"), role="member").user
+    personal = ConnectionFactory(tenant=acme, owner=alice, label="alice's github")
+    shared = ConnectionFactory(tenant=acme, label="team github")
+
+    listed = manager.get("/api/v1/connections")
+    read = manager.get(f"/api/v1/connections/{personal.pk}")
+    revoked = manager.post(f"/api/v1/connections/{personal.pk}/revoke")
+
+    assert [row["id"] for row in envelope_of(listed, 200)["results"]] == [str(shared.pk)]
+    assert envelope_of(read, 404)["safe_message"] == "no such connection in this tenant"
+    assert envelope_of(revoked, 404)["safe_message"] == "no such connection in this tenant"
+    personal.refresh_from_db()
+    assert (personal.revoked_at, personal.status) == (None, Connection.Status.ACTIVE)
+    assert "alice" not in listed.content.decode()

@@ -16,10 +16,18 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from connections_app.models import Connection, ExecutionGrant
-from connections_app.services import connection_revoke, grant_revoke
+from connections_app.services import connection_revoke, grant_create, grant_revoke
+from policies_app.errors import AppError
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
-from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
+from tests.factories import (
+    ConnectionFactory,
+    GrantFactory,
+    MembershipFactory,
+    TenantFactory,
+    UserFactory,
+    service_account_with_key,
+)
 from tests.support.api import api_client
 
 pytestmark = pytest.mark.django_db
@@ -493,3 +501,30 @@ def test_no_key_answers_401_everywhere(agent, connections):
         }
     assert ExecutionGrant.objects.count() == 1
     assert ExecutionGrant.objects.get().revoked_at is None
+
+
+# --- personal connections belong to their person ------------------------------------------------------
+
+
+def test_a_key_cannot_grant_a_persons_personal_connection(acme, manager, agent):
+    # given alice's personal connection beside a shared one
+    alice = MembershipFactory(tenant=acme, user=UserFactory(username="alice"), role="member").user
+    personal = ConnectionFactory(tenant=acme, owner=alice, label="alice's github")
+    shared = ConnectionFactory(tenant=acme, label="team github")
+
+    response = manager.post(
+        URL, {"service_account": "agent", "connection_ids": [str(shared.pk), str(personal.pk)]}, format="json"
+    )
+
+    assert envelope_of(response, 422) == invalid([("connection_ids.1", NO_SUCH_CONNECTION)])
+    assert not ExecutionGrant.objects.exists()
+
+
+def test_the_grant_service_refuses_a_personal_connection_to_a_key_whatever_the_view(acme, agent):
+    ops, _key = service_account_with_key(acme, name="ops", scopes=("connections:manage",))
+    personal = ConnectionFactory(tenant=acme, owner=MembershipFactory(tenant=acme, role="member").user, label="mine")
+
+    with pytest.raises(AppError, match="a personal connection is granted by its person in the tenant portal"):
+        grant_create(tenant=acme, service_account=agent, connections=[personal], created_by_service_account_id=ops.pk)
+
+    assert not ExecutionGrant.objects.exists()

@@ -266,3 +266,74 @@ def test_another_members_personal_connection_is_unnamed_in_grants_and_the_change
     assert reverse("web:connection-detail", args=[personal.pk]) not in member_view
     assert "Alex&#x27;s private GitHub" in its_owner_view
     assert owner_view.count("Alex&#x27;s private GitHub") >= 2  # the grant and the change log entry
+
+
+# --- only owners create, scope and revoke service accounts ------------------------------------------------
+
+
+@pytest.fixture
+def plain_member(acme):
+    return member_client(acme, user=MembershipFactory(tenant=acme, role="member").user)
+
+
+@pytest.mark.parametrize(
+    "scopes", [["tools:exec"], ["invocations:read"], ["connections:manage"], ["tools:exec", "connections:manage"]]
+)
+def test_a_plain_member_cannot_create_a_service_account_of_any_scope(plain_member, scopes):
+    client, _user = plain_member
+
+    page = client.get(NEW_ACCOUNT)
+    created = client.post(NEW_ACCOUNT, {"name": "mine", "scopes": scopes})
+
+    assert (page.status_code, created.status_code) == (403, 403)
+    assert "Only owners change this" in created.content.decode()
+    assert "key" not in created.context
+    assert not ServiceAccount.objects.exists()
+
+
+def test_a_plain_member_cannot_revoke_a_service_account(acme, plain_member):
+    client, _user = plain_member
+    account, key = service_account_with_key(acme, name="agent")
+    url = reverse("web:service-account-revoke", args=[account.pk])
+
+    shown = client.get(url)
+    posted = client.post(url)
+
+    assert (shown.status_code, posted.status_code) == (403, 403)
+    account.refresh_from_db()
+    assert (account.revoked_at, account.revoked_by) == (None, None)
+    assert caller_for_key(key=key).name == "agent"
+
+
+def test_a_plain_member_sees_the_accounts_without_the_owners_buttons(acme, plain_member):
+    client, _user = plain_member
+    account, _key = service_account_with_key(acme, name="agent")
+
+    html = client.get(ACCOUNTS).content.decode()
+
+    assert "agent" in html
+    assert "Owners create and revoke them." in html
+    assert NEW_ACCOUNT not in html
+    assert reverse("web:service-account-revoke", args=[account.pk]) not in html
+
+
+def test_an_owner_sees_the_create_and_revoke_buttons(acme, member):
+    client, _user = member  # member_client's default membership is an owner's
+    account, _key = service_account_with_key(acme, name="agent")
+
+    html = client.get(ACCOUNTS).content.decode()
+
+    assert NEW_ACCOUNT in html
+    assert reverse("web:service-account-revoke", args=[account.pk]) in html
+    assert "Owners create and revoke them." not in html
+
+
+def test_another_tenants_account_is_not_found_for_an_owner_either(member):
+    client, _user = member
+    foreign, _key = service_account_with_key(TenantFactory(slug="globex"), name="theirs")
+
+    response = client.post(reverse("web:service-account-revoke", args=[foreign.pk]))
+
+    assert response.status_code == 404
+    foreign.refresh_from_db()
+    assert foreign.revoked_at is None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import hmac
 import logging
+import tracemalloc
 
 import pytest
 from django.urls import reverse
@@ -98,6 +100,22 @@ def test_a_500_is_retried_until_the_receiver_takes_it(asked, receiver):
     # a redelivered task posts nothing more
     assert deliver_webhook.apply(args=[str(delivery.pk)]).get() == "delivered"
     assert len(receiver.requests) == 3
+
+
+def test_the_receivers_answer_is_never_read_so_a_compressed_bomb_costs_nothing(asked, receiver):
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024))  # 64 MiB once decoded, about 64 KiB on the wire
+    receiver.route(
+        "POST", "/hooks", body=bomb, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
+    delivery = WebhookDelivery.objects.get()
+    tracemalloc.start()
+
+    result = deliver_webhook.apply(args=[str(delivery.pk)])
+
+    _current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert result.get() == "delivered"
+    assert peak < 16 * 1024 * 1024
 
 
 def test_a_4xx_is_final_and_recorded(asked, receiver):

@@ -14,16 +14,19 @@ on the 2025 SDKs do, so clients fall back to the `initialize` handshake.
 Every HTTP request is recorded (method, JSON-RPC method and id, tool name,
 `_meta`, Authorization) before it reaches the SDK. `refuse_plain = 406` answers
 that status to Toolgate's plain-JSON calls (tools_app/upstream/lean.py) before
-they run; `stream_calls = True` answers every tools/call as an event stream. `restart()` stops the server and
+they run; `stream_calls = True` answers every tools/call as an event stream; `content_encoding = "gzip"` (or "deflate")
+compresses every answer. `restart()` stops the server and
 serves a fresh app (new session table) on the same port.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -137,7 +140,32 @@ class _Recorder:
         if self._owner.stream_calls and rpc_method == "tools/call":
             await self._app(scope, replay, _as_event_stream(send))
             return
+        if self._owner.content_encoding is not None:
+            await self._app(scope, replay, _compressed(send, self._owner.content_encoding))
+            return
         await self._app(scope, replay, send)
+
+
+def _compressed(send: Callable, coding: str) -> Callable:
+    """Re-sends an answer whole in `coding` (gzip or deflate; any other name labels the plain body)."""
+    start: dict = {}
+    chunks: list[bytes] = []
+
+    async def compressed(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        plain = b"".join(chunks)
+        body = {"gzip": gzip.compress, "deflate": zlib.compress}.get(coding, lambda raw: raw)(plain)
+        headers = [(name, value) for name, value in start.get("headers", []) if name.lower() != b"content-length"]
+        headers += [(b"content-encoding", coding.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": start["status"], "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return compressed
 
 
 def _as_event_stream(send: Callable) -> Callable:
@@ -168,6 +196,7 @@ class McpUpstream:
         self.stateless = not legacy if stateless is None else stateless
         self.refuse_plain: int | None = None
         self.stream_calls = False
+        self.content_encoding: str | None = None  # "gzip" or "deflate": every answer compressed so
         self.server = PagedMCPServer(name=name, warn_on_duplicate_tools=False)
         self.status_override: int | None = None
         self._lock = threading.Lock()

@@ -39,7 +39,13 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 from tools_app.upstream.errors import UpstreamError
 from tools_app.upstream.http11 import Http11Pool
 from tools_app.upstream.lean import JsonCaller, NotRun, SwitchToSdk
-from tools_app.upstream.netguard import PinnedTransport, UpstreamAddressRefused, parse_endpoint, resolve_checked
+from tools_app.upstream.netguard import (
+    PinnedTransport,
+    UnaskedContentEncoding,
+    UpstreamAddressRefused,
+    parse_endpoint,
+    resolve_checked,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +115,8 @@ def classify(
         return leaf
     if isinstance(leaf, UpstreamAddressRefused):
         return UpstreamError(UpstreamError.REFUSED, str(leaf))
+    if _caused_by(exc, UnaskedContentEncoding):  # the SDK folds it into a generic error, but keeps the chain
+        return UpstreamError(UpstreamError.PROTOCOL, UnaskedContentEncoding.MESSAGE)
     if transport is not None and transport.auth_rejections > before[0]:
         return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
     if transport is not None and transport.oversized > before[1]:
@@ -129,6 +137,23 @@ def classify(
     if isinstance(leaf, httpx2.HTTPError):
         return UpstreamError(UpstreamError.UNREACHABLE, "the connection to the upstream failed")
     return UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether `kind` is in the exception's groups, causes or contexts (each looked at once)."""
+    pending: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend((current.__cause__, current.__context__))
+    return False
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
@@ -158,30 +161,141 @@ def _unique(addresses: object) -> list[str]:
 
 
 class ResponseTooLarge(httpx2.StreamError):
-    """The upstream's answer went past MAX_UPSTREAM_RESPONSE_BYTES."""
+    """The upstream's answer went past MAX_UPSTREAM_RESPONSE_BYTES (counted after decompression)."""
+
+
+class UnaskedContentEncoding(httpx2.DecodingError):
+    """The upstream encoded its answer in a way the transport did not ask for (ACCEPTED_ENCODINGS)."""
+
+    MESSAGE = "the upstream answered in a content encoding Toolgate did not ask for"
+
+
+# What the transport asks for and undoes itself, whatever the client in front of it would ask.
+ACCEPTED_ENCODINGS = ("gzip", "deflate")
+MAX_CONTENT_CODINGS = 2  # "gzip, gzip" is legal; a longer chain is only ever a bomb
+_DECODE_STEP = 64 * 1024  # at most this many decoded bytes exist at once per coding
+
+
+class _Inflater:
+    """One content coding undone in bounded steps: never more than `_DECODE_STEP` bytes per output.
+
+    zlib's `max_length` keeps a chunk that expands a thousandfold from ever
+    existing whole in memory; the cap is checked between steps, so a
+    decompression bomb stops at the cap plus one step.
+    """
+
+    def __init__(self, coding: str) -> None:
+        self._coding = coding
+        self._zlib = self._fresh(zlib.MAX_WBITS | 16 if coding == "gzip" else zlib.MAX_WBITS)
+        self._first = True
+
+    @staticmethod
+    def _fresh(wbits: int) -> Any:
+        return zlib.decompressobj(wbits)
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        try:
+            yield from self._feed(data)
+        except zlib.error as exc:
+            raise httpx2.DecodingError(f"the upstream's {self._coding} body is corrupt") from exc
+
+    def _feed(self, data: bytes) -> Iterator[bytes]:
+        if self._first and data:
+            self._first = False
+            if self._coding == "deflate" and not _zlib_header(data):
+                self._zlib = self._fresh(-zlib.MAX_WBITS)  # raw deflate, as some servers send it (httpx accepts both)
+        pending = data
+        while True:
+            plain = self._zlib.decompress(pending, _DECODE_STEP)
+            if plain:
+                yield plain
+            pending = self._zlib.unconsumed_tail
+            if self._zlib.eof and self._coding == "gzip" and self._zlib.unused_data:
+                pending = self._zlib.unused_data  # the next member of a multi-member gzip body
+                self._zlib = self._fresh(zlib.MAX_WBITS | 16)
+                continue
+            if not pending and len(plain) < _DECODE_STEP:
+                return
+
+    def flush(self) -> bytes:
+        try:
+            return self._zlib.flush()
+        except zlib.error as exc:
+            raise httpx2.DecodingError(f"the upstream's {self._coding} body is corrupt") from exc
+
+
+def _zlib_header(data: bytes) -> bool:
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+
+
+def content_codings(headers: httpx2.Headers) -> list[str]:
+    """The answer's content codings in the order they were applied, `identity` left out."""
+    codings = [value.strip().lower() for value in headers.get_list("content-encoding", split_commas=True)]
+    return [coding for coding in codings if coding and coding != "identity"]
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, cap: int, on_overflow: object) -> None:
+    """The answer's body, decoded here, cut off once more than `cap` bytes came out of it.
+
+    The cap counts what the caller will parse (decoded bytes) and, before any
+    decoding, what came over the wire: a small gzip body that inflates to
+    gigabytes stops at the cap like a large plain one.
+    """
+
+    def __init__(self, inner: httpx2.AsyncByteStream, cap: int, on_overflow: object, codings: list[str]) -> None:
         self._inner = inner
         self._cap = cap
         self._on_overflow = on_overflow
+        self._codings = codings
 
     async def __aiter__(self):  # type: ignore[no-untyped-def]
+        inflaters = [_Inflater(coding) for coding in reversed(self._codings)]  # the last applied is undone first
         received = 0
+        decoded = 0
         async for chunk in self._inner:
             received += len(chunk)
             if received > self._cap:
-                self._on_overflow()  # type: ignore[operator]
-                raise ResponseTooLarge("the upstream's response is too large")
-            yield chunk
+                self._too_large()
+            for piece in _through(inflaters, chunk):
+                decoded += len(piece)
+                if decoded > self._cap:
+                    self._too_large()
+                yield piece
+        for index, inflater in enumerate(inflaters):
+            for piece in _through(inflaters[index + 1 :], inflater.flush()):
+                decoded += len(piece)
+                if decoded > self._cap:
+                    self._too_large()
+                yield piece
+
+    def _too_large(self) -> None:
+        self._on_overflow()  # type: ignore[operator]
+        raise ResponseTooLarge("the upstream's response is too large")
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
+def _through(inflaters: list[_Inflater], chunk: bytes) -> Iterator[bytes]:
+    """`chunk` undone by each inflater in turn, step by step (no coding: the chunk itself)."""
+    if not chunk:
+        return
+    if not inflaters:
+        yield chunk
+        return
+    first, rest = inflaters[0], inflaters[1:]
+    for piece in first.feed(chunk):
+        yield from _through(rest, piece)
+
+
+_DECODED_HEADERS = frozenset({"content-encoding", "content-length"})
+
+
 class PinnedTransport(httpx2.AsyncBaseTransport):
-    """Sends every request to the checked address, caps response bodies, counts auth refusals.
+    """Sends every request to the checked address, caps decoded response bodies, counts auth refusals.
+
+    It asks for gzip or deflate and undoes them itself, counting decoded bytes
+    against the cap; an answer in any other coding is refused unread.
 
     The counters let a caller tell "the upstream refused the credential" (401/403)
     and "the answer was too large" apart from other failures, which the SDK
@@ -200,11 +314,18 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
         # issued, an event stream it answered with. Either keeps calls on the SDK's path.
         self.session_ids = 0
         self.event_streams = 0
+        self.unasked_encodings = 0  # answers refused for a content coding that was not asked for
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.url = request.url.copy_with(host=self._address)
         request.extensions = {**request.extensions, "sni_hostname": self._hostname}
+        request.headers["Accept-Encoding"] = ", ".join(ACCEPTED_ENCODINGS)
         response = await self._inner.handle_async_request(request)
+        codings = content_codings(response.headers)
+        if any(coding not in ACCEPTED_ENCODINGS for coding in codings) or len(codings) > MAX_CONTENT_CODINGS:
+            await response.aclose()
+            self.unasked_encodings += 1
+            raise UnaskedContentEncoding(UnaskedContentEncoding.MESSAGE)
         if response.status_code in AUTH_REJECTED_STATUSES:
             self.auth_rejections += 1
         elif response.status_code == 404:
@@ -213,10 +334,16 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
             self.session_ids += 1
         if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             self.event_streams += 1
+        headers = response.headers
+        if codings:  # decoded here, so the client in front must not decode again (nor trust the length)
+            headers = httpx2.Headers(
+                [(name, value) for name, value in headers.multi_items() if name.lower() not in _DECODED_HEADERS]
+            )
+        stream = _CappedStream(response.stream, self._max_response_bytes, self._count_oversized, codings)  # type: ignore[arg-type]
         return httpx2.Response(
             status_code=response.status_code,
-            headers=response.headers,
-            stream=_CappedStream(response.stream, self._max_response_bytes, self._count_oversized),  # type: ignore[arg-type]
+            headers=headers,
+            stream=stream,
             extensions=response.extensions,
             request=request,
         )

@@ -18,6 +18,7 @@ from tests.support.mcp_upstream import McpUpstream
 from tests.tools_app.upstream.conftest import add
 from tools_app.models import McpServer, McpTool, Tool
 from tools_app.upstream.definitions import DiscoveryBounds, definition_hash
+from tools_app.upstream.netguard import MAX_UPSTREAM_RESPONSE_BYTES
 from tools_app.upstream.services import (
     DiscoveryFailed,
     mcp_server_discover,
@@ -158,6 +159,32 @@ def test_remote_refs_are_refused_without_fetching(registered, upstream):
     with pytest.raises(DiscoveryFailed, match="remote \\$ref"):
         discover(registered)
 
+    assert not McpTool.objects.exists()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_listing_is_counted_after_decoding(registered, upstream, coding):
+    # given an upstream whose tools/list is small on the wire and over the response cap once decoded
+    upstream.content_encoding = coding
+    discover(registered)  # compressed answers under the cap are read as they are
+    before = list(McpTool.objects.order_by("id").values_list("upstream_name", "live_hash"))
+    upstream.server.add_tool(lambda: "x", name="bomb", description=" " * (MAX_UPSTREAM_RESPONSE_BYTES + 1))
+
+    with pytest.raises(DiscoveryFailed) as failure:
+        discover(registered)
+
+    assert failure.value.safe_message == "the upstream's answer is too large"
+    assert list(McpTool.objects.order_by("id").values_list("upstream_name", "live_hash")) == before
+    assert {request.headers.get("accept-encoding") for request in upstream.requests} == {"gzip, deflate"}
+
+
+def test_a_listing_in_an_encoding_not_asked_for_is_refused(registered, upstream):
+    upstream.content_encoding = "br"  # labelled, never asked for: Toolgate asks for gzip and deflate only
+
+    with pytest.raises(DiscoveryFailed) as failure:
+        discover(registered)
+
+    assert failure.value.safe_message == "the upstream answered in a content encoding Toolgate did not ask for"
     assert not McpTool.objects.exists()
 
 

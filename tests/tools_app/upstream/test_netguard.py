@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import socket
+import zlib
 
 import httpx2
 import pytest
@@ -12,6 +15,8 @@ from tests.support.loopback import LoopbackServer
 from tools_app.upstream.netguard import (
     Endpoint,
     PinnedTransport,
+    ResponseTooLarge,
+    UnaskedContentEncoding,
     UpstreamAddressRefused,
     check_url_now,
     is_private_address,
@@ -192,3 +197,104 @@ def test_the_transport_cuts_an_oversized_answer():
         transport = asyncio.run(send())
 
     assert transport.oversized == 1
+
+
+# --- content codings: counted after decoding, only what was asked for ------------------------------------
+
+
+def gzipped(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=9)
+
+
+def deflated(data: bytes, *, raw: bool = False) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+def post_through_transport(server: LoopbackServer, *, cap: int) -> tuple[PinnedTransport, httpx2.Response | Exception]:
+    async def send() -> tuple[PinnedTransport, httpx2.Response | Exception]:
+        transport = PinnedTransport(address="127.0.0.1", hostname="127.0.0.1", max_response_bytes=cap)
+        async with httpx2.AsyncClient(transport=transport) as client:
+            try:
+                return transport, await client.post(f"http://127.0.0.1:{server.port}/mcp", json={})
+            except Exception as exc:  # the test looks at which one
+                return transport, exc
+
+    return asyncio.run(send())
+
+
+BOMB = b'{"padding": "' + b" " * (8 * 1024 * 1024) + b'"}'  # 8 MiB that compresses to about 8 KiB
+
+
+@pytest.mark.parametrize(
+    ("coding", "encode"),
+    [("gzip", gzipped), ("deflate", deflated), ("deflate", lambda data: deflated(data, raw=True))],
+    ids=["gzip", "deflate", "raw-deflate"],
+)
+def test_a_compressed_answer_is_counted_after_decoding(coding, encode):
+    # given a body far under the cap on the wire, far over it once decoded
+    body = encode(BOMB)
+    assert len(body) < 64 * 1024
+    with LoopbackServer() as server:
+        server.route(
+            "POST", "/mcp", body=body, headers={"Content-Type": "application/json", "Content-Encoding": coding}
+        )
+
+        transport, outcome = post_through_transport(server, cap=1024 * 1024)
+
+    assert isinstance(outcome, ResponseTooLarge)
+    assert transport.oversized == 1
+    assert server.requests[0].headers["accept-encoding"] == "gzip, deflate"
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_answer_under_the_cap_arrives_decoded(coding):
+    document = json.dumps({"tools": [{"name": f"tool_{n}"} for n in range(2000)]}).encode()
+    encode = gzipped if coding == "gzip" else deflated
+    with LoopbackServer() as server:
+        server.route(
+            "POST",
+            "/mcp",
+            body=encode(document),
+            headers={"Content-Type": "application/json", "Content-Encoding": coding},
+        )
+
+        transport, outcome = post_through_transport(server, cap=len(document))
+
+    assert isinstance(outcome, httpx2.Response)
+    assert outcome.content == document
+    assert "content-encoding" not in outcome.headers
+    assert transport.oversized == 0
+
+
+def test_gzip_inside_gzip_is_undone_and_counted_at_each_layer():
+    body = gzipped(gzipped(BOMB))
+    with LoopbackServer() as server:
+        server.route("POST", "/mcp", body=body, headers={"Content-Encoding": "gzip, gzip"})
+
+        transport, outcome = post_through_transport(server, cap=1024 * 1024)
+
+    assert isinstance(outcome, ResponseTooLarge)
+    assert transport.oversized == 1
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd", "compress", "x-custom", "gzip, gzip, gzip"])
+def test_an_encoding_that_was_not_asked_for_is_refused_unread(coding):
+    with LoopbackServer() as server:
+        server.route("POST", "/mcp", body=b"\x00" * 100, headers={"Content-Encoding": coding})
+
+        transport, outcome = post_through_transport(server, cap=1024 * 1024)
+
+    assert isinstance(outcome, UnaskedContentEncoding)
+    assert str(outcome) == "the upstream answered in a content encoding Toolgate did not ask for"
+    assert transport.unasked_encodings == 1
+
+
+def test_a_corrupt_gzip_body_is_a_decoding_error():
+    with LoopbackServer() as server:
+        server.route("POST", "/mcp", body=b"\x1f\x8b" + b"\x00" * 50, headers={"Content-Encoding": "gzip"})
+
+        _transport, outcome = post_through_transport(server, cap=1024 * 1024)
+
+    assert isinstance(outcome, httpx2.DecodingError)
+    assert str(outcome) == "the upstream's gzip body is corrupt"
