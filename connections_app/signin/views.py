@@ -248,7 +248,7 @@ def _allowed_tools(account: ServiceAccount) -> list[str]:
     policy = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
     if policy is None:
         return []
-    return sorted(policy.allowed_tools & enabled_tool_ids())
+    return sorted(tool_id for tool_id in enabled_tool_ids() if policy.allows(tool_id))
 
 
 def _consent_page(

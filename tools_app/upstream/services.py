@@ -27,6 +27,8 @@ from policies_app.crypto import CredentialError, KeyRing
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.key_rotation import RewrapOutcome
+from policies_app.models import ToolPolicy
+from policies_app.services import policy_save
 from runner.pipeline import BackgroundLoop
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.metrics import mcp_discovery_observed
@@ -44,6 +46,7 @@ from tools_app.upstream.definitions import (
     definition_hash,
     pinned_schema_hash,
     safe_label,
+    server_tool_id_prefix,
     stricter,
     suggested_effect,
     tool_ids_for,
@@ -321,6 +324,32 @@ def mcp_server_remove(*, slug: str) -> McpServer:
     _sync_schedule(server)
     governance_bump()
     return server
+
+
+@transaction.atomic
+def mcp_server_allow_in_policy(
+    *, slug: str, policy_pk: int, user: AbstractBaseUser | None = None
+) -> tuple[ToolPolicy, str, bool]:
+    """Allow every approved tool of a server under one policy: add its pattern `mcp__<slug>__*`.
+
+    A pattern rather than today's approved ids: tools the server gains and an
+    operator approves later are allowed with no second edit, and a tool that is
+    pending, quarantined after drift, removed or switched off stays refused by
+    its own gate, which the policy never overrides. Returns the policy, the
+    pattern and whether it was added (False: the policy already held it, and
+    nothing was written). Recorded in the change log like any policy edit.
+    """
+    server = McpServer.objects.filter(slug=slug, removed_at__isnull=True).first()
+    if server is None:
+        raise AppError(f"no MCP server {slug!r}")
+    policy = ToolPolicy.objects.select_for_update().filter(pk=policy_pk).first()
+    if policy is None:
+        raise AppError("no such policy; choose one of the policies listed")
+    pattern = server_tool_id_prefix(server.slug) + "*"
+    if pattern in policy.allowed_tools:
+        return policy, pattern, False
+    policy.allowed_tools = sorted({*policy.allowed_tools, pattern})
+    return policy_save(policy=policy, updated_by=_actor_fields(user)), pattern, True
 
 
 # --- discovery ------------------------------------------------------------------------------
