@@ -13,7 +13,6 @@ from policies_app.governance import governance_cache
 from policies_app.ids import uuid_or_none
 from policies_app.key_rotation import envelope_key_usage, not_sealed_under
 from policies_app.keys import key_matches, key_prefix, subject_token_prefix
-from policies_app.toolpatterns import ToolPatterns
 from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
     ApprovalRequest,
@@ -24,6 +23,7 @@ from policies_app.models import (
     TenantMembership,
     ToolPolicy,
 )
+from policies_app.toolpatterns import NO_TOOLS, ToolPatterns
 from runner.types import UNKNOWN_DELEGATION, Budgets, ConsequenceLevel, ToolSpec
 
 
@@ -59,7 +59,7 @@ class EffectivePolicy:
     approver: str = Approver.OPERATOR
     approval_ttl_s: int = DEFAULT_APPROVAL_TTL_S
     # allowed_tools compiled once per cached policy (exact ids and `*` patterns): the hot path's check.
-    allowed: ToolPatterns = ToolPatterns(exact=frozenset(), regex=None)
+    allowed: ToolPatterns = NO_TOOLS
 
     def allows(self, tool_id: str) -> bool:
         """Whether this policy allows the tool id, by name or by pattern (the tool's own gates still apply)."""

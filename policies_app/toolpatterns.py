@@ -76,6 +76,9 @@ class ToolPatterns:
         return tool_id in self.exact or (self.regex is not None and self.regex.fullmatch(tool_id) is not None)
 
 
+NO_TOOLS = ToolPatterns(exact=frozenset(), regex=None)
+
+
 def _compile(patterns: Iterable[str]) -> re.Pattern[str]:
     alternatives = ("(?:" + ".*".join(re.escape(part) for part in p.split(WILDCARD)) + ")" for p in patterns)
     return re.compile("|".join(alternatives), re.DOTALL)

@@ -19,7 +19,6 @@ from tools_app.services import tool_set_enabled
 from tools_app.upstream.services import (
     mcp_server_allow_in_policy,
     mcp_server_discover,
-    mcp_server_register,
     mcp_tool_approve,
 )
 
@@ -153,8 +152,10 @@ def test_the_effective_policy_compiles_its_patterns_once_per_cached_policy(calle
     first = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
     again = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
 
-    assert first is again and first.allowed is again.allowed
-    assert first.allows("mcp__acme__anything") and first.allows("core__wait")
+    assert first is again
+    assert first.allowed is again.allowed
+    assert first.allows("mcp__acme__anything")
+    assert first.allows("core__wait")
     assert not first.allows("mcp__other__add")
 
 
