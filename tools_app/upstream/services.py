@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import re
 import threading
-from pathlib import Path
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import environ

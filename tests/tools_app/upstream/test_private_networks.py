@@ -38,9 +38,9 @@ def test_add_refuses_a_loopback_url_allowed_only_in_this_shell_and_names_the_fix
         call_command("mcp_server", "add", "acme", "--url", upstream.url, stdout=io.StringIO())
 
     assert str(refused.value) == (
-        f"mcp server 'acme': {SETTING}=true is set in this shell only; the web server, the worker and the MCP host read {clone} "
-        f"and would refuse every call to this server. Add the line {SETTING}=true to {clone}, restart "
-        "`make run`, then run this again"
+        f"mcp server 'acme': {SETTING}=true is set in this shell only; the web server, the worker and the MCP "
+        f"host read {clone} and would refuse every call to this server. Add the line {SETTING}=true to "
+        f"{clone}, restart `make run`, then run this again"
     )
     assert not McpServer.objects.exists()
     assert upstream.requests == []
