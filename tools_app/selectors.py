@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db.models import Count, QuerySet
 
 from policies_app.governance import governance_cache
@@ -69,6 +71,11 @@ def tool_ids_known() -> list[str]:
     A tool gone from code keeps its row, so policies that still name it stay editable.
     """
     return sorted(set(code_registry()) | set(Tool.objects.values_list("id", flat=True)))
+
+
+def tools_by_id(*, tool_ids: Iterable[str]) -> dict[str, Tool]:
+    """The catalog rows of these ids (what a page shows of a tool: title, description, effect, level)."""
+    return {tool.id: tool for tool in Tool.objects.filter(pk__in=list(tool_ids))}
 
 
 def mcp_server_tool_id_prefixes() -> list[str]:
