@@ -189,16 +189,6 @@ class McpView(APIView):
             raise ImproperlyConfigured(f"{type(self).__name__} needs as_view(runtime_provider=...)")
         return self.runtime_provider()
 
-    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[BaseRenderer, str]:
-        """Negotiate a POST's answer; any other method answers JSON, whatever it accepts.
-
-        DRF negotiates before it checks the method, so the optional `GET /mcp` with
-        `Accept: text/event-stream` (the stream a client may open; this server has
-        none) would answer 406 where the protocol expects 401 without a key and then
-        405, and MCP clients (the Inspector CLI among them) take a 406 for a failure.
-        """
-        return super().perform_content_negotiation(request, force=force or request.method != "POST")
-
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         origin = request.META.get("HTTP_ORIGIN")
         if origin is not None and origin not in settings.TOOLGATE_MCP_ALLOWED_ORIGINS:
