@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 
 from changes_app.models import Change
 
@@ -20,6 +20,21 @@ def changes_for_tenant(*, tenant_id: int) -> QuerySet[Change]:
 def changes_since(*, since: datetime) -> Iterator[Change]:
     """Every entry at or after `since`, oldest first, streamed in chunks (an export may be large)."""
     return Change.objects.filter(at__gte=since).order_by("at", "id").iterator(chunk_size=EXPORT_CHUNK)
+
+
+def change_last_actor_label(*, obj: Model, action: str) -> str | None:
+    """Who made the latest `action` change to `obj`, as the log names them (`os:root (manage.py ...)`).
+
+    For rows that keep a user foreign key only: a write from a command or a
+    task has no user, but the log still knows its actor.
+    """
+    change = (
+        Change.objects.filter(object_type=obj._meta.label_lower, object_id=str(obj.pk), action=action)
+        .order_by("-at", "-id")
+        .only("actor_label")
+        .first()
+    )
+    return change.actor_label if change is not None else None
 
 
 def change_as_dict(change: Change) -> dict[str, object]:

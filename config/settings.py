@@ -25,8 +25,11 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
-if (BASE_DIR / ".env").is_file():
-    env.read_env(BASE_DIR / ".env")
+# The one file every process of a clone reads (web, worker, beat, the MCP host, manage.py): a setting
+# exported in one shell reaches only that shell's command (tools_app.upstream.services checks one).
+DOTENV_FILE = BASE_DIR / ".env"
+if DOTENV_FILE.is_file():
+    env.read_env(DOTENV_FILE)
 
 # Off unless asked for: a deployment that forgets it runs safe. `make run` and `make test` turn it on,
 # and with it the development secrets generated into var/.

@@ -45,7 +45,7 @@ class DatabasePolicyDecider:
         policy = policy_effective_for(tenant_id=ctx.tenant_id, service_account_id=ctx.actor_id)
         if policy is None:
             return PolicyDecision(Decision.DENY, safe_message="no policy applies to this caller")
-        if spec.name not in policy.allowed_tools:
+        if not policy.allows(spec.name):
             return PolicyDecision(Decision.DENY, safe_message="tool is not allowed by the caller's policy")
         if policy.approval_reason(spec) is None:
             return PolicyDecision(Decision.ALLOW, budgets=policy.budgets)
@@ -63,7 +63,7 @@ class DatabaseApprovalDesk:
     ) -> PolicyDecision:
         policy = policy_effective_for(tenant_id=ctx.tenant_id, service_account_id=ctx.actor_id)
         reason = policy.approval_reason(spec) if policy is not None else None
-        if policy is None or reason is None or spec.name not in policy.allowed_tools:  # changed since the policy stage
+        if policy is None or reason is None or not policy.allows(spec.name):  # changed since the policy stage
             return PolicyDecision(Decision.DENY, safe_message="not allowed by policy")
         if args_sha256 is None:  # arguments that cannot be hashed cannot be approved
             return PolicyDecision(Decision.DENY, safe_message="these arguments cannot be bound to an approval")

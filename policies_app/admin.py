@@ -28,11 +28,11 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from policies_app.admin_display import RevokedFilter, count_of, revoke_action
-from policies_app.catalog import enabled_tool_ids
+from policies_app.catalog import enabled_tool_ids, tool_ids_known
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
 from policies_app.models import Delegation, ServiceAccount, SigninClient, Tenant, TenantMembership, ToolPolicy
-from policies_app.selectors import policies_applicable_to, policy_effective_for
+from policies_app.selectors import EffectivePolicy, policies_applicable_to, policy_effective_for
 from policies_app.services import (
     delegation_revoke,
     policy_delete,
@@ -42,6 +42,7 @@ from policies_app.services import (
     service_account_update,
 )
 from policies_app.signin import signin_client_revoke
+from policies_app.toolpatterns import is_pattern
 from runner.types import Budgets
 
 KEY_CREATED_TEMPLATE = "admin/policies_app/serviceaccount/key_created.html"
@@ -207,13 +208,18 @@ class ServiceAccountAdmin(admin.ModelAdmin):
             "effective": effective,
             "applied": applied,
             "overridden": [p for p in candidates if p is not applied],
-            "tools": [(tool_id, tool_id in enabled) for tool_id in sorted(effective.allowed_tools)]
-            if effective
-            else [],
+            "tools": _allowed_rows(effective, enabled) if effective else [],
             "approval_effects": sorted(effective.approval_effects) if effective else [],
             "budgets": _budget_rows(effective.budgets) if effective else [],
         }
         return TemplateResponse(request, EFFECTIVE_POLICY_TEMPLATE, context)
+
+
+def _allowed_rows(effective: EffectivePolicy, enabled: set[str]) -> list[tuple[str, bool]]:
+    """The policy's named ids and the catalog ids its patterns match now, each with its switch."""
+    named = {entry for entry in effective.allowed_tools if not is_pattern(entry)}
+    matched = {tool_id for tool_id in tool_ids_known() if effective.allows(tool_id)}
+    return [(tool_id, tool_id in enabled) for tool_id in sorted(named | matched)]
 
 
 def _budget_rows(budgets: Budgets) -> list[tuple[str, int | None]]:
@@ -353,7 +359,7 @@ class ToolPolicyAdmin(admin.ModelAdmin):
                 "with none, nothing is allowed.",
             },
         ),
-        ("Tools", {"fields": ("allowed_tools",)}),
+        ("Tools", {"fields": ("allowed_tools", "allowed_tool_patterns")}),
         (
             "Approval",
             {

@@ -16,10 +16,12 @@ ToolIds = Callable[[], Iterable[str]]
 _installed: dict[str, ToolIds] = {}
 
 
-def install_tool_catalog(*, known: ToolIds, enabled: ToolIds) -> None:
-    """Called by the catalog's owner at startup: every tool id, and the ids switched on."""
+def install_tool_catalog(*, known: ToolIds, enabled: ToolIds, server_prefixes: ToolIds = list) -> None:
+    """Called by the catalog's owner at startup: every tool id, the ids switched on, and the id
+    prefixes of the registered upstream servers (what a policy's `mcp__<server>__*` may name)."""
     _installed["known"] = known
     _installed["enabled"] = enabled
+    _installed["server_prefixes"] = server_prefixes
 
 
 def tool_ids_known() -> list[str]:
@@ -28,3 +30,7 @@ def tool_ids_known() -> list[str]:
 
 def enabled_tool_ids() -> set[str]:
     return set(_installed.get("enabled", list)())
+
+
+def tool_server_prefixes() -> list[str]:
+    return list(_installed.get("server_prefixes", list)())

@@ -11,9 +11,10 @@ from typing import Any
 
 from django import forms
 
-from policies_app.catalog import tool_ids_known
+from policies_app.catalog import tool_ids_known, tool_server_prefixes
 from policies_app.models import ServiceAccount, ToolPolicy
 from policies_app.selectors import policy_active_in_scope
+from policies_app.toolpatterns import is_pattern, pattern_problem
 from runner.types import ToolEffect
 
 SCOPE_CHOICES = ServiceAccount.Scope.choices
@@ -65,6 +66,14 @@ class ToolPolicyForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
         help_text="Tools from the code registry and the catalog. A tool also needs its switch on to run.",
     )
+    allowed_tool_patterns = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        label="Allowed tool patterns",
+        help_text="One per line; * matches any characters (no other wildcard), e.g. mcp__everything__* for "
+        "every tool of one MCP server, now and after discovery. A matched tool still needs its switch on and "
+        "an approved definition.",
+    )
     require_approval_for_effects = forms.MultipleChoiceField(
         choices=EFFECT_CHOICES,
         required=False,
@@ -87,6 +96,7 @@ class ToolPolicyForm(forms.ModelForm):
             "service_account",
             "is_active",
             "allowed_tools",
+            "allowed_tool_patterns",
             "require_approval_for_effects",
             "require_approval_at_or_above",
             "require_approval_for_tools",
@@ -101,13 +111,32 @@ class ToolPolicyForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Ids the policy already names stay visible (and can be unticked) even if unknown now.
-        tool_ids = sorted(set(tool_ids_known()) | set(self.instance.allowed_tools or ()))
+        entries = set(self.instance.allowed_tools or ())
+        patterns = sorted(entry for entry in entries if is_pattern(entry))
+        tool_ids = sorted(set(tool_ids_known()) | entries.difference(patterns))
         self.fields["allowed_tools"].choices = [(tool_id, tool_id) for tool_id in tool_ids]
+        self.initial["allowed_tools"] = sorted(entries.difference(patterns))
+        self.initial["allowed_tool_patterns"] = "\n".join(patterns)
         named = sorted(set(tool_ids_known()) | set(self.instance.require_approval_for_tools or ()))
         self.fields["require_approval_for_tools"].choices = [(tool_id, tool_id) for tool_id in named]
 
     def clean_allowed_tools(self) -> list[str]:
         return sorted(self.cleaned_data["allowed_tools"])
+
+    def clean_allowed_tool_patterns(self) -> list[str]:
+        """Each line a pattern that can match something an operator knows of (policies_app.toolpatterns)."""
+        lines = sorted({line.strip() for line in self.cleaned_data["allowed_tool_patterns"].splitlines()} - {""})
+        known, prefixes = tool_ids_known(), tool_server_prefixes()
+        problems = [f"{line!r} has no *: tick the tool above instead" for line in lines if not is_pattern(line)]
+        problems += [
+            problem
+            for line in lines
+            if is_pattern(line)
+            and (problem := pattern_problem(line, known_ids=known, server_prefixes=prefixes)) is not None
+        ]
+        if problems:
+            raise forms.ValidationError(problems)
+        return lines
 
     def clean_require_approval_for_effects(self) -> list[str]:
         return sorted(self.cleaned_data["require_approval_for_effects"])
@@ -117,6 +146,8 @@ class ToolPolicyForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        if "allowed_tools" in cleaned and "allowed_tool_patterns" in cleaned:
+            cleaned["allowed_tools"] = sorted({*cleaned["allowed_tools"], *cleaned["allowed_tool_patterns"]})
         if "tenant" not in cleaned or "service_account" not in cleaned:
             return cleaned  # a field error already explains what is wrong
         tenant, account = cleaned["tenant"], cleaned["service_account"]

@@ -23,6 +23,7 @@ from policies_app.models import (
     TenantMembership,
     ToolPolicy,
 )
+from policies_app.toolpatterns import NO_TOOLS, ToolPatterns
 from runner.types import UNKNOWN_DELEGATION, Budgets, ConsequenceLevel, ToolSpec
 
 
@@ -57,6 +58,12 @@ class EffectivePolicy:
     approval_tools: frozenset[str] = frozenset()
     approver: str = Approver.OPERATOR
     approval_ttl_s: int = DEFAULT_APPROVAL_TTL_S
+    # allowed_tools compiled once per cached policy (exact ids and `*` patterns): the hot path's check.
+    allowed: ToolPatterns = NO_TOOLS
+
+    def allows(self, tool_id: str) -> bool:
+        """Whether this policy allows the tool id, by name or by pattern (the tool's own gates still apply)."""
+        return self.allowed.allows(tool_id)
 
     def approval_reason(self, spec: ToolSpec) -> str | None:
         """Why a call of this tool needs a person under this policy, or None when it does not.
@@ -129,6 +136,7 @@ def _load_effective_policy(tenant_id: int | str, service_account_id: str) -> Eff
     return EffectivePolicy(
         name=best.name,
         allowed_tools=frozenset(best.allowed_tools),
+        allowed=ToolPatterns.compile(best.allowed_tools),
         approval_effects=frozenset(best.require_approval_for_effects),
         approval_at_or_above=ConsequenceLevel(best.require_approval_at_or_above)
         if best.require_approval_at_or_above

@@ -32,10 +32,34 @@ def catalog_for(ctx: ToolInvocationContext, source: ToolSource, policy: PolicyDe
     return sorted(specs, key=lambda spec: spec.name)
 
 
+SUGGESTION_CUTOFF = 0.6
+NAMESPACE_SEPARATOR = "__"
+
+
 def closest_tool_id(tool_id: str, names: Iterable[str]) -> str | None:
-    """The id among `names` that `tool_id` most likely misspells (difflib's ratio ≥ 0.6), or None."""
-    matches = difflib.get_close_matches(tool_id, list(names), n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    """The id among `names` that `tool_id` most likely misspells, or None when none is near.
+
+    Ids are compared by their own name (after the last `__`), not as whole
+    strings: `mcp__everything__echo` and `mcp__everything__get-tiny-image`
+    share a long server prefix, which alone made difflib call them close. A
+    bare name (`echo`) finds the id of that name; an id with a namespace must
+    be near as a whole too (difflib's ratio ≥ 0.6 both ways).
+    """
+    wanted = _own_name(tool_id)
+    scored = []
+    for name in names:
+        own = difflib.SequenceMatcher(None, wanted, _own_name(name)).ratio()
+        if own < SUGGESTION_CUTOFF:
+            continue
+        whole = difflib.SequenceMatcher(None, tool_id, name).ratio()
+        if NAMESPACE_SEPARATOR in tool_id and whole < SUGGESTION_CUTOFF:
+            continue
+        scored.append((own, whole, name))
+    return max(scored)[2] if scored else None
+
+
+def _own_name(tool_id: str) -> str:
+    return tool_id.rsplit(NAMESPACE_SEPARATOR, 1)[-1]
 
 
 def unknown_tool_message(tool_id: str, catalog: Iterable[ToolSpec]) -> str:

@@ -88,15 +88,16 @@ def demo_seed(*, credentials_file: Path) -> DemoSeed:
             tenant = tenant_create(slug=DEMO_TENANT, name="Demo")
             changes.append(f"created tenant {DEMO_TENANT}")
         operator = _operator_ensure(password=operator_password, changes=changes)
+        # An owner, so every page of the tenant UI (toolsets, owner approvals, redirect URIs) can be tried.
         member = tenant_user_upsert(
-            tenant=tenant, username=DEMO_USER, password=user_password, role=TenantMembership.Role.MEMBER
+            tenant=tenant, username=DEMO_USER, password=user_password, role=TenantMembership.Role.OWNER
         )
         if member.user_created:
             changes.append(f"created user {DEMO_USER}")
         elif member.password_changed:
             changes.append(f"reset the password of {DEMO_USER}")
         if member.membership_created and not member.user_created:
-            changes.append(f"made {DEMO_USER} a member of {DEMO_TENANT}")
+            changes.append(f"made {DEMO_USER} an owner of {DEMO_TENANT}")
         api_key = _account_ensure(
             tenant=tenant, stored_key=stored.get("api_key", ""), operator=operator, changes=changes
         )

@@ -32,11 +32,13 @@ from policies_app.models import (
     ToolPolicy,
 )
 from policies_app.services import policy_delete
+from policies_app.toolpatterns import is_pattern, pattern_problem
 from runner.catalog import closest_tool_id
 from runner.contracts import tags_problem
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
+from tools_app.selectors import mcp_server_tool_id_prefixes
 from tools_app.services import tool_metadata_set, tool_switch_record, tool_sync
 from tools_app.toolset_io import ToolsetRow, toolsets_apply, toolsets_export, toolsets_validate
 from tools_app.upstream.services import SCHEMA_HASH_PREFIX, mcp_tool_approve, schema_hash_label
@@ -483,6 +485,7 @@ def _validate_policies(policies: Any, *, known_tools: set[str], problems: list[s
         return []
     tenants = set(Tenant.objects.values_list("slug", flat=True))
     accounts = set(ServiceAccount.objects.values_list("tenant__slug", "name"))
+    server_prefixes = mcp_server_tool_id_prefixes()
     rows = []
     seen: set[str] = set()
     for position, entry in enumerate(policies):
@@ -496,7 +499,13 @@ def _validate_policies(policies: Any, *, known_tools: set[str], problems: list[s
             problems.append(f"policy {name!r}: the name appears more than once in the file")
         seen.add(name)
         row = _validate_policy(
-            name, entry, known_tools=known_tools, tenants=tenants, accounts=accounts, problems=problems
+            name,
+            entry,
+            known_tools=known_tools,
+            server_prefixes=server_prefixes,
+            tenants=tenants,
+            accounts=accounts,
+            problems=problems,
         )
         if row is not None:
             rows.append(row)
@@ -508,6 +517,7 @@ def _validate_policy(
     entry: dict[str, Any],
     *,
     known_tools: set[str],
+    server_prefixes: list[str],
     tenants: set[str],
     accounts: set[tuple[str, str]],
     problems: list[str],
@@ -528,7 +538,17 @@ def _validate_policy(
             problems.append(f"{where}: unknown service account {account!r} in tenant {tenant!r}")
 
     allowed = _string_list(entry.get("allowed_tools", []), f"{where}: allowed_tools", problems)
-    problems += [f"{where}: {_unknown_tool(tool_id, known_tools)}" for tool_id in allowed if tool_id not in known_tools]
+    problems += [
+        f"{where}: {_unknown_tool(tool_id, known_tools)}"
+        for tool_id in allowed
+        if not is_pattern(tool_id) and tool_id not in known_tools
+    ]
+    problems += [
+        f"{where}: allowed_tools: {problem}"
+        for pattern in allowed
+        if is_pattern(pattern)
+        and (problem := pattern_problem(pattern, known_ids=known_tools, server_prefixes=server_prefixes)) is not None
+    ]
     effects = _string_list(
         entry.get("require_approval_for_effects", []), f"{where}: require_approval_for_effects", problems
     )

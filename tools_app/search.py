@@ -157,6 +157,12 @@ def _stem(word: str) -> str:
 
 
 def _ranked_ids_plain(specs: list[ToolSpec], words: list[str], limit: int | None) -> list[str]:
+    """How many of the query's words a tool matches anywhere first, then where they match (the weights).
+
+    Coverage comes first because a sentence is the usual query: for "add two
+    numbers" a tool described as the sum of two numbers meets two of its
+    words, where `add_observations` meets only one, however heavy its id.
+    """
     stems = {_stem(word) for word in words}
     scored = []
     for spec in specs:
@@ -167,13 +173,15 @@ def _ranked_ids_plain(specs: list[ToolSpec], words: list[str], limit: int | None
             "description": spec.description,
         }
         score = 0.0
+        covered: set[str] = set()
         for field, weight in PLAIN_WEIGHTS:
-            tokens = {_stem(token) for token in WORD_RE.findall(fields[field].lower())}
-            score += weight * len(stems & tokens)
+            matched = stems & {_stem(token) for token in WORD_RE.findall(fields[field].lower())}
+            score += weight * len(matched)
+            covered |= matched
         if score > 0:
-            scored.append((-score, spec.name))
+            scored.append((-len(covered), -score, spec.name))
     scored.sort()
-    ranked = [tool_id for _, tool_id in scored]
+    ranked = [tool_id for *_, tool_id in scored]
     return ranked[:limit] if limit is not None else ranked
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db.models import Count, QuerySet
 
 from policies_app.governance import governance_cache
 from tools_app.models import McpServer, Tool, ToolInvocation
 from tools_app.registry import code_registry
+from tools_app.upstream.definitions import server_tool_id_prefix
 
 
 def enabled_tool_ids() -> frozenset[str]:
@@ -68,6 +71,18 @@ def tool_ids_known() -> list[str]:
     A tool gone from code keeps its row, so policies that still name it stay editable.
     """
     return sorted(set(code_registry()) | set(Tool.objects.values_list("id", flat=True)))
+
+
+def tools_by_id(*, tool_ids: Iterable[str]) -> dict[str, Tool]:
+    """The catalog rows of these ids (what a page shows of a tool: title, description, effect, level)."""
+    return {tool.id: tool for tool in Tool.objects.filter(pk__in=list(tool_ids))}
+
+
+def mcp_server_tool_id_prefixes() -> list[str]:
+    """`mcp__<server>__` of every registered (not removed) upstream server: what a policy pattern may name
+    before the server's tools are discovered."""
+    slugs = McpServer.objects.filter(removed_at__isnull=True).values_list("slug", flat=True)
+    return sorted(server_tool_id_prefix(slug) for slug in slugs)
 
 
 def tool_providers() -> list[str]:

@@ -19,7 +19,10 @@ class Toolset(models.Model):
     tenant = models.ForeignKey(
         "policies_app.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="toolsets"
     )
-    name = models.SlugField(max_length=64, help_text="Lower-case letters, digits, '-' and '_': the URL's `<name>`.")
+    name = models.SlugField(
+        max_length=64,
+        help_text="Lower-case letters, digits, '-' and '_'. Agents connect to /mcp/t/ followed by this name.",
+    )
     description = models.CharField(max_length=500, blank=True)
     tool_ids = models.JSONField(default=list, blank=True)
     tags = models.JSONField(default=list, blank=True)

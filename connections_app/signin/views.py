@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,7 +46,8 @@ from policies_app.signin import (
     signin_choices,
     signin_consent,
 )
-from tools_app.selectors import enabled_tool_ids
+from runner.types import ConsequenceLevel, ToolEffect
+from tools_app.selectors import enabled_tool_ids, tools_by_id
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,13 @@ REGISTRATIONS_PER_HOUR = 30  # per client address: registration is open, so it i
 ACCOUNT_FIELD = "tg_account"
 TOOL_FIELD = "tg_tool"
 DECISION_FIELD = "tg_decision"
+TICK_ALL = frozenset({"tick-all", "untick-all"})
+# How the consent page marks a tool's effect: a person reads what the client could do with it.
+EFFECT_MARKS = {
+    ToolEffect.READ_ONLY.value: ("reads", "effect-read"),
+    ToolEffect.STATE_CHANGE.value: ("changes data", "effect-change"),
+    ToolEffect.EXTERNAL_SIDE_EFFECT.value: ("acts outside Toolgate", "effect-external"),
+}
 
 
 def public_cors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -226,6 +235,10 @@ def authorize(request: HttpRequest) -> HttpResponse:
         )
     allowed = _allowed_tools(chosen)
     redirect_uri = grant.request.payload.redirect_uri
+    if request.method == "POST" and request.POST.get(DECISION_FIELD) in TICK_ALL:
+        # "Untick all" / "Tick all" without script: the same page again, every box set one way, nothing granted.
+        ticked = set(allowed) if request.POST[DECISION_FIELD] == "tick-all" else set()
+        return _consent_page(request, grant, choices, chosen, allowed, ticked=ticked)
     if request.method == "POST":
         if request.POST.get(DECISION_FIELD) != "allow":
             response = server.create_authorization_response(request, grant_user=None, grant=grant)
@@ -278,7 +291,57 @@ def _allowed_tools(account: ServiceAccount) -> list[str]:
     policy = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
     if policy is None:
         return []
-    return sorted(policy.allowed_tools & enabled_tool_ids())
+    return sorted(tool_id for tool_id in enabled_tool_ids() if policy.allows(tool_id))
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolChoice:
+    tool_id: str
+    checked: bool
+    title: str
+    description: str
+    effect_label: str
+    effect_class: str
+    high_risk: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolGroup:
+    label: str
+    tools: list[_ToolChoice]
+
+
+def _tool_groups(allowed: list[str], picked: set[str]) -> list[_ToolGroup]:
+    """The allowed tools by where they come from (one MCP server, or Toolgate's own tools), described.
+
+    A person choosing among fifty tools reads them as a few servers, each
+    tool with what it does and whether it only reads or also acts.
+    """
+    rows = tools_by_id(tool_ids=allowed)
+    groups: dict[str, list[_ToolChoice]] = {}
+    for tool_id in allowed:
+        row = rows.get(tool_id)
+        effect = row.effect if row is not None else ToolEffect.EXTERNAL_SIDE_EFFECT.value
+        label, css = EFFECT_MARKS.get(effect, EFFECT_MARKS[ToolEffect.EXTERNAL_SIDE_EFFECT.value])
+        groups.setdefault(_group_label(tool_id), []).append(
+            _ToolChoice(
+                tool_id=tool_id,
+                checked=tool_id in picked,
+                title=row.title if row is not None else "",
+                description=(row.description if row is not None else "").strip(),
+                effect_label=label,
+                effect_class=css,
+                high_risk=row is not None and row.consequence_level == ConsequenceLevel.HIGH.value,
+            )
+        )
+    return [_ToolGroup(label=label, tools=tools) for label, tools in sorted(groups.items())]
+
+
+def _group_label(tool_id: str) -> str:
+    parts = tool_id.split("__")
+    if parts[0] == "mcp" and len(parts) >= 3:
+        return f"MCP server {parts[1]}"
+    return f"Toolgate: {parts[0]}" if len(parts) >= 2 else "Toolgate"
 
 
 def _consent_page(
@@ -290,11 +353,15 @@ def _consent_page(
     *,
     redirect_uri: str | None = None,
     error: str = "",
+    ticked: set[str] | None = None,
 ) -> HttpResponse:
     redirect_uri = redirect_uri or grant.request.payload.redirect_uri
     parts = urlsplit(redirect_uri)
     client = grant.request.client.row
-    picked = set(request.POST.getlist(TOOL_FIELD)) if request.method == "POST" else set(allowed)
+    if ticked is not None:
+        picked = ticked
+    else:
+        picked = set(request.POST.getlist(TOOL_FIELD)) if request.method == "POST" else set(allowed)
     response = render(
         request,
         "tenant/signin_consent.html",
@@ -305,6 +372,8 @@ def _consent_page(
             "several": sum(len(choice.accounts) for choice in choices) > 1,
             "chosen": chosen,
             "tools": [(tool, tool in picked) for tool in allowed],
+            "groups": _tool_groups(allowed, picked),
+            "tool_count": len(allowed),
             "error": error,
             "action": request.get_full_path(),
             "query": [(name, value) for name in request.GET for value in request.GET.getlist(name)],

@@ -102,3 +102,16 @@ def test_a_bad_toolset_is_refused_with_the_reason(acme, owner):
     assert response.status_code == 400
     assert "tags must be" in response.content.decode()
     assert not Toolset.objects.exists()
+
+
+def test_a_member_is_told_why_toolsets_cannot_be_changed_and_an_owner_is_not(acme, member, owner):
+    note = "You are a member of Acme Corp: you can use these toolsets; only its owners create, edit or delete them."
+
+    refused = member.get(NEW)
+
+    assert note in member.get(LIST).content.decode()
+    assert note not in owner.get(LIST).content.decode()
+    assert refused.status_code == 403
+    page = refused.content.decode()
+    assert "You are a member of <strong>Acme Corp</strong>, not an owner" in page
+    assert f'href="{LIST}">Back</a>' in page

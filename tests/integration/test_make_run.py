@@ -147,5 +147,6 @@ def test_make_run_ends_with_the_logins_and_ctrl_c_stops_everything_once_and_quie
     assert not port_open_after
     assert left_running == []
     assert "Segmentation fault" not in after
+    assert "make: ***" not in after  # neither "Error 130" nor "Interrupt" for a clean stop
     assert len(after.splitlines()) < 40, after
     assert after.count("Warm shutdown") <= 1

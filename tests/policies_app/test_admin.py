@@ -729,3 +729,18 @@ def test_changelist_queries_do_not_grow_with_rows(admin_client, acme, changelist
     MembershipFactory(tenant=acme)
 
     assert _queries_for(admin_client, url) == few
+
+
+def test_effective_policy_lists_the_catalog_tools_a_pattern_matches(admin_client, acme):
+    account, _ = service_account_with_key(acme, name="agent")
+    ToolPolicyFactory(name="acme-default", tenant=acme, allowed_tools=["core__*", "github__get_user"])
+    tool_sync(specs=code_specs())
+    tool_set_enabled(tool_ids=["core__wait"], enabled=True)
+
+    response = admin_client.get(_effective_url(account))
+
+    assert response.context["tools"] == [
+        ("core__get_current_time", False),
+        ("core__wait", True),
+        ("github__get_user", False),
+    ]

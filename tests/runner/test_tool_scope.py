@@ -55,3 +55,15 @@ def test_a_scope_never_adds_a_tool_the_policy_does_not_allow():
 
     assert catalog_for(ctx, h.source, h.policy) == []
     assert h.exec("test__bad_output", tool_scope=frozenset({"test__bad_output"})).error_code == ErrorCode.POLICY_DENIED
+
+
+def test_a_tool_outside_the_scope_is_never_offered_a_neighbour_that_only_shares_its_server_prefix():
+    h = make_harness((*tools.ALL, tools.WHERE), allowed={"test__echo", "test__where"})
+
+    outside = h.exec("test__echo", tool_scope=frozenset({"test__where"}))
+    bare = h.exec("echo", tool_scope=frozenset({"test__echo", "test__where"}))
+
+    assert outside.safe_message == (
+        "no such tool; the catalog (GET /api/v1/tools, or MCP tools/list) lists the tools you may call"
+    )
+    assert bare.safe_message == "no such tool; did you mean 'test__echo'?"

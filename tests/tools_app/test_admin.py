@@ -337,3 +337,13 @@ def test_invocation_changelist_queries_do_not_grow_with_rows(admin_client, invoc
         )
 
     assert _queries_for(admin_client, INVOCATION_CHANGELIST) == few
+
+
+def test_the_add_toolset_page_says_where_agents_connect_in_plain_text(admin_client):
+    page = admin_client.get(reverse("admin:tools_app_toolset_add")).content.decode()
+
+    assert (
+        "<div>Lower-case letters, digits, '-' and '_'. Agents connect to /mcp/t/ followed by this name.</div>" in page
+    )
+    assert "``" not in page
+    assert "<name>" not in page

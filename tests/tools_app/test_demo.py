@@ -59,7 +59,7 @@ def test_seed_creates_the_demo_and_prints_working_credentials(credentials_file):
     assert users.get(username="demo-user").check_password(user_password)
     assert users.get(username="demo-user").is_staff is False
     assert list(TenantMembership.objects.values_list("user__username", "tenant__slug", "role")) == [
-        ("demo-user", "demo", "member")
+        ("demo-user", "demo", "owner")
     ]
     assert caller is not None
     assert (caller.tenant_slug, caller.name, caller.scopes) == (

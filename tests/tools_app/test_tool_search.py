@@ -156,6 +156,31 @@ def test_the_plain_fallback_ranks_by_weighted_word_matches():
     assert _ranked_ids_plain(specs, ["weather"], None) == []
 
 
+def test_the_plain_fallback_ranks_a_tool_meeting_more_of_the_querys_words_first():
+    """A sentence as the query: the tool that meets two of its words beats one whose id meets one."""
+    specs = [
+        ToolSpec(
+            name=name,
+            description=description,
+            input_schema={"type": "object"},
+            effect=ToolEffect.READ_ONLY,
+            requires_connection=False,
+            provider=None,
+            schema_hash="0",
+        )
+        for name, description in (
+            ("mcp__memory__add_observations", "Add new observations to existing entities in the knowledge graph"),
+            ("mcp__everything__get-sum", "Returns the sum of two numbers"),
+            ("mcp__everything__echo", "Echoes back the input string"),
+        )
+    ]
+
+    assert _ranked_ids_plain(specs, query_words("add two numbers"), None) == [
+        "mcp__everything__get-sum",
+        "mcp__memory__add_observations",
+    ]
+
+
 def test_search_uses_the_gin_index_on_postgresql(acme):
     if connection.vendor != "postgresql":
         pytest.skip("the full-text index exists on PostgreSQL only")

@@ -18,22 +18,27 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.templatetags.static import static
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from changes_app.selectors import change_last_actor_label
 from policies_app.admin_display import short_datetime
 from policies_app.errors import AppError
+from policies_app.models import ToolPolicy
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import safe_label
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
     approved_schema_hash,
+    mcp_server_allow_in_policy,
     mcp_server_check,
     mcp_server_discover,
     mcp_server_register,
@@ -50,6 +55,8 @@ APPROVE_TEMPLATE = "admin/tools_app/mcptool/approve.html"
 APPROVE_AND_ENABLE_TEMPLATE = "admin/tools_app/mcptool/approve_and_enable.html"
 SHORT_HASH_CHARS = 8  # hex digits in the list; the title holds the whole hash
 ERROR_PREVIEW_CHARS = 120
+NOT_APPLICABLE = "—"
+APPROVE_ACTION = "tool.approve_definition"  # the change log's action of mcp_tool_approve
 
 
 class McpServerForm(forms.ModelForm):
@@ -97,9 +104,24 @@ def stdio_fields(server: McpServer) -> dict[str, Any]:
     return {"command": list(server.command), "env": dict(server.env or {}), "credential_env": server.credential_env}
 
 
+class PolicyChoiceForm(forms.Form):
+    """The policy that "allow every approved tool of the selected servers" writes to."""
+
+    policy = forms.ModelChoiceField(
+        queryset=ToolPolicy.objects.select_related("tenant", "service_account").order_by("name"),
+        required=False,
+        empty_label="(policy, for “allow every approved tool”)",
+    )
+
+
+class McpServerActionForm(ActionForm, PolicyChoiceForm):
+    """The action bar, with the policy choice beside the action."""
+
+
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
+    action_form = McpServerActionForm
     # Every column fits at 1280 px: provider and discovery interval are on the server's page.
     list_display = (
         "slug",
@@ -114,7 +136,7 @@ class McpServerAdmin(admin.ModelAdmin):
     )
     list_filter = ("transport", "enabled", "last_discovery_status", "provider")
     search_fields = ("slug", "url")
-    actions = ("discover_now", "remove_selected")
+    actions = ("discover_now", "allow_in_policy", "remove_selected")
     readonly_fields = (
         "token_state",
         "last_discovery_at",
@@ -183,9 +205,13 @@ class McpServerAdmin(admin.ModelAdmin):
         error = server.last_discovery_error
         return error if len(error) <= ERROR_PREVIEW_CHARS else error[:ERROR_PREVIEW_CHARS] + "…"
 
-    @admin.display(description="token", boolean=True)
-    def has_operator_token(self, server: McpServer) -> bool:
-        return server.has_operator_token
+    @admin.display(description="token")
+    def has_operator_token(self, server: McpServer) -> SafeString | str:
+        """Yes or no for an HTTP server; a stdio server takes no bearer token, so the question does not apply."""
+        if server.is_stdio:
+            return NOT_APPLICABLE
+        icon, alt = ("yes", "True") if server.has_operator_token else ("no", "False")
+        return format_html('<img src="{}" alt="{}">', static(f"admin/img/icon-{icon}.svg"), alt)
 
     @admin.display(description="operator token")
     def token_state(self, server: McpServer) -> str:
@@ -218,6 +244,32 @@ class McpServerAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{failure.slug}: failed: {failure.safe_message}", messages.ERROR)
                 continue
             self.message_user(request, report.summary(), messages.SUCCESS)
+
+    @admin.action(description="Allow every approved tool of the selected servers in the chosen policy")
+    def allow_in_policy(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        """Adds `mcp__<server>__*` to the policy chosen beside the action (tools_app.upstream.services)."""
+        if not request.user.has_perm("policies_app.change_toolpolicy"):
+            self.message_user(request, "Changing a policy needs the permission to change policies.", messages.ERROR)
+            return
+        form = PolicyChoiceForm(request.POST)
+        policy = form.cleaned_data.get("policy") if form.is_valid() else None
+        if policy is None:
+            self.message_user(request, "Choose the policy beside the action, then run it again.", messages.ERROR)
+            return
+        for server in queryset.order_by("slug"):
+            try:
+                policy, pattern, added = mcp_server_allow_in_policy(
+                    slug=server.slug, policy_pk=policy.pk, user=request.user
+                )
+            except AppError as error:
+                self.message_user(request, f"{server.slug}: {error}", messages.ERROR)
+                continue
+            done = "now allows" if added else "already allowed"
+            self.message_user(
+                request,
+                f"Policy {policy.name} {done} {pattern}: every approved, enabled tool of {server.slug}.",
+                messages.SUCCESS,
+            )
 
     @admin.action(description="Remove selected servers (their tools are marked removed)", permissions=["change"])
     def remove_selected(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
@@ -264,7 +316,7 @@ class McpToolAdmin(admin.ModelAdmin):
         "schema_hash_full",
         "approved_schema_hash_full",
         "approved_at",
-        "approved_by",
+        "approved_by_label",
         "approved_via",
         "first_seen_at",
         "last_seen_at",
@@ -289,6 +341,15 @@ class McpToolAdmin(admin.ModelAdmin):
             if tool.approved_via
             else (f"{short_datetime(tool.approved_at)}{by}")
         )
+
+    @admin.display(description="approved by")
+    def approved_by_label(self, tool: McpTool) -> str:
+        """The user, or for an approval from a command or a policy import (no user) the change log's actor."""
+        if tool.approved_by is not None:
+            return tool.approved_by.get_username()
+        if tool.approved_at is None:
+            return "-"
+        return change_last_actor_label(obj=tool, action=APPROVE_ACTION) or "-"
 
     @admin.display(description="last seen", ordering="last_seen_at")
     def last_seen(self, tool: McpTool) -> str | None:

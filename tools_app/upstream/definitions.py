@@ -284,6 +284,11 @@ def safe_label(name: str, limit: int = 80) -> str:
     return repr(cleaned[:limit] + ("…" if len(cleaned) > limit else ""))
 
 
+def server_tool_id_prefix(slug: str) -> str:
+    """What every tool id of one server starts with: a policy's `mcp__<slug>__*` allows them all."""
+    return f"mcp__{slug}__"
+
+
 def tool_id_for(slug: str, upstream_name: str) -> str:
     """`mcp__<slug>__<name>`, or a deterministic mapping when the name does not fit.
 
@@ -292,7 +297,7 @@ def tool_id_for(slug: str, upstream_name: str) -> str:
     sha256: stable across runs, and different names almost never meet (when
     they do, discovery refuses naming both).
     """
-    prefix = f"mcp__{slug}__"
+    prefix = server_tool_id_prefix(slug)
     direct = prefix + upstream_name
     if DIRECT_NAME_PATTERN.match(upstream_name) and len(direct) <= TOOL_ID_MAX_LENGTH:
         return direct

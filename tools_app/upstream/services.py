@@ -14,8 +14,10 @@ import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import environ
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -27,6 +29,8 @@ from policies_app.crypto import CredentialError, KeyRing
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.key_rotation import RewrapOutcome
+from policies_app.models import ToolPolicy
+from policies_app.services import policy_save
 from runner.pipeline import BackgroundLoop
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.metrics import mcp_discovery_observed
@@ -44,6 +48,7 @@ from tools_app.upstream.definitions import (
     definition_hash,
     pinned_schema_hash,
     safe_label,
+    server_tool_id_prefix,
     stricter,
     suggested_effect,
     tool_ids_for,
@@ -88,14 +93,44 @@ class DiscoveryReport:
         return f"{self.slug}: ok ({self.protocol_version or 'unknown protocol'}): {counts}"
 
 
-# Operators (admin, commands) see how to allow an upstream on their own network; tenants never do.
+# Operators (admin, commands, logs) see how to allow an upstream on their own network; tenants never do.
+PRIVATE_NETWORKS_SETTING = "TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS"
 PRIVATE_NETWORKS_HINT = (
-    " (an operator may set TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS=true for upstreams on a private network)"
+    f" (an operator may set {PRIVATE_NETWORKS_SETTING}=true in .env, or the environment of every service, "
+    "for upstreams on a private network, and restart web, worker and the MCP host)"
 )
 
 
 def allow_private_networks() -> bool:
     return bool(settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS)
+
+
+def private_networks_only_here() -> str | None:
+    """Why registering a private-address upstream here would leave the services refusing its calls, or None.
+
+    On a development clone (DEBUG) every process started by `make run` reads
+    the one `.env` file; a value exported in the operator's shell reaches this
+    command only. Registration and discovery would pass, and then every call
+    from the web server and the worker would be refused. A deployment
+    (DEBUG off) sets one environment for all its services, so it is trusted.
+    """
+    if not settings.DEBUG or not allow_private_networks():
+        return None
+    if _dotenv_bool(settings.DOTENV_FILE, PRIVATE_NETWORKS_SETTING):
+        return None
+    return (
+        f"{PRIVATE_NETWORKS_SETTING}=true is set in this shell only; the web server, the worker and the MCP "
+        f"host read {settings.DOTENV_FILE} and would refuse every call to this server. Add the line "
+        f"{PRIVATE_NETWORKS_SETTING}=true to {settings.DOTENV_FILE}, restart `make run`, then run this again"
+    )
+
+
+def _dotenv_bool(path: Path, name: str) -> bool:
+    """The boolean `name` holds in the .env file at `path` alone (not the process environment)."""
+    file_only = type("DotenvFileOnly", (environ.Env,), {"ENVIRON": {}})
+    if path.is_file():
+        file_only.read_env(path)
+    return bool(file_only().bool(name, default=False))
 
 
 # --- registration ---------------------------------------------------------------------------
@@ -136,6 +171,18 @@ def mcp_server_check(
         check_url_now(url, allow_private=allow_private_networks())
     except UpstreamAddressRefused as exc:
         raise AppError(f"URL refused: {exc}{PRIVATE_NETWORKS_HINT}") from None
+    if allow_private_networks() and _needs_private_networks(url):
+        problem = private_networks_only_here()
+        if problem is not None:
+            raise AppError(problem)
+
+
+def _needs_private_networks(url: str) -> bool:
+    try:
+        check_url_now(url, allow_private=False)
+    except UpstreamAddressRefused:
+        return True
+    return False
 
 
 def _check_stdio(
@@ -323,6 +370,32 @@ def mcp_server_remove(*, slug: str) -> McpServer:
     return server
 
 
+@transaction.atomic
+def mcp_server_allow_in_policy(
+    *, slug: str, policy_pk: int, user: AbstractBaseUser | None = None
+) -> tuple[ToolPolicy, str, bool]:
+    """Allow every approved tool of a server under one policy: add its pattern `mcp__<slug>__*`.
+
+    A pattern rather than today's approved ids: tools the server gains and an
+    operator approves later are allowed with no second edit, and a tool that is
+    pending, quarantined after drift, removed or switched off stays refused by
+    its own gate, which the policy never overrides. Returns the policy, the
+    pattern and whether it was added (False: the policy already held it, and
+    nothing was written). Recorded in the change log like any policy edit.
+    """
+    server = McpServer.objects.filter(slug=slug, removed_at__isnull=True).first()
+    if server is None:
+        raise AppError(f"no MCP server {slug!r}")
+    policy = ToolPolicy.objects.select_for_update().filter(pk=policy_pk).first()
+    if policy is None:
+        raise AppError("no such policy; choose one of the policies listed")
+    pattern = server_tool_id_prefix(server.slug) + "*"
+    if pattern in policy.allowed_tools:
+        return policy, pattern, False
+    policy.allowed_tools = sorted({*policy.allowed_tools, pattern})
+    return policy_save(policy=policy, updated_by=_actor_fields(user)), pattern, True
+
+
 # --- discovery ------------------------------------------------------------------------------
 
 _process_locks: dict[int, threading.Lock] = {}
@@ -396,8 +469,9 @@ def _stdio_failure_message(error: UpstreamError, slug: str) -> str:
 
 
 def _failure_message(exc: BaseException, bounds: DiscoveryBounds) -> str:
+    """For operators (admin, command, logs): a refused address says which setting allows it."""
     if isinstance(exc, UpstreamError):
-        return exc.safe_message
+        return exc.safe_message + (PRIVATE_NETWORKS_HINT if exc.kind == UpstreamError.REFUSED else "")
     if isinstance(exc, DefinitionRefused | AppError):
         return str(exc)
     if type(exc).__name__ == "ToolTimedOut":

@@ -37,7 +37,7 @@ from tools_app.upstream.client import UpstreamError, UpstreamTarget, plain_sessi
 from tools_app.upstream.definitions import PinnedSchema, compile_pinned, default_allowlist, pinned_schema_hash
 from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.models import McpServer, McpTool
-from tools_app.upstream.services import allow_private_networks, spec_description
+from tools_app.upstream.services import PRIVATE_NETWORKS_HINT, allow_private_networks, spec_description
 from tools_app.upstream.vault import token_vault
 
 logger = logging.getLogger(__name__)
@@ -221,6 +221,9 @@ def _blocking_executor(upstream: _Upstream) -> Any:
 
 
 def _failure(upstream: _Upstream, error: UpstreamError) -> ToolFailure:
+    """The caller's message names no setting; the operators' log line says which one this process lacks."""
+    if error.kind == UpstreamError.REFUSED:
+        logger.warning("mcp server %s: call refused: %s%s", upstream.slug, error.safe_message, PRIVATE_NETWORKS_HINT)
     return ToolFailure(
         f"upstream MCP server: {error.safe_message}", upstream=f"mcp:{upstream.slug}", host=upstream.host
     )

@@ -227,3 +227,32 @@ def test_an_upstream_tool_name_with_hidden_characters_is_refused_at_discovery(re
         mcp_server_discover(server_id=registered.pk)
 
     assert not McpTool.objects.filter(server=registered).exists()
+
+
+def test_a_tool_approved_from_the_command_line_shows_who_approved_it(admin_client, discovered):
+    call_command("mcp_server", "approve", "acme", "add", stdout=io.StringIO())
+    tool = McpTool.objects.get(upstream_name="add")
+    [change] = Change.objects.filter(action="tool.approve_definition", object_id=str(tool.pk))
+
+    page = admin_client.get(reverse("admin:tools_app_mcptool_change", args=[tool.pk])).content.decode()
+
+    assert tool.approved_by is None
+    assert change.actor_label.startswith("os:")
+    label = page[page.index("Approved by:") :]
+    assert label[: label.index("</div>", label.index('class="readonly"'))].endswith(
+        f'<div class="readonly">{change.actor_label}'
+    )
+
+
+def test_the_token_column_is_not_applicable_to_a_stdio_server(admin_client, discovered):
+    McpServer.objects.create(slug="local", transport=McpServer.Transport.STDIO, command=["node", "server.js"])
+
+    rows = admin_client.get(SERVERS).content.decode()
+
+    local = rows[rows.index(">local</a>") :]
+    local = local[: local.index("</tr>")]
+    acme = rows[rows.index(">acme</a>") :]
+    acme = acme[: acme.index("</tr>")]
+    assert '<td class="field-has_operator_token">—</td>' in local
+    assert "icon-no.svg" not in local
+    assert "icon-no.svg" in acme
