@@ -11,7 +11,8 @@ from tools_app.upstream.host.serve import bind_address, build_host, host_config,
 class Command(BaseCommand):
     help = (
         "Run Toolgate's MCP host: it starts each registered stdio MCP server as a child (scrubbed environment, "
-        "resource limits, bubblewrap when installed) and serves it on TOOLGATE_MCP_HOST_URL to web and workers."
+        "resource limits, bubblewrap with no network but the hosts an operator allowed; without a sandbox "
+        "only --trusted-unsandboxed servers when DEBUG=False) and serves it on TOOLGATE_MCP_HOST_URL to web and workers."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -34,10 +35,13 @@ class Command(BaseCommand):
         except Exception as exc:  # ImproperlyConfigured and friends: one line, no traceback
             raise CommandError(str(exc)) from None
         if config.bwrap:
-            sandbox = "bubblewrap"
-        elif settings.TOOLGATE_MCP_HOST_SANDBOX == "none":
-            sandbox = "no sandbox (TOOLGATE_MCP_HOST_SANDBOX=none)"
+            sandbox = "bubblewrap, no network but their --allow-host names"
+        elif config.require_sandbox:
+            sandbox = (
+                f"REFUSED without a sandbox ({config.no_sandbox_reason}): only servers added with "
+                "--trusted-unsandboxed start; install bubblewrap (apt-get install bubblewrap)"
+            )
         else:
-            sandbox = "no sandbox (bubblewrap is not usable here; see the warning above)"
+            sandbox = f"no sandbox ({config.no_sandbox_reason}); they run with the host's network and files"
         self.stdout.write(f"mcp host on {address}:{port}; children: {sandbox}, at most {config.max_children}")
         uvicorn_server(host, address=address, port=port).run()
