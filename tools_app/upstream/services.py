@@ -178,7 +178,7 @@ def _check_stdio(
 
 
 def _check_allowed_hosts(allowed_hosts: Sequence[str]) -> None:
-    """Each HOST:PORT well formed, and not an address the egress guard would refuse (judged now, again per connection)."""
+    """Each HOST:PORT well formed and not an address the egress guard refuses (judged now, and per connection)."""
     try:
         hosts = parse_allowed_hosts(allowed_hosts)
     except AllowedHostInvalid as exc:

@@ -11,8 +11,8 @@ from tools_app.upstream.host.serve import bind_address, build_host, host_config,
 class Command(BaseCommand):
     help = (
         "Run Toolgate's MCP host: it starts each registered stdio MCP server as a child (scrubbed environment, "
-        "resource limits, bubblewrap with no network but the hosts an operator allowed; without a sandbox "
-        "only --trusted-unsandboxed servers when DEBUG=False) and serves it on TOOLGATE_MCP_HOST_URL to web and workers."
+        "resource limits, bubblewrap with no network but the hosts an operator allowed; without a sandbox only "
+        "--trusted-unsandboxed servers when DEBUG=False) and serves it on TOOLGATE_MCP_HOST_URL to web and workers."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -385,7 +385,7 @@ class Supervisor:
             sandbox = None
             if spec.allowed_hosts:
                 logger.warning(
-                    "mcp server %s: runs without a sandbox, so it has the host's network (--allow-host is not enforced)",
+                    "mcp server %s: no sandbox, so it has the host's network (--allow-host is not enforced)",
                     spec.slug,
                 )
         argv = launch_argv(spec.command, limits=self.config.limits, unset=unset, bwrap=sandbox)

@@ -11,6 +11,7 @@ Standard library only: it runs from a read-only bind, without Toolgate's tree.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
@@ -27,10 +28,8 @@ def _copy(source: socket.socket, sink: socket.socket) -> None:
         pass
     finally:
         for end in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def _serve(listener: socket.socket, path: str) -> None:
