@@ -13,6 +13,7 @@ import http.server
 import json
 import logging
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -96,6 +97,39 @@ def test_the_command_is_split_like_a_shells_and_never_run_through_one():
         add_server("broken", "--command", "python 'unclosed")
     with pytest.raises(CommandError, match="names no program"):
         add_server("empty", "--command", "   ")
+
+
+@pytest.mark.django_db
+def test_allowed_hosts_are_checked_at_add_time_stored_normalised_and_printed(settings):
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = False
+    refused = [
+        ("api.github.com", "--allow-host refused: 'api.github.com' is not HOST:PORT"),
+        ("*.github.com:443", "wildcards are not allowed"),
+        ("127.0.0.1:5432", f"--allow-host 127.0.0.1:5432 refused: {NOT_ALLOWED}"),
+        ("169.254.169.254:80", f"--allow-host 169.254.169.254:80 refused: {NOT_ALLOWED}"),
+        ("[::1]:6379", f"--allow-host [::1]:6379 refused: {NOT_ALLOWED}"),
+    ]
+    for value, message in refused:
+        with pytest.raises(CommandError, match=re.escape(message)):
+            add_server("docs", "--command", "python server.py", "--allow-host", value)
+    assert not McpServer.objects.filter(slug="docs").exists()
+    with pytest.raises(CommandError, match="are for stdio servers"):
+        add_server("web", "--url", "https://mcp.example.com/mcp", "--allow-host", "api.github.com:443")
+    with pytest.raises(CommandError, match="are for stdio servers"):
+        add_server("web", "--url", "https://mcp.example.com/mcp", "--trusted-unsandboxed")
+
+    out = add_server(
+        "docs", "--command", "python server.py", "--allow-host", "8.8.8.8:443", "--allow-host", "8.8.8.8:443"
+    )
+    server = McpServer.objects.get(slug="docs")
+    assert (server.allowed_hosts, server.trusted_unsandboxed) == (["8.8.8.8:443"], False)
+    assert "network: 8.8.8.8:443" in out
+    assert "network: none" in add_server("docs", "--command", "python server.py")
+    assert McpServer.objects.get(slug="docs").allowed_hosts == []
+
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True  # how tests and private deployments name loopback APIs
+    add_server("docs", "--command", "python server.py", "--allow-host", "127.0.0.1:8080")
+    assert McpServer.objects.get(slug="docs").allowed_hosts == ["127.0.0.1:8080"]
 
 
 @pytest.mark.django_db
@@ -650,7 +684,10 @@ def test_the_published_server_everything_runs_as_a_stdio_upstream(host, caller):
 @pytest.mark.django_db
 def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_command(admin_client, monkeypatch):
     monkeypatch.setenv("DOCS_TOKEN", OPERATOR_SECRET)
-    add_server("docs", "--command", "python server.py --ro", "--env", "MODE=ro", "--secret-env", "API_TOKEN=DOCS_TOKEN")
+    add_server(
+        "docs", "--command", "python server.py --ro", "--env", "MODE=ro", "--secret-env", "API_TOKEN=DOCS_TOKEN",
+        "--allow-host", "8.8.8.8:443", "--trusted-unsandboxed",
+    )  # fmt: skip
     server = McpServer.objects.get(slug="docs")
     sealed = bytes(server.secret_env_sealed)
     page = f"/admin/tools_app/mcpserver/{server.pk}/change/"
@@ -663,6 +700,8 @@ def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_c
     assert "python server.py --ro" in shown
     assert "API_TOKEN (encrypted)" in shown
     assert "MODE" in shown
+    assert "8.8.8.8:443" in shown  # the network it may reach
+    assert "Trusted unsandboxed" in shown
     assert OPERATOR_SECRET not in listing + shown
     assert saved.status_code == 302
     server.refresh_from_db()
@@ -673,6 +712,7 @@ def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_c
     )
     assert bytes(server.secret_env_sealed) == sealed
     assert server.secret_env_names == ["API_TOKEN"]
+    assert (server.allowed_hosts, server.trusted_unsandboxed) == (["8.8.8.8:443"], True)
 
 
 def test_stderr_is_bounded_per_line_and_per_window(caplog, monkeypatch):

@@ -143,6 +143,8 @@ class EgressProxy:
         try:
             if self._active >= self.limits.max_connections:
                 self._log_refusal("-", Refused(503, f"more than {self.limits.max_connections} connections at once"))
+                async with asyncio.timeout(self.limits.head_timeout_s):
+                    await reader.readuntil(b"\r\n\r\n")  # read, so that the client sees the answer
                 await _answer(writer, 503, "too many connections through the egress proxy")
                 return
             self._active += 1
@@ -150,8 +152,10 @@ class EgressProxy:
                 await self._serve(reader, writer)
             finally:
                 self._active -= 1
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
+        except asyncio.CancelledError:
+            pass  # the proxy is closing with its child: this connection simply ends
         finally:
             writer.close()
             if task is not None:
