@@ -18,6 +18,7 @@ from tools_app.upstream.host.egress import AllowedHostInvalid, EgressProxy, Prox
 from tools_app.upstream.netguard import NOT_ALLOWED
 
 NOT_LISTED = "not an allowed host of this server (mcp_server add --allow-host)"
+PLAIN_HTTPS = "a plain request needs an absolute http:// URL (use CONNECT for https)"
 
 
 @pytest.mark.parametrize(
