@@ -735,3 +735,22 @@ def test_stderr_is_bounded_per_line_and_per_window(caplog, monkeypatch):
     assert len(messages) == children.STDERR_LINES_PER_WINDOW + 2
     assert messages[-2:] == ["mcp server noisy: 10 stderr lines not logged", "mcp server noisy: after the window"]
     assert all(record.mcp_server == "noisy" for record in caplog.records if record.levelname == "INFO")
+
+
+def test_the_host_process_is_made_non_dumpable_so_same_user_processes_cannot_read_its_environment():
+    # In a process of its own: the flag would otherwise stay on the test run.
+    code = (
+        "import ctypes, django; django.setup(); from tools_app.upstream.host.serve import protect_host_process; "
+        "libc = ctypes.CDLL(None); before = libc.prctl(3, 0, 0, 0, 0); ok = protect_host_process(); "
+        "print(before, ok, libc.prctl(3, 0, 0, 0, 0), open('/proc/self/status').read().count('\\n') > 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"},
+    )
+    assert done.stdout.split() == ["1", "True", "0", "True"]  # PR_GET_DUMPABLE before and after; /proc/self still ours

@@ -5,7 +5,13 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tools_app.upstream.host.serve import bind_address, build_host, host_config, uvicorn_server
+from tools_app.upstream.host.serve import (
+    bind_address,
+    build_host,
+    host_config,
+    protect_host_process,
+    uvicorn_server,
+)
 
 
 class Command(BaseCommand):
@@ -29,6 +35,8 @@ class Command(BaseCommand):
             if not address or not port_text.isdigit():
                 raise CommandError("--bind takes ADDRESS:PORT")
             port = int(port_text)
+        if not protect_host_process():
+            self.stderr.write("could not make the host's process non-dumpable: its environment stays readable")
         try:
             config = host_config()
             host = build_host(config)

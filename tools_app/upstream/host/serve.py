@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,23 @@ def choose_bwrap(mode: str) -> tuple[str | None, str]:
             problem,
         )
     return None, problem
+
+
+PR_SET_DUMPABLE = 4
+
+
+def protect_host_process() -> bool:
+    """Make the host's process non-dumpable: same-user processes can no longer read its /proc files.
+
+    The host's environment holds Toolgate's settings (secret key, key ring, token); an
+    unsandboxed child runs as the same user and could read them from /proc/<pid>/environ.
+    A non-dumpable process's /proc entries belong to root. Children are unaffected (exec
+    makes a process dumpable again). False where the call is not available (not Linux).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
 def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
