@@ -389,9 +389,10 @@ class Supervisor:
                     spec.slug,
                 )
         argv = launch_argv(spec.command, limits=self.config.limits, unset=unset, bwrap=sandbox)
-        where = " (bubblewrap, no network)" if sandbox and egress is None else " (bubblewrap)" if sandbox else ""
-        if egress is not None:
-            where = f" (bubblewrap, egress to {', '.join(spec.allowed_hosts)} only)"
+        where = ""
+        if sandbox:
+            network = f"egress to {', '.join(spec.allowed_hosts)} only" if egress is not None else "no network"
+            where = f" (bubblewrap, {network})"
         logger.info("mcp server %s: starting a child%s", spec.slug, where)
         return StdioChild(spec, argv=argv, env=env, cwd=home, call_timeout_s=self.config.call_timeout_s, egress=egress)
 

@@ -198,6 +198,7 @@ class EgressProxy:
             upstream_writer.close()
 
     async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        """Copy one direction; its end of file half-closes the other side, which may still answer."""
         sent = 0
         try:
             while True:
@@ -208,12 +209,14 @@ class EgressProxy:
                 sent += len(chunk)
                 if sent > self.limits.max_bytes:
                     logger.warning("mcp server %s: egress connection cut after %d bytes", self.slug, sent)
-                    break
+                    sink.close()
+                    return
                 sink.write(chunk)
                 await sink.drain()
-        finally:
-            # Either side ending ends both: a tunnel is one conversation.
-            sink.close()
+            if sink.can_write_eof():
+                sink.write_eof()
+        except (OSError, TimeoutError):
+            sink.close()  # an idle or broken direction ends the whole conversation
 
     def _log_refusal(self, target: str, refusal: Refused) -> None:
         logger.warning("mcp server %s: egress to %s refused: %s", self.slug, target, refusal.reason)

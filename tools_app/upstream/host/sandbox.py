@@ -9,10 +9,11 @@ the web server and every other address are out of reach. A server the operator a
 hosts for gets the host's egress proxy (egress.py) as a Unix socket bound into the sandbox
 and, through relay.py, as 127.0.0.1:EGRESS_PORT inside it. When the server exits, the PID
 namespace ends and takes everything it started along, double-forked orphans included.
-Without bubblewrap a child gets the scrubbed environment, its own session (stopped as a
-whole), a private HOME and TMPDIR and the resource limits, but the host's network and
-whatever the host's user can read: with DEBUG=False only servers marked
-`--trusted-unsandboxed` run that way.
+Without bubblewrap a child gets the scrubbed environment, its own session and process
+group (the SDK stops the group as a whole; a process that makes a session of its own
+escapes it), a private HOME and TMPDIR and the resource limits, but the host's network and
+whatever the host's user can read: when the host requires a sandbox (production) only
+servers marked `--trusted-unsandboxed` run that way.
 """
 
 from __future__ import annotations
