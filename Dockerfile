@@ -3,15 +3,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
-# bubblewrap sandboxes the MCP host's stdio servers where the container may create namespaces
-# (the host falls back to no sandbox, and says so, where it may not).
+# bubblewrap sandboxes the MCP host's stdio servers (no network, read-only root). Where the container
+# may not create namespaces the host refuses to start them in production (docker-compose.yml allows it).
 RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Settings refuse production mode without real secrets; these placeholders exist only for this build step.
 RUN DEBUG=False SECRET_KEY=collectstatic-only REDIS_URL=redis://unused:6379/0 \
     TOOLGATE_ENCRYPTION_KEYS=build:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= \
     python manage.py collectstatic --noinput
-RUN useradd --create-home toolgate && mkdir -p var/mcp_host && chown -R toolgate var
+# The MCP host runs as a user of its own (docker-compose.yml): its children never share a uid with web or workers.
+RUN useradd --create-home toolgate && useradd --create-home toolgate-mcp \
+    && mkdir -p var/mcp_host && chown -R toolgate var && chown -R toolgate-mcp var/mcp_host
 USER toolgate
 EXPOSE 8000
 # Serve behind a buffering reverse proxy (config/nginx.conf), never directly: README "Production".

@@ -333,6 +333,8 @@ TOOLGATE_MCP_HOST_TOKEN = _mcp_host_token or (
 TOOLGATE_MCP_HOST_DIR = env.str("TOOLGATE_MCP_HOST_DIR", default=str(VAR_DIR / "mcp_host"))
 # auto: bubblewrap when it is installed and may create namespaces; bwrap: required; none: never.
 TOOLGATE_MCP_HOST_SANDBOX = env.str("TOOLGATE_MCP_HOST_SANDBOX", default="auto")
+# Fail closed: without a working sandbox, start only servers added with --trusted-unsandboxed (production default).
+TOOLGATE_MCP_HOST_REQUIRE_SANDBOX = env.bool("TOOLGATE_MCP_HOST_REQUIRE_SANDBOX", default=not DEBUG)
 TOOLGATE_MCP_HOST_MAX_CHILDREN = env.int("TOOLGATE_MCP_HOST_MAX_CHILDREN", default=16)
 TOOLGATE_MCP_HOST_IDLE_SECONDS = env.int("TOOLGATE_MCP_HOST_IDLE_SECONDS", default=300)
 # Resource limits of each child (0 = the host's own): CPU seconds, address space, open files, processes.

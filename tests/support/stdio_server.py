@@ -3,16 +3,23 @@
 Run as `python stdio_server.py` (the MCP host starts it as a child). It reports
 what tests need to see from inside a child: its environment (names, and a digest
 of each value so that no secret is ever echoed), its process group, its limits,
-whether it can read a path; and it can exit on demand. Standard library and the
+whether it can read a path or open a TCP connection, what an HTTP request through the
+proxy its environment names answers; it can leave an orphan behind and exit on demand. Standard library and the
 SDK only: it must run without Toolgate's tree (under bubblewrap it is passed as
 `python -c SOURCE`).
 """
 
 import hashlib
+import http.client
 import json
 import os
 import resource
+import socket
+import subprocess
 import sys
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -84,6 +91,50 @@ def leak(name: str) -> str:
 def refuse(reason: str) -> str:
     """Fail the way a tool tells the model what went wrong (the SDK answers isError with the text)."""
     raise ToolError(reason)
+
+
+@app.tool()
+def connect(host: str, port: int) -> str:
+    """Whether a TCP connection to host:port opens from inside the child (no proxy)."""
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return "connected"
+    except OSError as exc:
+        return f"refused:{type(exc).__name__}"
+
+
+@app.tool()
+def fetch(url: str, tunnel: bool = False) -> str:
+    """GET `url` the way HTTP clients do: through HTTP_PROXY (absolute form) or, with tunnel, a CONNECT."""
+    try:
+        if not tunnel:
+            with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - honours HTTP_PROXY
+                return f"{response.status}:{response.read(200).decode(errors='replace')}"
+        proxy, target = urlsplit(os.environ.get("HTTPS_PROXY", "")), urlsplit(url)
+        if not proxy.hostname:
+            return "failed:no HTTPS_PROXY"
+        connection = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=10)
+        connection.set_tunnel(target.hostname, target.port)
+        connection.request("GET", target.path or "/")
+        response = connection.getresponse()
+        return f"{response.status}:{response.read(200).decode(errors='replace')}"
+    except urllib.error.HTTPError as exc:
+        return f"{exc.code}:{exc.read(200).decode(errors='replace')}"
+    except OSError as exc:
+        return f"failed:{type(exc).__name__}:{str(exc)[:200]}"
+
+
+@app.tool()
+def orphan(marker: str) -> str:
+    """Leave a process behind that double-forks into a session of its own (the host must still stop it)."""
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\n"
+    subprocess.Popen(
+        [sys.executable, "-c", code, marker],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ).wait()
+    return "left"
 
 
 @app.tool()

@@ -101,7 +101,13 @@ class McpServerForm(forms.ModelForm):
 
 def stdio_fields(server: McpServer) -> dict[str, Any]:
     """What only the command sets on a stdio server; the admin keeps it as it is."""
-    return {"command": list(server.command), "env": dict(server.env or {}), "credential_env": server.credential_env}
+    return {
+        "command": list(server.command),
+        "env": dict(server.env or {}),
+        "credential_env": server.credential_env,
+        "allowed_hosts": list(server.allowed_hosts or []),
+        "trusted_unsandboxed": server.trusted_unsandboxed,
+    }
 
 
 class PolicyChoiceForm(forms.Form):
@@ -148,7 +154,14 @@ class McpServerAdmin(admin.ModelAdmin):
         "updated_at",
     )
 
-    stdio_readonly_fields = ("transport", "command_line", "environment_names", "credential_env")
+    stdio_readonly_fields = (
+        "transport",
+        "command_line",
+        "environment_names",
+        "credential_env",
+        "egress",
+        "trusted_unsandboxed",
+    )
 
     def get_fields(self, request: HttpRequest, obj: McpServer | None = None) -> list[str]:
         if obj is not None and obj.is_stdio:
@@ -184,6 +197,10 @@ class McpServerAdmin(admin.ModelAdmin):
         plain = sorted(server.env or {})
         sealed = [f"{name} (encrypted)" for name in server.secret_env_names or []]
         return ", ".join([*plain, *sealed]) or "-"
+
+    @admin.display(description="network (allowed hosts)")
+    def egress(self, server: McpServer) -> str:
+        return ", ".join(server.allowed_hosts or []) or "none (no network)"
 
     def has_delete_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
         return False  # removal marks tools removed; their ids stay in the audit log

@@ -42,6 +42,12 @@ class McpServer(models.Model):
     credential_env = models.CharField(
         max_length=64, blank=True, help_text="stdio with a provider: the child's variable for the connection secret"
     )
+    # stdio servers: the HOST:PORT names the child may reach through the host's egress proxy
+    # (none: no network at all), and whether it may run without a sandbox when DEBUG=False.
+    allowed_hosts = models.JSONField(default=list, blank=True)
+    trusted_unsandboxed = models.BooleanField(
+        default=False, help_text="stdio: may run without bubblewrap in production (it then sees the host's network)"
+    )
     provider = models.CharField(
         max_length=64, blank=True, help_text="Tools need a tenant connection of this provider (else the token below)."
     )

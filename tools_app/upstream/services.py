@@ -53,6 +53,7 @@ from tools_app.upstream.definitions import (
     suggested_effect,
     tool_ids_for,
 )
+from tools_app.upstream.host.egress import AllowedHostInvalid, parse_allowed_hosts
 from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.host.environment import declared_name_problem
 from tools_app.upstream.models import McpServer, McpTool
@@ -146,6 +147,8 @@ def mcp_server_check(
     env: Mapping[str, str] | None = None,
     secret_env_names: Sequence[str] = (),
     credential_env: str = "",
+    allowed_hosts: Sequence[str] = (),
+    trusted_unsandboxed: bool = False,
 ) -> None:
     """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
@@ -160,9 +163,12 @@ def mcp_server_check(
         raise AppError("--url and --command exclude each other: a server is reached over HTTP or run over stdio")
     if command:
         _check_stdio(command, env or {}, secret_env_names, provider=provider, credential_env=credential_env)
+        _check_allowed_hosts(allowed_hosts)
         return
     if not url:
         raise AppError("give the server's --url (streamable HTTP) or its --command (stdio)")
+    if allowed_hosts or trusted_unsandboxed:
+        raise AppError("--allow-host and --trusted-unsandboxed are for stdio servers (--command)")
     if env or credential_env or any("=" in name for name in secret_env_names):
         raise AppError("--env, --secret-env NAME=VAR and --credential-env are for stdio servers (--command)")
     if len(url) > 2000:
@@ -218,6 +224,19 @@ def _check_stdio(
         )
 
 
+def _check_allowed_hosts(allowed_hosts: Sequence[str]) -> None:
+    """Each HOST:PORT well formed and not an address the egress guard refuses (judged now, and per connection)."""
+    try:
+        hosts = parse_allowed_hosts(allowed_hosts)
+    except AllowedHostInvalid as exc:
+        raise AppError(f"--allow-host refused: {exc}") from None
+    for host in hosts:
+        try:
+            check_url_now(f"https://{host}/", allow_private=allow_private_networks())
+        except UpstreamAddressRefused as exc:
+            raise AppError(f"--allow-host {host} refused: {exc}{PRIVATE_NETWORKS_HINT}") from None
+
+
 @transaction.atomic
 def mcp_server_register(
     *,
@@ -231,12 +250,16 @@ def mcp_server_register(
     env: Mapping[str, str] | None = None,
     secret_env: Mapping[str, str] | None = None,
     credential_env: str = "",
+    allowed_hosts: Sequence[str] = (),
+    trusted_unsandboxed: bool = False,
 ) -> tuple[McpServer, bool]:
     """Upsert a server by slug; returns (server, created).
 
     An HTTP server has a `url` (its operator token, when given, replaces the stored one); a
-    stdio server has a `command` (argv) run by the MCP host, plain `env` values, and
-    `secret_env` values sealed like tokens (when given, they replace the stored ones).
+    stdio server has a `command` (argv) run by the MCP host, plain `env` values,
+    `secret_env` values sealed like tokens (when given, they replace the stored ones), the
+    `allowed_hosts` its egress proxy carries (none: no network), and whether it may run
+    without a sandbox in production (`trusted_unsandboxed`).
     """
     mcp_server_check(
         slug=slug,
@@ -247,6 +270,8 @@ def mcp_server_register(
         env=env,
         secret_env_names=list(secret_env or {}),
         credential_env=credential_env,
+        allowed_hosts=allowed_hosts,
+        trusted_unsandboxed=trusted_unsandboxed,
     )
     if command and operator_token:
         raise AppError("a stdio server takes its secrets as --secret-env NAME=VAR, not as a bearer token")
@@ -260,6 +285,8 @@ def mcp_server_register(
     server.command = list(command)
     server.env = dict(env or {})
     server.credential_env = credential_env
+    server.allowed_hosts = parse_allowed_hosts(allowed_hosts) if stdio else []
+    server.trusted_unsandboxed = stdio and trusted_unsandboxed
     server.provider = provider
     server.discover_seconds = discover_seconds
     server.enabled = enabled

@@ -9,15 +9,19 @@ REST exec path with PostgreSQL, and `npx` for the published server-everything.
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import logging
 import os
+import re
 import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -33,6 +37,7 @@ from tools_app.services import tool_set_enabled
 from tools_app.upstream.host import children
 from tools_app.upstream.host.sandbox import SANDBOX_HOME, bwrap_problem, find_bwrap
 from tools_app.upstream.host.serve import host_config
+from tools_app.upstream.netguard import NOT_ALLOWED
 from tools_app.upstream.services import mcp_server_discover, mcp_tool_approve
 
 SCRIPT = Path(__file__).resolve().parents[2] / "support" / "stdio_server.py"
@@ -41,7 +46,10 @@ EXEC = "/api/v1/tools/exec"
 OPERATOR_SECRET = "sk-operator-5f1e2d3c4b5a69788796a5b4"
 TENANT_SECRET_A = "lin_tenantA_0123456789abcdef0123"
 TENANT_SECRET_B = "lin_tenantB_fedcba9876543210fedc"
-TOOLS = ["add", "can_read", "can_write", "crash", "environment", "leak", "process", "refuse", "shout"]
+TOOLS = [
+    "add", "can_read", "can_write", "connect", "crash", "environment", "fetch", "leak", "orphan", "process", "refuse",
+    "shout",
+]  # fmt: skip
 
 
 def sha(value: str) -> str:
@@ -89,6 +97,39 @@ def test_the_command_is_split_like_a_shells_and_never_run_through_one():
         add_server("broken", "--command", "python 'unclosed")
     with pytest.raises(CommandError, match="names no program"):
         add_server("empty", "--command", "   ")
+
+
+@pytest.mark.django_db
+def test_allowed_hosts_are_checked_at_add_time_stored_normalised_and_printed(settings):
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = False
+    refused = [
+        ("api.github.com", "--allow-host refused: 'api.github.com' is not HOST:PORT"),
+        ("*.github.com:443", "wildcards are not allowed"),
+        ("127.0.0.1:5432", f"--allow-host 127.0.0.1:5432 refused: {NOT_ALLOWED}"),
+        ("169.254.169.254:80", f"--allow-host 169.254.169.254:80 refused: {NOT_ALLOWED}"),
+        ("[::1]:6379", f"--allow-host [::1]:6379 refused: {NOT_ALLOWED}"),
+    ]
+    for value, message in refused:
+        with pytest.raises(CommandError, match=re.escape(message)):
+            add_server("docs", "--command", "python server.py", "--allow-host", value)
+    assert not McpServer.objects.filter(slug="docs").exists()
+    with pytest.raises(CommandError, match="are for stdio servers"):
+        add_server("web", "--url", "https://mcp.example.com/mcp", "--allow-host", "api.github.com:443")
+    with pytest.raises(CommandError, match="are for stdio servers"):
+        add_server("web", "--url", "https://mcp.example.com/mcp", "--trusted-unsandboxed")
+
+    out = add_server(
+        "docs", "--command", "python server.py", "--allow-host", "8.8.8.8:443", "--allow-host", "8.8.8.8:443"
+    )
+    server = McpServer.objects.get(slug="docs")
+    assert (server.allowed_hosts, server.trusted_unsandboxed) == (["8.8.8.8:443"], False)
+    assert "network: 8.8.8.8:443" in out
+    assert "network: none" in add_server("docs", "--command", "python server.py")
+    assert McpServer.objects.get(slug="docs").allowed_hosts == []
+
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True  # how tests and private deployments name loopback APIs
+    add_server("docs", "--command", "python server.py", "--allow-host", "127.0.0.1:8080")
+    assert McpServer.objects.get(slug="docs").allowed_hosts == ["127.0.0.1:8080"]
 
 
 @pytest.mark.django_db
@@ -388,33 +429,218 @@ def test_the_host_refuses_callers_without_its_token(host):
 BWRAP_PROBLEM = bwrap_problem(find_bwrap())
 
 
-@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bubblewrap is not usable here: {BWRAP_PROBLEM}")
-def test_under_bubblewrap_the_child_sees_a_read_only_root_and_not_toolgates_tree(tmp_path, settings, caller):
-    _account, key = caller
-    config = host_config(sandbox="bwrap", root=tmp_path / "mcp_host", sweep_s=0.2)
-    # Toolgate's tree (and this test script in it) is hidden: the script travels in the command line,
-    # and Python comes from the virtualenv's real directory outside the tree.
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bubblewrap is not usable here: {BWRAP_PROBLEM}")
+
+
+def sandboxed_command(root: Path, slug: str) -> str:
+    """The test server, run from the child's own HOME: Toolgate's tree (and this script in it) is hidden.
+
+    Python comes from the virtualenv's real directory, which stays visible read-only.
+    """
+    home = root / "children" / slug / "shared" / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "stdio_server.py").write_text(SCRIPT.read_text())
     python = Path(os.path.realpath(sys.prefix)) / "bin" / "python"
-    command = shlex.join([str(python), "-c", SCRIPT.read_text()])
+    return shlex.join([str(python), f"{SANDBOX_HOME}/stdio_server.py"])
+
+
+@pytest.fixture
+def bwrap_host(tmp_path, settings):
+    config = host_config(sandbox="bwrap", root=tmp_path / "mcp_host", sweep_s=0.2)
+    with McpHostThread(config) as running:
+        settings.TOOLGATE_MCP_HOST_URL, settings.TOOLGATE_MCP_HOST_TOKEN = running.url, running.token
+        yield running
+
+
+class LoopbackHttp:
+    """A real HTTP server on loopback standing in for an API a child calls; it records what reached it."""
+
+    def __init__(self) -> None:
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append((self.path, self.headers.get("Connection", "")))
+                body = f"hello from upstream {self.path}".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> LoopbackHttp:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def api():
+    with LoopbackHttp() as server:
+        yield server
+
+
+@pytest.fixture
+def apis():
+    with LoopbackHttp() as allowed, LoopbackHttp() as other:
+        yield allowed, other
+
+
+def run_tool(key: str, slug: str, tool: str, **args):
+    result = value(call(key, f"mcp__{slug}__{tool}", args))["result"]
+    return json.loads(result) if tool in ("environment", "process") else result
+
+
+@needs_bwrap
+def test_under_bubblewrap_the_child_sees_a_read_only_root_and_not_toolgates_tree(bwrap_host, settings, caller):
+    _account, key = caller
+    root = bwrap_host.app.supervisor.config.root
+    ready("kit", sandboxed_command(root, "kit"))
+
+    def run(tool, **args):
+        return run_tool(key, "kit", tool, **args)
+
+    # an empty directory, but for the host's own virtualenv when it lies in the tree (a checkout's .venv)
+    venv_inside = Path(os.path.realpath(sys.prefix)).is_relative_to(Path(settings.BASE_DIR).resolve())
+    assert run("can_read", path=str(settings.BASE_DIR)) == ("listed:.venv" if venv_inside else "listed:")
+    assert run("can_read", path=str(Path(settings.BASE_DIR) / "manage.py")).startswith("refused:")
+    assert run("can_read", path=str(Path(settings.VAR_DIR) / "secret_key")).startswith("refused:")
+    assert run("can_read", path=str(SCRIPT)).startswith("refused:")
+    assert run("can_read", path=f"/proc/{os.getpid()}/environ").startswith("refused:")  # the host's own process
+    assert run("can_write", path="/etc/toolgate-probe") == "refused:OSError"
+    assert run("can_write", path=f"{SANDBOX_HOME}/probe") == "written"
+    assert run("environment")["HOME"] == sha(SANDBOX_HOME)
+    assert run("process")["pid"] <= 3  # a PID namespace of its own
+    assert (root / "children" / "kit" / "shared" / "home" / "probe").read_text() == "x"
+
+
+def database_and_redis_ports() -> list[int]:
+    ports = []
+    for url in (os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")):
+        parts = urlsplit(url)
+        if parts.hostname in ("127.0.0.1", "localhost") and parts.port:
+            ports.append(parts.port)
+    return ports
+
+
+@needs_bwrap
+def test_under_bubblewrap_a_child_has_no_network_by_default(bwrap_host, caller, api):
+    _account, key = caller
+    ready("kit", sandboxed_command(bwrap_host.app.supervisor.config.root, "kit"))
+    ports = [api.port, bwrap_host.port, *database_and_redis_ports()]
+    for port in ports:  # each of them listens: the test process reaches it
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+
+    reached = {port: run_tool(key, "kit", "connect", host="127.0.0.1", port=port) for port in ports}
+    fetched = run_tool(key, "kit", "fetch", url=f"http://127.0.0.1:{api.port}/probe")
+
+    assert reached == dict.fromkeys(ports, "refused:ConnectionRefusedError")
+    assert fetched.startswith("failed:URLError")
+    assert api.seen == []
+    names = run_tool(key, "kit", "environment")
+    assert not {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} & set(names)
+
+
+@needs_bwrap
+def test_an_allowed_host_is_reached_through_the_egress_proxy_and_nothing_else(
+    bwrap_host, caller, apis, settings, caplog
+):
+    api, other_api = apis
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = True  # the test's API is on loopback
+    _account, key = caller
+    command = sandboxed_command(bwrap_host.app.supervisor.config.root, "kit")
+    ready("kit", command, "--allow-host", f"127.0.0.1:{api.port}")
+    assert McpServer.objects.get(slug="kit").allowed_hosts == [f"127.0.0.1:{api.port}"]
+    caplog.set_level(logging.WARNING, logger="tools_app.upstream.host.egress")
+
+    plain = run_tool(key, "kit", "fetch", url=f"http://127.0.0.1:{api.port}/plain?q=1")
+    tunnelled = run_tool(key, "kit", "fetch", url=f"http://127.0.0.1:{api.port}/tunnelled", tunnel=True)
+    other = run_tool(key, "kit", "fetch", url=f"http://127.0.0.1:{other_api.port}/other")
+    other_tunnel = run_tool(key, "kit", "fetch", url=f"http://127.0.0.1:{other_api.port}/other", tunnel=True)
+    direct = run_tool(key, "kit", "connect", host="127.0.0.1", port=api.port)
+
+    assert plain == "200:hello from upstream /plain?q=1"
+    assert tunnelled == "200:hello from upstream /tunnelled"
+    assert [path for path, _connection in api.seen] == ["/plain?q=1", "/tunnelled"]
+    assert api.seen[0][1] == "close"  # a plain request is one request per connection
+    assert other == "403:egress refused: not an allowed host of this server (mcp_server add --allow-host)\n"
+    assert other_tunnel.startswith("failed:OSError:Tunnel connection failed: 403")
+    assert other_api.seen == []
+    assert direct == "refused:ConnectionRefusedError"  # the proxy is the only way out
+    refusals = [record.getMessage() for record in caplog.records if record.name == "tools_app.upstream.host.egress"]
+    assert refusals == [f"mcp server kit: egress to 127.0.0.1:{other_api.port} refused: not an allowed host of "
+                        "this server (mcp_server add --allow-host)"] * 2  # fmt: skip
+    assert not any("/other" in message or "q=1" in message for message in refusals)
+
+    # A named host is still checked by the outbound guard at every connection.
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = False
+    refused = run_tool(key, "kit", "fetch", url=f"http://127.0.0.1:{api.port}/again")
+    assert refused == f"403:egress refused: {NOT_ALLOWED}\n"
+    assert len(api.seen) == 2
+
+
+@needs_bwrap
+def test_under_bubblewrap_an_orphan_that_double_forks_into_its_own_session_is_stopped_with_the_server(
+    bwrap_host, caller
+):
+    _account, key = caller
+    ready("kit", sandboxed_command(bwrap_host.app.supervisor.config.root, "kit"))
+    marker = f"toolgate-orphan-{os.getpid()}-{time.monotonic_ns()}"
+
+    assert run_tool(key, "kit", "orphan", marker=marker) == "left"
+    assert processes_with(marker)  # alive, in a session of its own, outside the server's process group
+
+    call(key, "mcp__kit__crash", {})
+    bwrap_host.wait_for(lambda: not processes_with(marker) and not bwrap_host.children())
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_host_that_requires_a_sandbox_starts_only_trusted_unsandboxed_servers_without_one(
+    tmp_path, settings, caller, caplog
+):
+    settings.TOOLGATE_MCP_CHILD_MEMORY_MB = 4096
+    settings.TOOLGATE_MCP_HOST_REQUIRE_SANDBOX = True  # what DEBUG=False sets
+    _account, key = caller
+    config = host_config(sandbox="none", root=tmp_path / "mcp_host", sweep_s=0.2)
     with McpHostThread(config) as host:
         settings.TOOLGATE_MCP_HOST_URL, settings.TOOLGATE_MCP_HOST_TOKEN = host.url, host.token
-        ready("kit", command)
+        add_server("kit", "--command", COMMAND)
+        out = _Out()
+        with pytest.raises(CommandError, match="could not list: kit"):
+            call_command("mcp_server", "discover", "kit", stdout=out)
+        assert host.children() == []
+        assert not (tmp_path / "mcp_host" / "children" / "kit").exists()  # not even its home was made
+        assert "the MCP host's log says why (lines tagged 'mcp server kit')" in out.text
+        said = [record.getMessage() for record in caplog.records if record.name == "tools_app.upstream.host.app"]
+        assert said[-1] == (
+            "mcp server kit: no sandbox to run it in (TOOLGATE_MCP_HOST_SANDBOX=none); the host starts only servers "
+            "added with --trusted-unsandboxed without one (TOOLGATE_MCP_HOST_REQUIRE_SANDBOX)"
+        )
 
-        def run(tool, **args):
-            result = value(call(key, f"mcp__kit__{tool}", args))["result"]
-            return json.loads(result) if tool in ("environment", "process") else result
-
-        # an empty directory, but for the host's own virtualenv when it lies in the tree (a checkout's .venv)
-        venv_inside = Path(os.path.realpath(sys.prefix)).is_relative_to(Path(settings.BASE_DIR).resolve())
-        assert run("can_read", path=str(settings.BASE_DIR)) == ("listed:.venv" if venv_inside else "listed:")
-        assert run("can_read", path=str(Path(settings.BASE_DIR) / "manage.py")).startswith("refused:")
-        assert run("can_read", path=str(Path(settings.VAR_DIR) / "secret_key")).startswith("refused:")
-        assert run("can_read", path=str(SCRIPT)).startswith("refused:")
-        assert run("can_write", path="/etc/toolgate-probe") == "refused:OSError"
-        assert run("can_write", path=f"{SANDBOX_HOME}/probe") == "written"
-        assert run("environment")["HOME"] == sha(SANDBOX_HOME)
-        assert run("process")["pid"] <= 3  # a PID namespace of its own
-        assert (tmp_path / "mcp_host" / "children" / "kit" / "shared" / "home" / "probe").read_text() == "x"
+        assert "may run unsandboxed" in add_server("lin", "--command", COMMAND, "--trusted-unsandboxed")
+        ready("lin", COMMAND, "--trusted-unsandboxed")
+        assert value(call(key, "mcp__lin__add", {"a": 2, "b": 3})) == {"result": 5}
+        assert [child.spec.slug for child in host.children()] == ["lin"]
 
 
 # --- a published server over npx -------------------------------------------------------------------
@@ -458,7 +684,10 @@ def test_the_published_server_everything_runs_as_a_stdio_upstream(host, caller):
 @pytest.mark.django_db
 def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_command(admin_client, monkeypatch):
     monkeypatch.setenv("DOCS_TOKEN", OPERATOR_SECRET)
-    add_server("docs", "--command", "python server.py --ro", "--env", "MODE=ro", "--secret-env", "API_TOKEN=DOCS_TOKEN")
+    add_server(
+        "docs", "--command", "python server.py --ro", "--env", "MODE=ro", "--secret-env", "API_TOKEN=DOCS_TOKEN",
+        "--allow-host", "8.8.8.8:443", "--trusted-unsandboxed",
+    )  # fmt: skip
     server = McpServer.objects.get(slug="docs")
     sealed = bytes(server.secret_env_sealed)
     page = f"/admin/tools_app/mcpserver/{server.pk}/change/"
@@ -471,6 +700,8 @@ def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_c
     assert "python server.py --ro" in shown
     assert "API_TOKEN (encrypted)" in shown
     assert "MODE" in shown
+    assert "8.8.8.8:443" in shown  # the network it may reach
+    assert "Trusted unsandboxed" in shown
     assert OPERATOR_SECRET not in listing + shown
     assert saved.status_code == 302
     server.refresh_from_db()
@@ -481,6 +712,7 @@ def test_the_admin_shows_a_stdio_server_without_its_secrets_and_edits_keep_its_c
     )
     assert bytes(server.secret_env_sealed) == sealed
     assert server.secret_env_names == ["API_TOKEN"]
+    assert (server.allowed_hosts, server.trusted_unsandboxed) == (["8.8.8.8:443"], True)
 
 
 def test_stderr_is_bounded_per_line_and_per_window(caplog, monkeypatch):
@@ -503,3 +735,22 @@ def test_stderr_is_bounded_per_line_and_per_window(caplog, monkeypatch):
     assert len(messages) == children.STDERR_LINES_PER_WINDOW + 2
     assert messages[-2:] == ["mcp server noisy: 10 stderr lines not logged", "mcp server noisy: after the window"]
     assert all(record.mcp_server == "noisy" for record in caplog.records if record.levelname == "INFO")
+
+
+def test_the_host_process_is_made_non_dumpable_so_same_user_processes_cannot_read_its_environment():
+    # In a process of its own: the flag would otherwise stay on the test run.
+    code = (
+        "import ctypes, django; django.setup(); from tools_app.upstream.host.serve import protect_host_process; "
+        "libc = ctypes.CDLL(None); before = libc.prctl(3, 0, 0, 0, 0); ok = protect_host_process(); "
+        "print(before, ok, libc.prctl(3, 0, 0, 0, 0), open('/proc/self/status').read().count('\\n') > 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"},
+    )
+    assert done.stdout.split() == ["1", "True", "0", "True"]  # PR_GET_DUMPABLE before and after; /proc/self still ours

@@ -5,13 +5,20 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tools_app.upstream.host.serve import bind_address, build_host, host_config, uvicorn_server
+from tools_app.upstream.host.serve import (
+    bind_address,
+    build_host,
+    host_config,
+    protect_host_process,
+    uvicorn_server,
+)
 
 
 class Command(BaseCommand):
     help = (
         "Run Toolgate's MCP host: it starts each registered stdio MCP server as a child (scrubbed environment, "
-        "resource limits, bubblewrap when installed) and serves it on TOOLGATE_MCP_HOST_URL to web and workers."
+        "resource limits, bubblewrap with no network but the hosts an operator allowed; without a sandbox only "
+        "--trusted-unsandboxed servers when DEBUG=False) and serves it on TOOLGATE_MCP_HOST_URL to web and workers."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -28,16 +35,21 @@ class Command(BaseCommand):
             if not address or not port_text.isdigit():
                 raise CommandError("--bind takes ADDRESS:PORT")
             port = int(port_text)
+        if not protect_host_process():
+            self.stderr.write("could not make the host's process non-dumpable: its environment stays readable")
         try:
             config = host_config()
             host = build_host(config)
         except Exception as exc:  # ImproperlyConfigured and friends: one line, no traceback
             raise CommandError(str(exc)) from None
         if config.bwrap:
-            sandbox = "bubblewrap"
-        elif settings.TOOLGATE_MCP_HOST_SANDBOX == "none":
-            sandbox = "no sandbox (TOOLGATE_MCP_HOST_SANDBOX=none)"
+            sandbox = "bubblewrap, no network but their --allow-host names"
+        elif config.require_sandbox:
+            sandbox = (
+                f"REFUSED without a sandbox ({config.no_sandbox_reason}): only servers added with "
+                "--trusted-unsandboxed start; install bubblewrap (apt-get install bubblewrap)"
+            )
         else:
-            sandbox = "no sandbox (bubblewrap is not usable here; see the warning above)"
+            sandbox = f"no sandbox ({config.no_sandbox_reason}); they run with the host's network and files"
         self.stdout.write(f"mcp host on {address}:{port}; children: {sandbox}, at most {config.max_children}")
         uvicorn_server(host, address=address, port=port).run()

@@ -51,6 +51,19 @@ class Command(BaseCommand):
         add.add_argument(
             "--credential-env", default="", help="stdio with --provider: the child's variable for the connection secret"
         )
+        add.add_argument(
+            "--allow-host",
+            action="append",
+            default=[],
+            metavar="HOST:PORT",
+            help="stdio (repeatable): a host the child may reach through the MCP host's egress proxy "
+            "(default: no network at all); loopback and private addresses stay refused",
+        )
+        add.add_argument(
+            "--trusted-unsandboxed",
+            action="store_true",
+            help="stdio: may run without bubblewrap when DEBUG=False (it then has the host's network and files)",
+        )
         add.add_argument("--discover-seconds", type=int, default=300)
         commands.add_parser("list", help="one line per server")
         remove = commands.add_parser("remove", help="mark a server and its tools removed")
@@ -93,6 +106,8 @@ class Command(BaseCommand):
             where = f"stdio: {shlex.join(server.command)[:200]}"
             secret_note = f", secret env {', '.join(server.secret_env_names)} stored encrypted"
             token_note = secret_note if server.secret_env_names else ""
+            token_note += f", network: {', '.join(server.allowed_hosts) or 'none'}"
+            token_note += ", may run unsandboxed" if server.trusted_unsandboxed else ""
         else:
             server, created = self._add_http(options)
             where = server.url
@@ -111,8 +126,10 @@ class Command(BaseCommand):
         variables = options["secret_env"]
         if len(variables) > 1 or any("=" in variable for variable in variables):
             raise CommandError("an HTTP server takes one --secret-env VAR (its bearer token)")
-        if options["env"] or options["credential_env"]:
-            raise CommandError("--env and --credential-env are for stdio servers (--command)")
+        if options["env"] or options["credential_env"] or options["allow_host"] or options["trusted_unsandboxed"]:
+            raise CommandError(
+                "--env, --credential-env, --allow-host and --trusted-unsandboxed are for stdio servers (--command)"
+            )
         if variables:
             token = _read_env(variables[0])
         with command_errors(f"mcp server {options['slug']!r}: "):
@@ -149,6 +166,8 @@ class Command(BaseCommand):
                 secret_env=secrets,
                 provider=options["provider"],
                 credential_env=options["credential_env"],
+                allowed_hosts=options["allow_host"],
+                trusted_unsandboxed=options["trusted_unsandboxed"],
                 discover_seconds=options["discover_seconds"],
             )
 

@@ -51,6 +51,8 @@ class ServerConfig:
     secrets: tuple[tuple[str, str], ...]
     provider: str
     credential_env: str
+    allowed_hosts: tuple[str, ...] = ()
+    trusted_unsandboxed: bool = False
 
     def __repr__(self) -> str:
         return f"ServerConfig({self.slug})"
@@ -84,6 +86,8 @@ def _server_config(slug: str) -> ServerConfig | None:
         secrets=tuple(sorted(secrets.items())),
         provider=server.provider,
         credential_env=server.credential_env,
+        allowed_hosts=tuple(server.allowed_hosts or ()),
+        trusted_unsandboxed=server.trusted_unsandboxed,
     )
 
 
@@ -120,7 +124,9 @@ class SpecResolver:
             command=config.command,
             env=env,
             secret_values=tuple(secret_values),
-            fingerprint=spec_fingerprint(config.command, env),
+            allowed_hosts=config.allowed_hosts,
+            trusted_unsandboxed=config.trusted_unsandboxed,
+            fingerprint=spec_fingerprint(config.command, env, config.allowed_hosts, config.trusted_unsandboxed),
         )
 
 

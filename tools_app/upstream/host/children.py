@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,8 +28,16 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from runner.contracts import MAX_TIMEOUT_MS
+from tools_app.upstream.host.egress import EgressProxy, ProxyLimits
 from tools_app.upstream.host.environment import child_environment
-from tools_app.upstream.host.sandbox import SANDBOX_HOME, SANDBOX_TMP, Limits, bwrap_argv, launch_argv
+from tools_app.upstream.host.sandbox import (
+    SANDBOX_HOME,
+    SANDBOX_TMP,
+    Limits,
+    bwrap_argv,
+    egress_environment,
+    launch_argv,
+)
 
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("toolgate.mcp_host.stderr")
@@ -57,6 +66,8 @@ class ChildSpec:
     command: tuple[str, ...]
     env: Mapping[str, str] = field(repr=False)  # declared values, then secrets
     secret_values: tuple[str, ...] = field(repr=False, default=())
+    allowed_hosts: tuple[str, ...] = ()  # HOST:PORT the egress proxy carries (none: no network)
+    trusted_unsandboxed: bool = False  # may start without a sandbox when the host requires one
     fingerprint: str = ""  # digest of all of the above: a change starts a new child
 
     @property
@@ -64,8 +75,8 @@ class ChildSpec:
         return (self.slug, self.connection_id)
 
 
-def spec_fingerprint(command: tuple[str, ...], env: Mapping[str, str]) -> str:
-    material = repr((command, sorted(env.items()))).encode()
+def spec_fingerprint(command: tuple[str, ...], env: Mapping[str, str], *extra: object) -> str:
+    material = repr((command, sorted(env.items()), extra)).encode()
     return hashlib.sha256(material).hexdigest()
 
 
@@ -75,6 +86,12 @@ class HostConfig:
     hidden: tuple[Path, ...]  # what a sandboxed child must not see (Toolgate's tree, var/)
     limits: Limits
     bwrap: str | None  # bubblewrap's path when children run under it
+    # Production (TOOLGATE_MCP_HOST_REQUIRE_SANDBOX, on when DEBUG=False): a child starts only in a
+    # sandbox, or when its server is marked trusted-unsandboxed.
+    require_sandbox: bool = False
+    no_sandbox_reason: str = ""  # why bwrap is None, for the refusal's message
+    allow_private: Callable[[], bool] = field(default=lambda: False, repr=False)  # for the egress guard
+    proxy_limits: ProxyLimits = field(default_factory=ProxyLimits)
     max_children: int = 16
     idle_timeout_s: float = 300.0
     start_timeout_s: float = 60.0
@@ -104,8 +121,10 @@ class StdioChild:
         env: dict[str, str],
         cwd: Path,
         call_timeout_s: float = CALL_TIMEOUT_S,
+        egress: EgressProxy | None = None,
     ) -> None:
         self.spec = spec
+        self.egress = egress
         self._call_timeout_s = call_timeout_s
         self._argv, self._env, self._cwd = argv, env, cwd
         self.client: Client | None = None
@@ -122,6 +141,8 @@ class StdioChild:
         self._window_start, self._window_lines, self._suppressed = 0.0, 0, 0
 
     async def open(self, timeout_s: float) -> None:
+        if self.egress is not None:
+            await self.egress.start()  # listening before the child's first request
         self._task = asyncio.get_running_loop().create_task(self._own(), name=f"mcp-child-{self.spec.slug}")
         try:
             async with asyncio.timeout(timeout_s):
@@ -152,6 +173,9 @@ class StdioChild:
             self._mark_dead()
             self._ready.set()
             pump.cancel()
+            if self.egress is not None:
+                await self.egress.close()
+                shutil.rmtree(self.egress.path.parent, ignore_errors=True)
 
     async def _pump(self, read_fd: int) -> None:
         """Log stderr line by line until end of file, which marks the child dead."""
@@ -325,20 +349,52 @@ class Supervisor:
         return self.config.root / "children" / spec.slug / who
 
     def _start(self, spec: ChildSpec) -> StdioChild:
+        if not self.config.bwrap and self.config.require_sandbox and not spec.trusted_unsandboxed:
+            raise HostError(
+                f"no sandbox to run it in ({self.config.no_sandbox_reason or 'bubblewrap is not usable'}); the host "
+                "starts only servers added with --trusted-unsandboxed without one (TOOLGATE_MCP_HOST_REQUIRE_SANDBOX)"
+            )
         base = self.home_of(spec)
         home, tmp = base / "home", base / "tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         for directory in (home, tmp):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        egress = None
         if self.config.bwrap:
-            env, unset = child_environment(home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared={}, secrets=spec.env)
-            sandbox = bwrap_argv(self.config.bwrap, home=home, hidden=self.config.hidden)
+            declared = {}
+            if spec.allowed_hosts:
+                # A short path of its own: a Unix socket's path is limited to about 100 bytes.
+                socket_dir = Path(tempfile.mkdtemp(prefix="toolgate-egress-"))
+                egress = EgressProxy(
+                    slug=spec.slug,
+                    allowed_hosts=spec.allowed_hosts,
+                    path=socket_dir / "proxy.sock",
+                    allow_private=self.config.allow_private,
+                    limits=self.config.proxy_limits,
+                )
+                declared = egress_environment()
+            env, unset = child_environment(home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared=declared, secrets=spec.env)
+            sandbox = bwrap_argv(
+                self.config.bwrap,
+                home=home,
+                hidden=self.config.hidden,
+                egress_dir=egress.path.parent if egress is not None else None,
+            )
         else:
             env, unset = child_environment(home=str(home), tmpdir=str(tmp), declared={}, secrets=spec.env)
             sandbox = None
+            if spec.allowed_hosts:
+                logger.warning(
+                    "mcp server %s: no sandbox, so it has the host's network (--allow-host is not enforced)",
+                    spec.slug,
+                )
         argv = launch_argv(spec.command, limits=self.config.limits, unset=unset, bwrap=sandbox)
-        logger.info("mcp server %s: starting a child%s", spec.slug, " (bubblewrap)" if sandbox else "")
-        return StdioChild(spec, argv=argv, env=env, cwd=home, call_timeout_s=self.config.call_timeout_s)
+        where = ""
+        if sandbox:
+            network = f"egress to {', '.join(spec.allowed_hosts)} only" if egress is not None else "no network"
+            where = f" (bubblewrap, {network})"
+        logger.info("mcp server %s: starting a child%s", spec.slug, where)
+        return StdioChild(spec, argv=argv, env=env, cwd=home, call_timeout_s=self.config.call_timeout_s, egress=egress)
 
     async def sweep(self) -> None:
         """Forget exited children, stop idle ones and those whose connection is no longer usable."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,25 +21,50 @@ from tools_app.upstream.host.app import HostApp
 from tools_app.upstream.host.children import HostConfig, Supervisor
 from tools_app.upstream.host.connections import usable_connection_ids
 from tools_app.upstream.host.sandbox import Limits, bwrap_problem, find_bwrap
+from tools_app.upstream.services import allow_private_networks
 
 logger = logging.getLogger(__name__)
 SANDBOX_MODES = ("auto", "bwrap", "none")
 
 
-def choose_bwrap(mode: str) -> str | None:
-    """bubblewrap's path when children run under it; `bwrap` mode refuses to run without it."""
+def choose_bwrap(mode: str) -> tuple[str | None, str]:
+    """(bubblewrap's path when children run under it, why not otherwise); `bwrap` mode refuses to run without it."""
     if mode not in SANDBOX_MODES:
         raise ImproperlyConfigured(f"TOOLGATE_MCP_HOST_SANDBOX must be one of {', '.join(SANDBOX_MODES)}")
     if mode == "none":
-        return None
+        return None, "TOOLGATE_MCP_HOST_SANDBOX=none"
     path = find_bwrap()
     problem = bwrap_problem(path)
     if problem is None:
-        return path
+        return path, ""
     if mode == "bwrap":
         raise ImproperlyConfigured(f"TOOLGATE_MCP_HOST_SANDBOX=bwrap, but {problem}")
-    logger.warning("stdio MCP servers run without bubblewrap: %s", problem)
-    return None
+    if not settings.TOOLGATE_MCP_HOST_REQUIRE_SANDBOX:
+        logger.warning("stdio MCP servers run without bubblewrap: %s", problem)
+    else:
+        logger.error(
+            "stdio MCP servers cannot be sandboxed (%s): only servers registered with --trusted-unsandboxed "
+            "are started (TOOLGATE_MCP_HOST_REQUIRE_SANDBOX, on when DEBUG=False)",
+            problem,
+        )
+    return None, problem
+
+
+PR_SET_DUMPABLE = 4
+
+
+def protect_host_process() -> bool:
+    """Make the host's process non-dumpable: same-user processes can no longer read its /proc files.
+
+    The host's environment holds Toolgate's settings (secret key, key ring, token); an
+    unsandboxed child runs as the same user and could read them from /proc/<pid>/environ.
+    A non-dumpable process's /proc entries belong to root. Children are unaffected (exec
+    makes a process dumpable again). False where the call is not available (not Linux).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
 def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
@@ -53,6 +80,7 @@ def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
 def host_config(*, sandbox: str | None = None, **overrides: Any) -> HostConfig:
     root = Path(settings.TOOLGATE_MCP_HOST_DIR)
     mib = 1024 * 1024
+    bwrap, no_sandbox_reason = choose_bwrap(sandbox or settings.TOOLGATE_MCP_HOST_SANDBOX)
     values: dict[str, Any] = {
         "root": root,
         "hidden": outermost([Path(settings.BASE_DIR), Path(settings.VAR_DIR), root]),
@@ -62,7 +90,10 @@ def host_config(*, sandbox: str | None = None, **overrides: Any) -> HostConfig:
             open_files=settings.TOOLGATE_MCP_CHILD_OPEN_FILES,
             processes=settings.TOOLGATE_MCP_CHILD_PROCESSES,
         ),
-        "bwrap": choose_bwrap(sandbox or settings.TOOLGATE_MCP_HOST_SANDBOX),
+        "bwrap": bwrap,
+        "require_sandbox": settings.TOOLGATE_MCP_HOST_REQUIRE_SANDBOX,
+        "no_sandbox_reason": no_sandbox_reason,
+        "allow_private": allow_private_networks,  # read at every egress connection, like the URL guard
         "max_children": settings.TOOLGATE_MCP_HOST_MAX_CHILDREN,
         "idle_timeout_s": float(settings.TOOLGATE_MCP_HOST_IDLE_SECONDS),
     }
