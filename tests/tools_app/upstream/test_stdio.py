@@ -246,7 +246,7 @@ def test_the_childs_environment_holds_only_what_the_contract_lists(host, caller,
     assert process["cwd"] == str(home / "home")
     assert process["pgid"] == process["pid"] != os.getpgid(0)  # its own process group and session
     limits = process["limits"]
-    assert limits["RLIMIT_AS"] == 4096 * 1024 * 1024
+    assert limits["RLIMIT_DATA"] == 4096 * 1024 * 1024
     assert limits["RLIMIT_NOFILE"] == settings.TOOLGATE_MCP_CHILD_OPEN_FILES
     assert limits["RLIMIT_CPU"] == settings.TOOLGATE_MCP_CHILD_CPU_SECONDS
     assert limits["RLIMIT_NPROC"] == settings.TOOLGATE_MCP_CHILD_PROCESSES

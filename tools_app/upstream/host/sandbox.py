@@ -30,7 +30,7 @@ PROBE_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per child: CPU seconds, address space bytes, open files, processes (0 = inherit the host's)."""
+    """Per child: CPU seconds, writable memory bytes (RLIMIT_DATA), open files, processes (0 = the host's)."""
 
     cpu_seconds: int = 0
     memory_bytes: int = 0
