@@ -30,6 +30,7 @@ from policies_app.admin_display import short_datetime
 from policies_app.errors import AppError
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import safe_label
+from tools_app.upstream.host.sandbox import binds_from_rows
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
@@ -94,7 +95,13 @@ class McpServerForm(forms.ModelForm):
 
 def stdio_fields(server: McpServer) -> dict[str, Any]:
     """What only the command sets on a stdio server; the admin keeps it as it is."""
-    return {"command": list(server.command), "env": dict(server.env or {}), "credential_env": server.credential_env}
+    return {
+        "command": list(server.command),
+        "env": dict(server.env or {}),
+        "credential_env": server.credential_env,
+        "npm_package": server.npm_package,
+        "binds": binds_from_rows(server.binds),
+    }
 
 
 @admin.register(McpServer)
@@ -126,7 +133,14 @@ class McpServerAdmin(admin.ModelAdmin):
         "updated_at",
     )
 
-    stdio_readonly_fields = ("transport", "command_line", "environment_names", "credential_env")
+    stdio_readonly_fields = (
+        "transport",
+        "command_line",
+        "npm_package",
+        "bound_folders",
+        "environment_names",
+        "credential_env",
+    )
 
     def get_fields(self, request: HttpRequest, obj: McpServer | None = None) -> list[str]:
         if obj is not None and obj.is_stdio:
@@ -156,6 +170,10 @@ class McpServerAdmin(admin.ModelAdmin):
     def command_line(self, server: McpServer) -> str:
         line = shlex.join(server.command or [])
         return line if len(line) <= ERROR_PREVIEW_CHARS else line[:ERROR_PREVIEW_CHARS] + "…"
+
+    @admin.display(description="bound folders (host:sandbox:mode)")
+    def bound_folders(self, server: McpServer) -> str:
+        return ", ".join(bind.label for bind in binds_from_rows(server.binds)) or "-"
 
     @admin.display(description="environment (values not shown)")
     def environment_names(self, server: McpServer) -> str:

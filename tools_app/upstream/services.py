@@ -10,10 +10,12 @@ changes nothing but the server's last error.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -49,7 +51,17 @@ from tools_app.upstream.definitions import (
     tool_ids_for,
 )
 from tools_app.upstream.host.endpoint import host_target
-from tools_app.upstream.host.environment import declared_name_problem
+from tools_app.upstream.host.environment import DEFAULT_PATH, declared_name_problem
+from tools_app.upstream.host.packages import (
+    PackageError,
+    installed_version,
+    npm_install,
+    package_dir,
+    package_programs,
+    parse_npm_spec,
+)
+from tools_app.upstream.host.sandbox import Bind, bind_problem, bind_rows, program_problem
+from tools_app.upstream.host.serve import hidden_trees, sandbox_expected
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now
 from tools_app.upstream.vault import token_vault
@@ -111,6 +123,8 @@ def mcp_server_check(
     env: Mapping[str, str] | None = None,
     secret_env_names: Sequence[str] = (),
     credential_env: str = "",
+    npm_package: str = "",
+    binds: Sequence[Bind] = (),
 ) -> None:
     """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
@@ -125,7 +139,14 @@ def mcp_server_check(
         raise AppError("--url and --command exclude each other: a server is reached over HTTP or run over stdio")
     if command:
         _check_stdio(command, env or {}, secret_env_names, provider=provider, credential_env=credential_env)
+        if npm_package:
+            try:
+                parse_npm_spec(npm_package)
+            except PackageError as exc:
+                raise AppError(str(exc)) from None
         return
+    if npm_package or binds:
+        raise AppError("--npm and --bind are for stdio servers (--command)")
     if not url:
         raise AppError("give the server's --url (streamable HTTP) or its --command (stdio)")
     if env or credential_env or any("=" in name for name in secret_env_names):
@@ -171,6 +192,63 @@ def _check_stdio(
         )
 
 
+MAX_BINDS = 16
+
+
+def _check_sandbox(slug: str, command: Sequence[str], *, npm_package: str, binds: Sequence[Bind]) -> None:
+    """What the host could not run, refused now rather than failing at the first discovery.
+
+    The server's package must be installed (at the pinned version) where the host looks, its
+    bound folders must be bindable, and the program (and a script's interpreter) must be one
+    the child can see: under bubblewrap, nothing under /tmp or in Toolgate's tree.
+    """
+    programs: list[str] = []
+    if npm_package:
+        try:
+            package = parse_npm_spec(npm_package)
+        except PackageError as exc:
+            raise AppError(str(exc)) from None
+        directory = package_dir(Path(settings.TOOLGATE_MCP_HOST_DIR), slug)
+        if installed_version(directory, package.name) != package.version:
+            raise AppError(f"{package.spec} is not installed in {directory}: add the server with --npm to install it")
+        programs = package_programs(directory, package.name)
+    if len(binds) > MAX_BINDS:
+        raise AppError(f"at most {MAX_BINDS} folders may be bound to a server")
+    hidden = hidden_trees()
+    for bind in binds:
+        problem = bind_problem(bind, hidden=hidden)
+        if problem:
+            raise AppError(f"--bind {bind.label[:200]} refused: {problem}")
+    sandboxes = [bind.sandbox for bind in binds]
+    if len(set(sandboxes)) != len(sandboxes):
+        raise AppError("two --bind folders share one sandbox path")
+    problem = program_problem(
+        command[0],
+        search_path=os.environ.get("PATH") or DEFAULT_PATH,
+        package_programs=programs,
+        binds=binds,
+        hidden=hidden,
+        sandboxed=sandbox_expected(),
+    )
+    if problem:
+        raise AppError(f"the command cannot run in the MCP host's sandbox: {problem}")
+
+
+def mcp_server_install_npm(*, slug: str, npm_package: str) -> list[str]:
+    """Install a stdio server's pinned npm package where the host looks for it; its programs.
+
+    Runs npm (slowly, outside any transaction) before the row is written, so a server is never
+    registered with a package that is not there.
+    """
+    if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
+        raise AppError("the slug must match [a-z][a-z0-9]*(_[a-z0-9]+)* and have at most 32 characters")
+    try:
+        package = parse_npm_spec(npm_package)
+        return npm_install(package, package_dir(Path(settings.TOOLGATE_MCP_HOST_DIR), slug))
+    except PackageError as exc:
+        raise AppError(str(exc)) from None
+
+
 @transaction.atomic
 def mcp_server_register(
     *,
@@ -184,6 +262,8 @@ def mcp_server_register(
     env: Mapping[str, str] | None = None,
     secret_env: Mapping[str, str] | None = None,
     credential_env: str = "",
+    npm_package: str = "",
+    binds: Sequence[Bind] = (),
 ) -> tuple[McpServer, bool]:
     """Upsert a server by slug; returns (server, created).
 
@@ -200,11 +280,19 @@ def mcp_server_register(
         env=env,
         secret_env_names=list(secret_env or {}),
         credential_env=credential_env,
+        npm_package=npm_package,
+        binds=binds,
     )
     if command and operator_token:
         raise AppError("a stdio server takes its secrets as --secret-env NAME=VAR, not as a bearer token")
     server = McpServer.objects.select_for_update().filter(slug=slug).first()
     created = server is None
+    rows = bind_rows(binds)
+    runs = (list(command), npm_package, rows)
+    if command and (server is None or (server.command, server.npm_package, server.binds) != runs):
+        # What the host runs changed (or is new): refuse now what it could not run. An edit that keeps
+        # it (the admin) is not checked again, from a process that may not see the host's files.
+        _check_sandbox(slug, command, npm_package=npm_package, binds=binds)
     if server is None:
         server = McpServer(slug=slug)
     stdio = bool(command)
@@ -213,6 +301,8 @@ def mcp_server_register(
     server.command = list(command)
     server.env = dict(env or {})
     server.credential_env = credential_env
+    server.npm_package = npm_package
+    server.binds = rows
     server.provider = provider
     server.discover_seconds = discover_seconds
     server.enabled = enabled
@@ -378,6 +468,12 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
             message = _failure_message(exc, bounds)
             if transport == McpServer.Transport.STDIO and isinstance(exc, UpstreamError):
                 message = _stdio_failure_message(exc, slug)
+            elif transport == McpServer.Transport.STDIO and type(exc).__name__ == "ToolTimedOut":
+                # The host keeps starting the child after the listing gives up, so the retry finds it up.
+                message += (
+                    "; a stdio server may still be starting (a first start can take a while): "
+                    "run discover again shortly, the retry finds it started"
+                )
             McpServer.objects.filter(pk=server_id).update(
                 last_discovery_at=timezone.now(),
                 last_discovery_status=McpServer.DiscoveryStatus.FAILED,

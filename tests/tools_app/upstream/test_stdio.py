@@ -154,6 +154,7 @@ def test_a_stdio_server_that_cannot_be_listed_names_the_host_for_the_operator(se
 @pytest.fixture
 def host(tmp_path, settings):
     settings.TOOLGATE_MCP_CHILD_MEMORY_MB = 4096
+    settings.TOOLGATE_MCP_HOST_SANDBOX = "none"  # what `add` checks a command against, as the host runs it
     config = host_config(sandbox="none", root=tmp_path / "mcp_host", sweep_s=0.2)
     with McpHostThread(config) as running:
         settings.TOOLGATE_MCP_HOST_URL, settings.TOOLGATE_MCP_HOST_TOKEN = running.url, running.token
@@ -236,7 +237,19 @@ def test_the_childs_environment_holds_only_what_the_contract_lists(host, caller,
     env = report(call(key, "mcp__kit__environment", {}))
     process = report(call(key, "mcp__kit__process", {}))
 
-    assert sorted(env) == ["HOME", "KIT_SOURCE", "KIT_TOKEN", "LANG", "MODE", "PATH", "TMPDIR"]
+    assert sorted(env) == [
+        "HOME",
+        "KIT_SOURCE",
+        "KIT_TOKEN",
+        "LANG",
+        "MODE",
+        "NPM_CONFIG_AUDIT",
+        "NPM_CONFIG_FUND",
+        "NPM_CONFIG_UPDATE_NOTIFIER",
+        "PATH",
+        "TMPDIR",
+    ]
+    assert env["NPM_CONFIG_UPDATE_NOTIFIER"] == env["NPM_CONFIG_FUND"] == env["NPM_CONFIG_AUDIT"] == sha("false")
     assert env["KIT_TOKEN"] == env["KIT_SOURCE"] == sha(OPERATOR_SECRET)
     assert env["MODE"] == sha("read-only")
     assert env["PATH"] == sha(os.environ["PATH"])

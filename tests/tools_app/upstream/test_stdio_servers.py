@@ -10,21 +10,26 @@ published @modelcontextprotocol servers (skipped with the reason when npm cannot
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client
 from tests.support.mcp_host import McpHostThread
 from tools_app.models import McpServer
 from tools_app.services import tool_set_enabled
+from tools_app.upstream.definitions import DiscoveryBounds
+from tools_app.upstream.host import children
 from tools_app.upstream.host.sandbox import bwrap_problem, find_bwrap
 from tools_app.upstream.host.serve import host_config
-from tools_app.upstream.services import mcp_server_discover, mcp_tool_approve
+from tools_app.upstream.services import DiscoveryFailed, mcp_server_discover, mcp_tool_approve
 
 SUPPORT = Path(__file__).resolve().parents[2] / "support"
 NODE = shutil.which("node")
@@ -88,14 +93,17 @@ def enable(slug: str, *tools: str) -> list[str]:
     return tool_ids
 
 
-def call(key: str, tool_id: str, args: dict) -> dict:
+def call(key: str, tool_id: str, args: dict, *, ok: bool = True) -> dict:
+    """The exec answer's body; `ok` is what the tool's result must say (a tool error is still a 200)."""
     response = api_client(key).post(EXEC, {"tool_id": tool_id, "args": args}, format="json")
     assert response.status_code == 200, response.json()
-    return response.json()["value"]
+    body = response.json()
+    assert body["ok"] is ok, body
+    return body
 
 
-def text_of(value: dict) -> str:
-    return json.dumps(value)
+def text_of(body: dict) -> str:
+    return json.dumps(body.get("value") if body["ok"] else body.get("content"))
 
 
 # --- memory: Node's fetch() under the default limits ------------------------------------------------
@@ -116,3 +124,112 @@ def test_a_node_server_that_calls_fetch_runs_under_the_default_memory_limit(host
 
     assert "served:hello" in text_of(value), value
     assert "WebAssembly" not in text_of(value)
+
+
+# --- slow starts ---------------------------------------------------------------------------------
+
+
+def test_a_slow_start_says_the_server_may_still_be_starting_and_the_retry_works(host, caller):
+    python = Path(os.path.realpath(sys.prefix)) / "bin" / "python"  # outside Toolgate's tree, which is hidden
+    script = (SUPPORT / "stdio_server.py").read_text()
+    add_server("slow", "--command", shlex.join(["/bin/sh", "-c", 'sleep 4; exec "$0" -c "$1"', str(python), script]))
+    server = McpServer.objects.get(slug="slow")
+    started = time.monotonic()
+
+    with pytest.raises(DiscoveryFailed) as failure:
+        mcp_server_discover(server_id=server.pk, bounds=DiscoveryBounds(total_timeout_s=1.0))
+    assert time.monotonic() - started < 3.5  # the listing gave up; the child kept starting
+    time.sleep(4)
+    report = mcp_server_discover(server_id=server.pk)
+
+    assert failure.value.safe_message == (
+        "the listing took longer than 1 s; a stdio server may still be starting (a first start can take "
+        "a while): run discover again shortly, the retry finds it started"
+    )
+    assert "mcp__slow__add" in report.new
+    assert len(host.children()) == 1  # the retry used the child the first attempt started
+
+
+# --- npm packages installed at add, started with no network ----------------------------------------
+
+MEMORY = "@modelcontextprotocol/server-memory@2026.8.31"
+FILESYSTEM = "@modelcontextprotocol/server-filesystem@2026.8.31"
+IN_SANDBOX = "/tmp/reference"  # noqa: S108 - a path inside the child's private /tmp
+
+
+def add_npm_server(slug: str, package: str, *args: str) -> str:
+    """`mcp_server add --npm`, skipped with npm's reason when the registry cannot be reached."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    try:
+        return add_server(slug, "--npm", package, *args)
+    except CommandError as exc:
+        if "npm could not install" in str(exc) or "npm did not install" in str(exc):
+            pytest.skip(f"npm cannot fetch {package} here: {exc}")
+        raise
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Children get a network namespace of their own (only their own loopback): nothing to download from."""
+    real = children.bwrap_argv
+
+    def without_network(*args, **kwargs):
+        return ["--unshare-net" if arg == "--share-net" else arg for arg in real(*args, **kwargs)]
+
+    monkeypatch.setattr(children, "bwrap_argv", without_network)
+
+
+@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"no network namespace without bubblewrap: {BWRAP_PROBLEM}")
+def test_an_npm_server_installed_at_add_starts_with_no_network(host, caller, offline, settings):
+    out = add_npm_server("memory", MEMORY, "--env", "MEMORY_FILE_PATH=/tmp/home/memory.json")
+    server = McpServer.objects.get(slug="memory")
+    installed = Path(settings.TOOLGATE_MCP_HOST_DIR) / "packages" / "memory"
+    manifest = installed / "node_modules" / "@modelcontextprotocol" / "server-memory" / "package.json"
+    assert (server.command, server.npm_package) == (["mcp-server-memory"], MEMORY)
+    assert json.loads(manifest.read_text())["version"] == "2026.8.31"
+    assert "npm @modelcontextprotocol/server-memory@2026.8.31" in out
+    create, read = enable("memory", "create_entities", "read_graph")
+
+    call(caller, create, {"entities": [{"name": "toolgate", "entityType": "gateway", "observations": ["offline"]}]})
+    graph = call(caller, read, {})
+
+    assert "toolgate" in text_of(graph)
+    assert "offline" in text_of(graph)
+    [child] = host.children()
+    home = host.app.supervisor.home_of(child.spec) / "home"
+    assert (home / "memory.json").is_file()  # its data went to its HOME, not the read-only package
+    assert not (home / ".npm").exists()  # nothing was downloaded at start
+
+
+@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"binds need bubblewrap: {BWRAP_PROBLEM}")
+def test_server_filesystem_writes_into_a_rw_bound_folder_and_not_a_ro_one(host, caller, offline, tmp_path):
+    work, reference = tmp_path / "work", tmp_path / "reference"  # under /tmp: hidden unless bound
+    work.mkdir()
+    reference.mkdir()
+    (reference / "readme.txt").write_text("read me")
+    add_npm_server(
+        "files",
+        FILESYSTEM,
+        "--command",
+        f"mcp-server-filesystem {work} {IN_SANDBOX}",
+        "--bind",
+        f"{work}:rw",
+        "--bind",
+        f"{reference}:{IN_SANDBOX}",
+    )
+    assert McpServer.objects.get(slug="files").binds == [
+        {"host": str(work), "sandbox": str(work), "writable": True},
+        {"host": str(reference), "sandbox": IN_SANDBOX, "writable": False},
+    ]
+    write, read = enable("files", "write_file", "read_text_file")
+
+    written = call(caller, write, {"path": f"{work}/note.txt", "content": "written by a child"})
+    shown = call(caller, read, {"path": f"{IN_SANDBOX}/readme.txt"})
+    refused = call(caller, write, {"path": f"{IN_SANDBOX}/new.txt", "content": "no"}, ok=False)
+
+    assert "note.txt" in text_of(written)
+    assert (work / "note.txt").read_text() == "written by a child"
+    assert "read me" in text_of(shown)
+    assert "EROFS" in text_of(refused) or "read-only" in text_of(refused).lower(), refused
+    assert sorted(path.name for path in reference.iterdir()) == ["readme.txt"]

@@ -10,10 +10,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from policies_app.errors import command_errors
 from tools_app.upstream.definitions import safe_label
 from tools_app.upstream.host.environment import is_toolgate_name
+from tools_app.upstream.host.sandbox import parse_bind
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
+    mcp_server_check,
     mcp_server_discover,
+    mcp_server_install_npm,
     mcp_server_register,
     mcp_server_remove,
     mcp_tools_approve,
@@ -50,6 +53,21 @@ class Command(BaseCommand):
         )
         add.add_argument(
             "--credential-env", default="", help="stdio with --provider: the child's variable for the connection secret"
+        )
+        add.add_argument(
+            "--npm",
+            default="",
+            metavar="PACKAGE@VERSION",
+            help="stdio: install this exact npm package version now, into the MCP host's packages/SLUG/ (run this "
+            "where the host's TOOLGATE_MCP_HOST_DIR is); its programs come first on the child's PATH, and "
+            "--command defaults to its one program",
+        )
+        add.add_argument(
+            "--bind",
+            action="append",
+            default=[],
+            metavar="HOST_PATH[:SANDBOX_PATH][:ro|rw]",
+            help="stdio (repeatable): bind a host folder into the child's sandbox, read-only unless :rw",
         )
         add.add_argument("--discover-seconds", type=int, default=300)
         commands.add_parser("list", help="one line per server")
@@ -88,9 +106,15 @@ class Command(BaseCommand):
         slug = options["slug"]
         if options["url"] and options["command"]:
             raise CommandError("--url and --command exclude each other")
-        if options["command"]:
+        if options["url"] and options["npm"]:
+            raise CommandError("--npm is for stdio servers; an HTTP server has --url")
+        if options["command"] or options["npm"]:
             server, created = self._add_stdio(options)
             where = f"stdio: {shlex.join(server.command)[:200]}"
+            if server.npm_package:
+                where += f", npm {server.npm_package}"
+            if server.binds:
+                where += f", {len(server.binds)} bound folder(s)"
             secret_note = f", secret env {', '.join(server.secret_env_names)} stored encrypted"
             token_note = secret_note if server.secret_env_names else ""
         else:
@@ -111,8 +135,8 @@ class Command(BaseCommand):
         variables = options["secret_env"]
         if len(variables) > 1 or any("=" in variable for variable in variables):
             raise CommandError("an HTTP server takes one --secret-env VAR (its bearer token)")
-        if options["env"] or options["credential_env"]:
-            raise CommandError("--env and --credential-env are for stdio servers (--command)")
+        if options["env"] or options["credential_env"] or options["bind"]:
+            raise CommandError("--env, --credential-env and --bind are for stdio servers (--command)")
         if variables:
             token = _read_env(variables[0])
         with command_errors(f"mcp server {options['slug']!r}: "):
@@ -129,8 +153,14 @@ class Command(BaseCommand):
             command = shlex.split(options["command"])
         except ValueError as exc:
             raise CommandError(f"--command cannot be split like a shell's: {exc}") from None
-        if not command:
+        if not command and not options["npm"]:
             raise CommandError("--command names no program")
+        binds = []
+        for text in options["bind"]:
+            try:
+                binds.append(parse_bind(text))
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
         env = {}
         for pair in options["env"]:
             name, sep, value = pair.partition("=")
@@ -141,16 +171,27 @@ class Command(BaseCommand):
         for pair in options["secret_env"]:
             name, _sep, variable = pair.partition("=")
             secrets[name] = _read_env(variable or name)
+        fields = {
+            "slug": options["slug"],
+            "env": env,
+            "provider": options["provider"],
+            "credential_env": options["credential_env"],
+            "discover_seconds": options["discover_seconds"],
+            "npm_package": options["npm"],
+            "binds": binds,
+        }
         with command_errors(f"mcp server {options['slug']!r}: "):
-            return mcp_server_register(
-                slug=options["slug"],
-                command=command,
-                env=env,
-                secret_env=secrets,
-                provider=options["provider"],
-                credential_env=options["credential_env"],
-                discover_seconds=options["discover_seconds"],
-            )
+            if command:  # refuse a bad line before npm spends a minute on it
+                mcp_server_check(url="", command=command, secret_env_names=list(secrets), **fields)
+            if options["npm"]:
+                self.stdout.write(f"installing {options['npm']} with npm (install scripts off)...")
+                programs = mcp_server_install_npm(slug=options["slug"], npm_package=options["npm"])
+                if not command:
+                    if len(programs) != 1:
+                        found = ", ".join(programs) or "none"
+                        raise CommandError(f"{options['npm']} has programs {found}: name one with --command")
+                    command = programs
+            return mcp_server_register(command=command, secret_env=secrets, **fields)
 
     def _list(self) -> None:
         for server in McpServer.objects.order_by("slug"):

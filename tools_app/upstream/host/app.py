@@ -28,6 +28,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from tools_app.upstream.host.children import ChildSpec, HostError, Supervisor, spec_fingerprint
+from tools_app.upstream.host.sandbox import Bind, binds_from_rows
 from tools_app.upstream.models import McpServer
 from tools_app.upstream.vault import token_vault
 
@@ -51,6 +52,8 @@ class ServerConfig:
     secrets: tuple[tuple[str, str], ...]
     provider: str
     credential_env: str
+    npm_package: str = ""  # NAME@VERSION installed at add (its programs are first on the child's PATH)
+    binds: tuple[Bind, ...] = ()  # folders bound into the child's sandbox
 
     def __repr__(self) -> str:
         return f"ServerConfig({self.slug})"
@@ -84,6 +87,8 @@ def _server_config(slug: str) -> ServerConfig | None:
         secrets=tuple(sorted(secrets.items())),
         provider=server.provider,
         credential_env=server.credential_env,
+        npm_package=server.npm_package,
+        binds=binds_from_rows(server.binds),
     )
 
 
@@ -120,7 +125,9 @@ class SpecResolver:
             command=config.command,
             env=env,
             secret_values=tuple(secret_values),
-            fingerprint=spec_fingerprint(config.command, env),
+            fingerprint=spec_fingerprint(config.command, env, config.npm_package, config.binds),
+            npm_package=config.npm_package,
+            binds=config.binds,
         )
 
 

@@ -27,8 +27,17 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from runner.contracts import MAX_TIMEOUT_MS
-from tools_app.upstream.host.environment import child_environment
-from tools_app.upstream.host.sandbox import SANDBOX_HOME, SANDBOX_TMP, Limits, bwrap_argv, launch_argv
+from tools_app.upstream.host.environment import DEFAULT_PATH, child_environment
+from tools_app.upstream.host.packages import PackageError, bin_dir, installed_version, package_dir, parse_npm_spec
+from tools_app.upstream.host.sandbox import (
+    SANDBOX_HOME,
+    SANDBOX_PACKAGE,
+    SANDBOX_TMP,
+    Bind,
+    Limits,
+    bwrap_argv,
+    launch_argv,
+)
 
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("toolgate.mcp_host.stderr")
@@ -58,14 +67,18 @@ class ChildSpec:
     env: Mapping[str, str] = field(repr=False)  # declared values, then secrets
     secret_values: tuple[str, ...] = field(repr=False, default=())
     fingerprint: str = ""  # digest of all of the above: a change starts a new child
+    npm_package: str = ""  # NAME@VERSION installed at add into the host's packages/<slug>/
+    binds: tuple[Bind, ...] = ()  # operator-bound folders (bubblewrap only)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.slug, self.connection_id)
 
 
-def spec_fingerprint(command: tuple[str, ...], env: Mapping[str, str]) -> str:
-    material = repr((command, sorted(env.items()))).encode()
+def spec_fingerprint(
+    command: tuple[str, ...], env: Mapping[str, str], npm_package: str = "", binds: tuple[Bind, ...] = ()
+) -> str:
+    material = repr((command, sorted(env.items()), npm_package, binds)).encode()
     return hashlib.sha256(material).hexdigest()
 
 
@@ -123,12 +136,23 @@ class StdioChild:
 
     async def open(self, timeout_s: float) -> None:
         self._task = asyncio.get_running_loop().create_task(self._own(), name=f"mcp-child-{self.spec.slug}")
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._ready.wait()
-        except TimeoutError:
-            self.stop_soon()
-            raise HostError(f"the server did not start within {timeout_s:g} s") from None
+        await self.wait_ready(timeout_s)
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Until the child answers, for at most `timeout_s` counted from its start.
+
+        A caller that gives up (its request is cancelled) leaves the child starting: a slow first
+        start (an interpreter warming up, a server loading its data) is then ready for the retry.
+        """
+        if not self._ready.is_set():
+            try:
+                async with asyncio.timeout(max(0.0, self.started_at + timeout_s - time.monotonic())):
+                    await self._ready.wait()
+            except TimeoutError:
+                self.stop_soon()
+                raise HostError(
+                    f"the server did not start within {timeout_s:g} s; it may be slow to start: a retry starts it again"
+                ) from None
         if self._error is not None:
             raise self._error
 
@@ -271,12 +295,12 @@ class Supervisor:
         key = spec.key
         child = self._children.get(key)
         if child is not None and not child.dead and child.spec.fingerprint == spec.fingerprint:
-            return child
+            return await self._when_ready(child)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             child = self._children.get(key)
             if child is not None and not child.dead and child.spec.fingerprint == spec.fingerprint:
-                return child
+                return await self._when_ready(child)
             if child is not None:
                 await self._retire(child, exited=child.dead)
             self._check_backoff(key)
@@ -289,6 +313,15 @@ class Supervisor:
                 await self._retire(child, exited=True)
                 raise
             return child
+
+    async def _when_ready(self, child: StdioChild) -> StdioChild:
+        """A child still starting (its first caller gave up) is waited for, within the start timeout."""
+        try:
+            await child.wait_ready(self.config.start_timeout_s)
+        except HostError:
+            await self._retire(child, exited=True)
+            raise
+        return child
 
     def _check_backoff(self, key: tuple[str, str]) -> None:
         _exits, not_before = self._restarts.get(key, (0, 0.0))
@@ -324,18 +357,52 @@ class Supervisor:
         who = _digest(spec.connection_id) if spec.connection_id else "shared"
         return self.config.root / "children" / spec.slug / who
 
+    def installed_package(self, spec: ChildSpec) -> Path | None:
+        """The server's npm package as installed at add (None without one); HostError when it is not there."""
+        if not spec.npm_package:
+            return None
+        directory = package_dir(self.config.root, spec.slug)
+        try:
+            package = parse_npm_spec(spec.npm_package)
+        except PackageError as exc:
+            raise HostError(str(exc)) from None
+        found = installed_version(directory, package.name)
+        if found != package.version:
+            raise HostError(
+                f"its npm package {package.spec} is not installed in the host's {directory} "
+                f"({'version ' + found if found else 'nothing'} there): run `manage.py mcp_server add {spec.slug} "
+                f"--npm {package.spec} ...` where the host's TOOLGATE_MCP_HOST_DIR is"
+            )
+        return directory
+
     def _start(self, spec: ChildSpec) -> StdioChild:
+        package = self.installed_package(spec)
         base = self.home_of(spec)
         home, tmp = base / "home", base / "tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         for directory in (home, tmp):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = os.environ.get("PATH") or None
         if self.config.bwrap:
-            env, unset = child_environment(home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared={}, secrets=spec.env)
-            sandbox = bwrap_argv(self.config.bwrap, home=home, hidden=self.config.hidden)
+            if package is not None:
+                path = f"{bin_dir(Path(SANDBOX_PACKAGE))}:{path or DEFAULT_PATH}"
+            env, unset = child_environment(
+                home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared={}, secrets=spec.env, path=path
+            )
+            sandbox = bwrap_argv(
+                self.config.bwrap, home=home, hidden=self.config.hidden, package=package, binds=spec.binds
+            )
         else:
-            env, unset = child_environment(home=str(home), tmpdir=str(tmp), declared={}, secrets=spec.env)
+            if package is not None:
+                path = f"{bin_dir(package)}:{path or DEFAULT_PATH}"
+            env, unset = child_environment(home=str(home), tmpdir=str(tmp), declared={}, secrets=spec.env, path=path)
             sandbox = None
+            if spec.binds:
+                logger.warning(
+                    "mcp server %s: its bound folders need bubblewrap; without it the child sees the host's "
+                    "folders with the host user's rights",
+                    spec.slug,
+                )
         argv = launch_argv(spec.command, limits=self.config.limits, unset=unset, bwrap=sandbox)
         logger.info("mcp server %s: starting a child%s", spec.slug, " (bubblewrap)" if sandbox else "")
         return StdioChild(spec, argv=argv, env=env, cwd=home, call_timeout_s=self.config.call_timeout_s)

@@ -50,12 +50,25 @@ def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
     return tuple(kept)
 
 
+def hidden_trees() -> tuple[Path, ...]:
+    """What a sandboxed child must not see: Toolgate's tree, var/ and the host's directory."""
+    return outermost([Path(settings.BASE_DIR), Path(settings.VAR_DIR), Path(settings.TOOLGATE_MCP_HOST_DIR)])
+
+
+def sandbox_expected() -> bool:
+    """Whether the host runs children under bubblewrap, as far as this process can tell."""
+    mode = settings.TOOLGATE_MCP_HOST_SANDBOX
+    if mode == "auto":
+        return bwrap_problem(find_bwrap()) is None
+    return mode != "none"
+
+
 def host_config(*, sandbox: str | None = None, **overrides: Any) -> HostConfig:
     root = Path(settings.TOOLGATE_MCP_HOST_DIR)
     mib = 1024 * 1024
     values: dict[str, Any] = {
         "root": root,
-        "hidden": outermost([Path(settings.BASE_DIR), Path(settings.VAR_DIR), root]),
+        "hidden": hidden_trees(),
         "limits": Limits(
             cpu_seconds=settings.TOOLGATE_MCP_CHILD_CPU_SECONDS,
             memory_bytes=settings.TOOLGATE_MCP_CHILD_MEMORY_MB * mib,
