@@ -5,13 +5,14 @@ COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 # bubblewrap sandboxes the MCP host's stdio servers where the container may create namespaces
 # (the host falls back to no sandbox, and says so, where it may not).
-RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
+# Node and npm run npm MCP servers, installed at `mcp_server add --npm` (never by a child).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap nodejs npm && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Settings refuse production mode without real secrets; these placeholders exist only for this build step.
 RUN DEBUG=False SECRET_KEY=collectstatic-only REDIS_URL=redis://unused:6379/0 \
     TOOLGATE_ENCRYPTION_KEYS=build:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= \
     python manage.py collectstatic --noinput
-RUN useradd --create-home toolgate && mkdir -p var/mcp_host && chown -R toolgate var
+RUN useradd --create-home toolgate && mkdir -p var/mcp_host/packages && chown -R toolgate var
 USER toolgate
 EXPOSE 8000
 # Serve behind a buffering reverse proxy (config/nginx.conf), never directly: README "Production".

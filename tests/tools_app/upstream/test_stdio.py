@@ -340,7 +340,8 @@ def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revoc
 
     assert env_a["LINEAR_API_KEY"] == sha(TENANT_SECRET_A)
     assert env_b["LINEAR_API_KEY"] == sha(TENANT_SECRET_B)
-    assert sorted(env_a) == sorted(env_b) == ["HOME", "LANG", "LINEAR_API_KEY", "PATH", "TMPDIR"]
+    npm_quiet = ["NPM_CONFIG_AUDIT", "NPM_CONFIG_FUND", "NPM_CONFIG_UPDATE_NOTIFIER"]
+    assert sorted(env_a) == sorted(env_b) == ["HOME", "LANG", "LINEAR_API_KEY", *npm_quiet, "PATH", "TMPDIR"]
     pid_a, pid_b = (report(via(c, "process"))["pid"] for c in (first, second))
     assert pid_a != pid_b
 

@@ -233,3 +233,144 @@ def test_server_filesystem_writes_into_a_rw_bound_folder_and_not_a_ro_one(host, 
     assert "read me" in text_of(shown)
     assert "EROFS" in text_of(refused) or "read-only" in text_of(refused).lower(), refused
     assert sorted(path.name for path in reference.iterdir()) == ["readme.txt"]
+
+
+# --- what the sandbox cannot run is refused at add -------------------------------------------------
+
+
+def refused(*args: str) -> str:
+    with pytest.raises(CommandError) as refusal:
+        add_server("docs", *args)
+    assert not McpServer.objects.filter(slug="docs").exists()  # nothing registered
+    return str(refusal.value)
+
+
+@pytest.fixture
+def sandboxed(settings, tmp_path):
+    settings.TOOLGATE_MCP_HOST_SANDBOX = "bwrap"  # the host will run children under bubblewrap
+    settings.TOOLGATE_MCP_HOST_DIR = str(tmp_path / "mcp_host")
+
+
+@pytest.mark.django_db
+def test_an_interpreter_under_tmp_is_refused_at_add_with_the_reason(sandboxed, tmp_path):
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(sys.executable)
+
+    message = refused("--command", f"{venv_python} -m docs_server")
+
+    assert message == (
+        f"mcp server 'docs': the command cannot run in the MCP host's sandbox: {venv_python} lies under /tmp, "
+        "which the sandbox replaces with a private one; install it elsewhere (e.g. /opt) or bind its folder with --bind"
+    )
+
+
+@pytest.mark.django_db
+def test_a_script_whose_interpreter_the_sandbox_hides_is_refused_even_in_a_bound_folder(sandboxed, tmp_path):
+    tools, venv = tmp_path / "tools", tmp_path / "venv"
+    tools.mkdir()
+    venv.mkdir()
+    script = tools / "docs-server"
+    script.write_text(f"#!{venv}/bin/python\nprint('hi')\n")
+    script.chmod(0o755)
+
+    message = refused("--command", str(script), "--bind", str(tools))
+
+    assert message.endswith(
+        f"its interpreter {venv}/bin/python lies under /tmp, which the sandbox replaces "
+        "with a private one; install it elsewhere (e.g. /opt) or bind its folder with --bind"
+    )
+
+
+@pytest.mark.django_db
+def test_a_program_in_a_bound_folder_or_on_path_is_accepted(sandboxed, tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    script = tools / "docs-server"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+
+    add_server("docs", "--command", f"{script} --ro", "--bind", str(tools))
+    add_server("notes", "--command", "sh -c true")
+
+    assert McpServer.objects.get(slug="docs").command == [str(script), "--ro"]
+    assert McpServer.objects.get(slug="notes").command == ["sh", "-c", "true"]
+
+
+@pytest.mark.django_db
+def test_without_a_sandbox_a_program_under_tmp_is_accepted(settings, tmp_path):
+    settings.TOOLGATE_MCP_HOST_SANDBOX = "none"
+    program = tmp_path / "server"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+
+    add_server("docs", "--command", str(program))
+
+    assert McpServer.objects.get(slug="docs").command == [str(program)]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ("no-such-program-7f3a --stdio", "no-such-program-7f3a is not found on the child's PATH"),
+        ("./server.py", "./server.py is a relative path; give it absolute (the child starts in its private HOME)"),
+        ("/usr/share/no-such-server", "/usr/share/no-such-server is not an executable file on this machine"),
+    ],
+)
+def test_a_program_the_host_cannot_find_is_refused(sandboxed, command, reason):
+    assert reason in refused("--command", command)
+
+
+@pytest.mark.django_db
+def test_binds_that_cannot_be_made_are_refused(sandboxed, tmp_path, settings):
+    folder = tmp_path / "data"
+    folder.mkdir()
+
+    assert "is not a folder on this machine" in refused("--command", "sh", "--bind", str(tmp_path / "missing"))
+    assert "lies in Toolgate's tree or var/" in refused("--command", "sh", "--bind", str(settings.BASE_DIR))
+    assert "one of the sandbox's own folders" in refused("--command", "sh", "--bind", f"{folder}:/tmp/home/data")
+    assert "one of the sandbox's own folders" in refused("--command", "sh", "--bind", f"{folder}:/proc")
+    assert "must be under /tmp or an existing folder" in refused("--command", "sh", "--bind", f"{folder}:/nowhere")
+    assert "must be absolute and normalised" in refused("--command", "sh", "--bind", f"{folder}/../data")
+    assert "--bind takes HOST_PATH" in refused("--command", "sh", "--bind", f"{folder}:/tmp/a:/tmp/b")
+    assert "share one sandbox path" in refused("--command", "sh", "--bind", str(folder), "--bind", f"{folder}:rw")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("package", "reason"),
+    [
+        ("@modelcontextprotocol/server-memory", "--npm takes PACKAGE@VERSION with an exact version"),
+        ("@modelcontextprotocol/server-memory@latest", "--npm needs an exact version such as 1.2.3, not 'latest'"),
+        ("@modelcontextprotocol/server-memory@^2026.8.0", "--npm needs an exact version"),
+        ("Not A Package@1.0.0", "is not an npm package name"),
+    ],
+)
+def test_an_npm_package_without_an_exact_version_is_refused_before_npm_runs(sandboxed, settings, package, reason):
+    assert reason in refused("--npm", package)
+    assert not (Path(settings.TOOLGATE_MCP_HOST_DIR) / "packages").exists()  # npm never ran
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_the_npm_package_and_bound_folders(admin_client, sandboxed, tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    add_server("docs", "--command", "sh -c true", "--bind", f"{folder}:{IN_SANDBOX}:rw")
+    McpServer.objects.filter(slug="docs").update(npm_package=MEMORY)  # as --npm leaves it, without npm here
+    server = McpServer.objects.get(slug="docs")
+
+    page = admin_client.get(f"/admin/tools_app/mcpserver/{server.pk}/change/").content.decode()
+    saved = admin_client.post(
+        f"/admin/tools_app/mcpserver/{server.pk}/change/", {"provider": "", "discover_seconds": 600, "enabled": "on"}
+    )
+
+    assert MEMORY in page
+    assert f"{folder}:{IN_SANDBOX}:rw" in page
+    assert saved.status_code == 302
+    server.refresh_from_db()
+    assert (server.npm_package, server.binds, server.discover_seconds) == (
+        MEMORY,
+        [{"host": str(folder), "sandbox": IN_SANDBOX, "writable": True}],
+        600,
+    )

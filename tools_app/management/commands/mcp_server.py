@@ -203,6 +203,8 @@ class Command(BaseCommand):
             last = server.last_discovery_at.isoformat() if server.last_discovery_at else "never"
             error = f" error={server.last_discovery_error!r}" if server.last_discovery_error else ""
             where = f"stdio:{shlex.join(server.command)[:120]}" if server.is_stdio else server.url
+            if server.npm_package:
+                where += f" npm={server.npm_package}"
             self.stdout.write(
                 f"{server.slug} {state} {where} provider={server.provider or '-'} "
                 f"every={server.discover_seconds}s last={last} status={server.last_discovery_status} {tools}{error}"
