@@ -374,3 +374,17 @@ def test_the_admin_shows_the_npm_package_and_bound_folders(admin_client, sandbox
         [{"host": str(folder), "sandbox": IN_SANDBOX, "writable": True}],
         600,
     )
+
+
+def test_a_host_without_the_servers_package_says_where_to_install_it(host, caller, settings, caplog):
+    add_server("docs", "--command", "sh -c true")
+    McpServer.objects.filter(slug="docs").update(npm_package=MEMORY)  # installed elsewhere, not in the host's dir
+    server = McpServer.objects.get(slug="docs")
+
+    with pytest.raises(DiscoveryFailed):
+        mcp_server_discover(server_id=server.pk)
+
+    directory = Path(settings.TOOLGATE_MCP_HOST_DIR) / "packages" / "docs"
+    assert host.children() == []
+    assert not directory.exists()
+    assert f"its npm package {MEMORY} is not installed in the host's {directory} (nothing there)" in caplog.text
