@@ -388,3 +388,15 @@ def test_a_host_without_the_servers_package_says_where_to_install_it(host, calle
     assert host.children() == []
     assert not directory.exists()
     assert f"its npm package {MEMORY} is not installed in the host's {directory} (nothing there)" in caplog.text
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
+def test_an_npx_command_is_registered_with_advice_to_install_at_add(settings):
+    settings.TOOLGATE_MCP_HOST_SANDBOX = "none"
+
+    out = add_server("everything", "--command", "npx -y @modelcontextprotocol/server-everything stdio")
+
+    assert "npx downloads the package when the child first starts" in out
+    assert "prefer --npm PACKAGE@VERSION, installed now and pinned" in out
+    assert McpServer.objects.get(slug="everything").npm_package == ""

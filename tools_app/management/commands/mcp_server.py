@@ -121,6 +121,13 @@ class Command(BaseCommand):
             server, created = self._add_http(options)
             where = server.url
             token_note = ", operator token stored encrypted" if server.has_operator_token else ""
+        if server.is_stdio and server.command[:1] in (["npx"], ["uvx"]):
+            self.stdout.write(
+                self.style.WARNING(
+                    f"{server.command[0]} downloads the package when the child first starts (slowly, and not at all "
+                    "without network): prefer --npm PACKAGE@VERSION, installed now and pinned"
+                )
+            )
         action = "registered" if created else "updated"
         provider_note = f", tools need a {server.provider} connection" if server.provider else ""
         self.stdout.write(

@@ -319,7 +319,8 @@ class Supervisor:
         try:
             await child.wait_ready(self.config.start_timeout_s)
         except HostError:
-            await self._retire(child, exited=True)
+            if self._children.get(child.spec.key) is child:  # its first caller may have retired it already
+                await self._retire(child, exited=True)
             raise
         return child
 
