@@ -400,3 +400,22 @@ def test_an_npx_command_is_registered_with_advice_to_install_at_add(settings):
     assert "npx downloads the package when the child first starts" in out
     assert "prefer --npm PACKAGE@VERSION, installed now and pinned" in out
     assert McpServer.objects.get(slug="everything").npm_package == ""
+
+
+@pytest.mark.django_db
+def test_a_program_name_is_looked_up_on_path_as_the_sandbox_shows_it(sandboxed, tmp_path, monkeypatch):
+    hidden_bin, bound_bin = tmp_path / "hidden-bin", tmp_path / "bound-bin"
+    for directory in (hidden_bin, bound_bin):
+        directory.mkdir()
+        (directory / "docs-tool").write_text("#!/bin/sh\nexit 0\n")
+        (directory / "docs-tool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{hidden_bin}:{bound_bin}:/usr/bin:/bin")
+
+    add_server("notes", "--command", "docs-tool", "--bind", str(bound_bin))  # found in the bound folder
+    message = refused("--command", "docs-tool")  # under /tmp, unbound: the sandbox shows neither folder
+
+    assert McpServer.objects.get(slug="notes").command == ["docs-tool"]
+    assert message == (
+        "mcp server 'docs': the command cannot run in the MCP host's sandbox: docs-tool is not found on the "
+        "child's PATH (/usr/bin:/bin)"
+    )

@@ -3,7 +3,8 @@
 Under bubblewrap the child sees the host's root read-only, a private /tmp (its TMPDIR),
 its own HOME bound at /tmp/home, fresh /dev and /proc in new PID, IPC and UTS namespaces,
 and empty directories where Toolgate's tree, var/ and the host's directory of child homes
-are (but for the Python environment the host runs in, read-only, when it lies inside them);
+are (but for the Python environment the host runs in, read-only, when it lies inside them),
+the server's npm package read-only at /tmp/package, and the folders its operator bound;
 it keeps the network (servers call their APIs; `npx` fetches packages). Without
 bubblewrap a child still gets the scrubbed environment, its own process group, a private
 HOME and TMPDIR and the resource limits, but can read whatever the host's user can read.
@@ -147,6 +148,11 @@ def program_problem(
     if "/" not in program:
         if program in package_programs:
             return None
+        if sandboxed:  # a PATH entry the sandbox hides is empty there: the lookup goes on to the next one
+            entries = search_path.split(os.pathsep)
+            search_path = os.pathsep.join(
+                entry for entry in entries if entry and visible_path_problem(entry, hidden=hidden, binds=binds) is None
+            )
         found = shutil.which(program, path=search_path)
         if found is None:
             named = f"; the package's programs are {', '.join(package_programs)}" if package_programs else ""
