@@ -100,6 +100,7 @@ def stdio_fields(server: McpServer) -> dict[str, Any]:
         "env": dict(server.env or {}),
         "credential_env": server.credential_env,
         "npm_package": server.npm_package,
+        "pip_package": server.pip_package,
         "binds": binds_from_rows(server.binds),
     }
 
@@ -137,6 +138,7 @@ class McpServerAdmin(admin.ModelAdmin):
         "transport",
         "command_line",
         "npm_package",
+        "pip_package",
         "bound_folders",
         "environment_names",
         "credential_env",

@@ -44,6 +44,9 @@ class McpServer(models.Model):
     npm_package = models.CharField(
         max_length=300, blank=True, help_text="stdio: the npm package installed at add, NAME@VERSION (read-only)"
     )
+    pip_package = models.CharField(
+        max_length=300, blank=True, help_text="stdio: the pip package installed at add, NAME==VERSION (read-only)"
+    )
     # Folders bound into the child's sandbox: [{"host": ..., "sandbox": ..., "writable": bool}].
     binds = models.JSONField(default=list, blank=True)
     credential_env = models.CharField(

@@ -54,11 +54,11 @@ from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.host.environment import DEFAULT_PATH, declared_name_problem
 from tools_app.upstream.host.packages import (
     PackageError,
-    installed_version,
-    npm_install,
+    install,
     package_dir,
-    package_programs,
-    parse_npm_spec,
+    parse_package,
+    programs_of,
+    version_of,
 )
 from tools_app.upstream.host.sandbox import Bind, bind_problem, bind_rows, program_problem
 from tools_app.upstream.host.serve import hidden_trees, sandbox_expected
@@ -125,6 +125,7 @@ def mcp_server_check(
     credential_env: str = "",
     npm_package: str = "",
     binds: Sequence[Bind] = (),
+    pip_package: str = "",
 ) -> None:
     """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
@@ -139,14 +140,13 @@ def mcp_server_check(
         raise AppError("--url and --command exclude each other: a server is reached over HTTP or run over stdio")
     if command:
         _check_stdio(command, env or {}, secret_env_names, provider=provider, credential_env=credential_env)
-        if npm_package:
-            try:
-                parse_npm_spec(npm_package)
-            except PackageError as exc:
-                raise AppError(str(exc)) from None
+        try:
+            parse_package(npm=npm_package, pip=pip_package)
+        except PackageError as exc:
+            raise AppError(str(exc)) from None
         return
-    if npm_package or binds:
-        raise AppError("--npm and --bind are for stdio servers (--command)")
+    if npm_package or pip_package or binds:
+        raise AppError("--npm, --pip and --bind are for stdio servers (--command)")
     if not url:
         raise AppError("give the server's --url (streamable HTTP) or its --command (stdio)")
     if env or credential_env or any("=" in name for name in secret_env_names):
@@ -195,7 +195,9 @@ def _check_stdio(
 MAX_BINDS = 16
 
 
-def _check_sandbox(slug: str, command: Sequence[str], *, npm_package: str, binds: Sequence[Bind]) -> None:
+def _check_sandbox(
+    slug: str, command: Sequence[str], *, npm_package: str, pip_package: str, binds: Sequence[Bind]
+) -> None:
     """What the host could not run, refused now rather than failing at the first discovery.
 
     The server's package must be installed (at the pinned version) where the host looks, its
@@ -203,15 +205,15 @@ def _check_sandbox(slug: str, command: Sequence[str], *, npm_package: str, binds
     the child can see: under bubblewrap, nothing under /tmp or in Toolgate's tree.
     """
     programs: list[str] = []
-    if npm_package:
-        try:
-            package = parse_npm_spec(npm_package)
-        except PackageError as exc:
-            raise AppError(str(exc)) from None
+    try:
+        package = parse_package(npm=npm_package, pip=pip_package)
+    except PackageError as exc:
+        raise AppError(str(exc)) from None
+    if package is not None:
         directory = package_dir(Path(settings.TOOLGATE_MCP_HOST_DIR), slug)
-        if installed_version(directory, package.name) != package.version:
-            raise AppError(f"{package.spec} is not installed in {directory}: add the server with --npm to install it")
-        programs = package_programs(directory, package.name)
+        if version_of(package, directory) != package.version:
+            raise AppError(f"{package.spec} is not installed in {directory}: add the server with --npm or --pip")
+        programs = programs_of(package, directory)
     if len(binds) > MAX_BINDS:
         raise AppError(f"at most {MAX_BINDS} folders may be bound to a server")
     hidden = hidden_trees()
@@ -234,17 +236,19 @@ def _check_sandbox(slug: str, command: Sequence[str], *, npm_package: str, binds
         raise AppError(f"the command cannot run in the MCP host's sandbox: {problem}")
 
 
-def mcp_server_install_npm(*, slug: str, npm_package: str) -> list[str]:
-    """Install a stdio server's pinned npm package where the host looks for it; its programs.
+def mcp_server_install_package(*, slug: str, npm_package: str = "", pip_package: str = "") -> list[str]:
+    """Install a stdio server's pinned npm or pip package where the host looks for it; its programs.
 
-    Runs npm (slowly, outside any transaction) before the row is written, so a server is never
-    registered with a package that is not there.
+    Runs npm or pip (slowly, outside any transaction) before the row is written, so a server is
+    never registered with a package that is not there.
     """
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
         raise AppError("the slug must match [a-z][a-z0-9]*(_[a-z0-9]+)* and have at most 32 characters")
     try:
-        package = parse_npm_spec(npm_package)
-        return npm_install(package, package_dir(Path(settings.TOOLGATE_MCP_HOST_DIR), slug))
+        package = parse_package(npm=npm_package, pip=pip_package)
+        if package is None:
+            raise AppError("give the package to install: --npm PACKAGE@VERSION or --pip PACKAGE==VERSION")
+        return install(package, package_dir(Path(settings.TOOLGATE_MCP_HOST_DIR), slug))
     except PackageError as exc:
         raise AppError(str(exc)) from None
 
@@ -264,6 +268,7 @@ def mcp_server_register(
     credential_env: str = "",
     npm_package: str = "",
     binds: Sequence[Bind] = (),
+    pip_package: str = "",
 ) -> tuple[McpServer, bool]:
     """Upsert a server by slug; returns (server, created).
 
@@ -282,17 +287,18 @@ def mcp_server_register(
         credential_env=credential_env,
         npm_package=npm_package,
         binds=binds,
+        pip_package=pip_package,
     )
     if command and operator_token:
         raise AppError("a stdio server takes its secrets as --secret-env NAME=VAR, not as a bearer token")
     server = McpServer.objects.select_for_update().filter(slug=slug).first()
     created = server is None
     rows = bind_rows(binds)
-    runs = (list(command), npm_package, rows)
-    if command and (server is None or (server.command, server.npm_package, server.binds) != runs):
+    runs = (list(command), npm_package, pip_package, rows)
+    if command and (server is None or (server.command, server.npm_package, server.pip_package, server.binds) != runs):
         # What the host runs changed (or is new): refuse now what it could not run. An edit that keeps
         # it (the admin) is not checked again, from a process that may not see the host's files.
-        _check_sandbox(slug, command, npm_package=npm_package, binds=binds)
+        _check_sandbox(slug, command, npm_package=npm_package, pip_package=pip_package, binds=binds)
     if server is None:
         server = McpServer(slug=slug)
     stdio = bool(command)
@@ -302,6 +308,7 @@ def mcp_server_register(
     server.env = dict(env or {})
     server.credential_env = credential_env
     server.npm_package = npm_package
+    server.pip_package = pip_package
     server.binds = rows
     server.provider = provider
     server.discover_seconds = discover_seconds

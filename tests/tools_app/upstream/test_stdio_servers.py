@@ -154,6 +154,7 @@ def test_a_slow_start_says_the_server_may_still_be_starting_and_the_retry_works(
 
 MEMORY = "@modelcontextprotocol/server-memory@2026.8.31"
 FILESYSTEM = "@modelcontextprotocol/server-filesystem@2026.8.31"
+FETCH = "mcp-server-fetch==2026.10.24"
 IN_SANDBOX = "/tmp/reference"  # noqa: S108 - a path inside the child's private /tmp
 
 
@@ -181,6 +182,7 @@ def offline(monkeypatch):
 
 
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"no network namespace without bubblewrap: {BWRAP_PROBLEM}")
+@pytest.mark.timeout(300)
 def test_an_npm_server_installed_at_add_starts_with_no_network(host, caller, offline, settings):
     out = add_npm_server("memory", MEMORY, "--env", "MEMORY_FILE_PATH=/tmp/home/memory.json")
     server = McpServer.objects.get(slug="memory")
@@ -202,7 +204,28 @@ def test_an_npm_server_installed_at_add_starts_with_no_network(host, caller, off
     assert not (home / ".npm").exists()  # nothing was downloaded at start
 
 
+@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"no network namespace without bubblewrap: {BWRAP_PROBLEM}")
+@pytest.mark.timeout(600)  # pip resolves and fetches a dozen wheels
+def test_a_pip_server_installed_at_add_into_its_own_virtualenv_starts_with_no_network(host, caller, offline, settings):
+    try:
+        out = add_server("fetchpy", "--pip", FETCH)
+    except CommandError as exc:
+        if "pip could not install" in str(exc) or "pip did not install" in str(exc):
+            pytest.skip(f"pip cannot fetch {FETCH} here: {exc}")
+        raise
+    server = McpServer.objects.get(slug="fetchpy")
+    venv = Path(settings.TOOLGATE_MCP_HOST_DIR) / "packages" / "fetchpy" / "venv"
+
+    report = mcp_server_discover(server_id=server.pk)
+
+    assert (server.command, server.pip_package, server.npm_package) == (["mcp-server-fetch"], FETCH, "")
+    assert f"pip {FETCH}" in out
+    assert (venv / "bin" / "mcp-server-fetch").is_file()
+    assert "mcp__fetchpy__fetch" in report.new  # listed by a child with no network and nothing to download
+
+
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"binds need bubblewrap: {BWRAP_PROBLEM}")
+@pytest.mark.timeout(300)
 def test_server_filesystem_writes_into_a_rw_bound_folder_and_not_a_ro_one(host, caller, offline, tmp_path):
     work, reference = tmp_path / "work", tmp_path / "reference"  # under /tmp: hidden unless bound
     work.mkdir()
@@ -353,6 +376,21 @@ def test_an_npm_package_without_an_exact_version_is_refused_before_npm_runs(sand
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (("--pip", "mcp-server-fetch"), "--pip takes PACKAGE==VERSION with an exact version"),
+        (("--pip", "mcp-server-fetch>=1.0"), "--pip takes PACKAGE==VERSION"),
+        (("--pip", "mcp-server-fetch==1.*"), "--pip needs an exact version such as 1.2.3, not '1.*'"),
+        (("--pip", FETCH, "--npm", MEMORY), "a server has one package: --npm or --pip, not both"),
+    ],
+)
+def test_a_pip_package_without_an_exact_version_is_refused_before_pip_runs(sandboxed, settings, args, reason):
+    assert reason in refused(*args)
+    assert not (Path(settings.TOOLGATE_MCP_HOST_DIR) / "packages").exists()  # npm never ran
+
+
+@pytest.mark.django_db
 def test_the_admin_shows_the_npm_package_and_bound_folders(admin_client, sandboxed, tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
@@ -398,7 +436,7 @@ def test_an_npx_command_is_registered_with_advice_to_install_at_add(settings):
     out = add_server("everything", "--command", "npx -y @modelcontextprotocol/server-everything stdio")
 
     assert "npx downloads the package when the child first starts" in out
-    assert "prefer --npm PACKAGE@VERSION, installed now and pinned" in out
+    assert "prefer --npm PACKAGE@VERSION or --pip PACKAGE==VERSION, installed now and pinned" in out
     assert McpServer.objects.get(slug="everything").npm_package == ""
 
 

@@ -16,7 +16,7 @@ from tools_app.upstream.services import (
     DiscoveryFailed,
     mcp_server_check,
     mcp_server_discover,
-    mcp_server_install_npm,
+    mcp_server_install_package,
     mcp_server_register,
     mcp_server_remove,
     mcp_tools_approve,
@@ -63,6 +63,12 @@ class Command(BaseCommand):
             "--command defaults to its one program",
         )
         add.add_argument(
+            "--pip",
+            default="",
+            metavar="PACKAGE==VERSION",
+            help="stdio: like --npm for a Python package (wheels only), in a virtualenv of its own",
+        )
+        add.add_argument(
             "--bind",
             action="append",
             default=[],
@@ -106,13 +112,13 @@ class Command(BaseCommand):
         slug = options["slug"]
         if options["url"] and options["command"]:
             raise CommandError("--url and --command exclude each other")
-        if options["url"] and options["npm"]:
-            raise CommandError("--npm is for stdio servers; an HTTP server has --url")
-        if options["command"] or options["npm"]:
+        if options["url"] and (options["npm"] or options["pip"]):
+            raise CommandError("--npm and --pip are for stdio servers; an HTTP server has --url")
+        if options["command"] or options["npm"] or options["pip"]:
             server, created = self._add_stdio(options)
             where = f"stdio: {shlex.join(server.command)[:200]}"
-            if server.npm_package:
-                where += f", npm {server.npm_package}"
+            if server.npm_package or server.pip_package:
+                where += f", npm {server.npm_package}" if server.npm_package else f", pip {server.pip_package}"
             if server.binds:
                 where += f", {len(server.binds)} bound folder(s)"
             secret_note = f", secret env {', '.join(server.secret_env_names)} stored encrypted"
@@ -125,7 +131,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 self.style.WARNING(
                     f"{server.command[0]} downloads the package when the child first starts (slowly, and not at all "
-                    "without network): prefer --npm PACKAGE@VERSION, installed now and pinned"
+                    "without network): prefer --npm PACKAGE@VERSION or --pip PACKAGE==VERSION, installed now and pinned"
                 )
             )
         action = "registered" if created else "updated"
@@ -160,7 +166,7 @@ class Command(BaseCommand):
             command = shlex.split(options["command"])
         except ValueError as exc:
             raise CommandError(f"--command cannot be split like a shell's: {exc}") from None
-        if not command and not options["npm"]:
+        if not command and not options["npm"] and not options["pip"]:
             raise CommandError("--command names no program")
         binds = []
         for text in options["bind"]:
@@ -185,18 +191,23 @@ class Command(BaseCommand):
             "credential_env": options["credential_env"],
             "discover_seconds": options["discover_seconds"],
             "npm_package": options["npm"],
+            "pip_package": options["pip"],
             "binds": binds,
         }
         with command_errors(f"mcp server {options['slug']!r}: "):
             if command:  # refuse a bad line before npm spends a minute on it
                 mcp_server_check(url="", command=command, secret_env_names=list(secrets), **fields)
-            if options["npm"]:
-                self.stdout.write(f"installing {options['npm']} with npm (install scripts off)...")
-                programs = mcp_server_install_npm(slug=options["slug"], npm_package=options["npm"])
+            package = options["npm"] or options["pip"]
+            if package:
+                tool = "npm (install scripts off)" if options["npm"] else "pip (wheels only)"
+                self.stdout.write(f"installing {package} with {tool}...")
+                programs = mcp_server_install_package(
+                    slug=options["slug"], npm_package=options["npm"], pip_package=options["pip"]
+                )
                 if not command:
                     if len(programs) != 1:
                         found = ", ".join(programs) or "none"
-                        raise CommandError(f"{options['npm']} has programs {found}: name one with --command")
+                        raise CommandError(f"{package} has programs {found}: name one with --command")
                     command = programs
             return mcp_server_register(command=command, secret_env=secrets, **fields)
 
@@ -210,8 +221,8 @@ class Command(BaseCommand):
             last = server.last_discovery_at.isoformat() if server.last_discovery_at else "never"
             error = f" error={server.last_discovery_error!r}" if server.last_discovery_error else ""
             where = f"stdio:{shlex.join(server.command)[:120]}" if server.is_stdio else server.url
-            if server.npm_package:
-                where += f" npm={server.npm_package}"
+            if server.npm_package or server.pip_package:
+                where += f" npm={server.npm_package}" if server.npm_package else f" pip={server.pip_package}"
             self.stdout.write(
                 f"{server.slug} {state} {where} provider={server.provider or '-'} "
                 f"every={server.discover_seconds}s last={last} status={server.last_discovery_status} {tools}{error}"

@@ -54,6 +54,7 @@ class ServerConfig:
     credential_env: str
     npm_package: str = ""  # NAME@VERSION installed at add (its programs are first on the child's PATH)
     binds: tuple[Bind, ...] = ()  # folders bound into the child's sandbox
+    pip_package: str = ""  # NAME==VERSION installed at add into a virtualenv
 
     def __repr__(self) -> str:
         return f"ServerConfig({self.slug})"
@@ -89,6 +90,7 @@ def _server_config(slug: str) -> ServerConfig | None:
         credential_env=server.credential_env,
         npm_package=server.npm_package,
         binds=binds_from_rows(server.binds),
+        pip_package=server.pip_package,
     )
 
 
@@ -125,8 +127,9 @@ class SpecResolver:
             command=config.command,
             env=env,
             secret_values=tuple(secret_values),
-            fingerprint=spec_fingerprint(config.command, env, config.npm_package, config.binds),
+            fingerprint=spec_fingerprint(config.command, env, config.npm_package, config.binds, config.pip_package),
             npm_package=config.npm_package,
+            pip_package=config.pip_package,
             binds=config.binds,
         )
 

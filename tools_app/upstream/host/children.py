@@ -28,10 +28,9 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from runner.contracts import MAX_TIMEOUT_MS
 from tools_app.upstream.host.environment import DEFAULT_PATH, child_environment
-from tools_app.upstream.host.packages import PackageError, bin_dir, installed_version, package_dir, parse_npm_spec
+from tools_app.upstream.host.packages import PackageError, package_dir, parse_package, programs_dir, version_of
 from tools_app.upstream.host.sandbox import (
     SANDBOX_HOME,
-    SANDBOX_PACKAGE,
     SANDBOX_TMP,
     Bind,
     Limits,
@@ -68,6 +67,7 @@ class ChildSpec:
     secret_values: tuple[str, ...] = field(repr=False, default=())
     fingerprint: str = ""  # digest of all of the above: a change starts a new child
     npm_package: str = ""  # NAME@VERSION installed at add into the host's packages/<slug>/
+    pip_package: str = ""  # NAME==VERSION, likewise, in a virtualenv there
     binds: tuple[Bind, ...] = ()  # operator-bound folders (bubblewrap only)
 
     @property
@@ -76,9 +76,13 @@ class ChildSpec:
 
 
 def spec_fingerprint(
-    command: tuple[str, ...], env: Mapping[str, str], npm_package: str = "", binds: tuple[Bind, ...] = ()
+    command: tuple[str, ...],
+    env: Mapping[str, str],
+    npm_package: str = "",
+    binds: tuple[Bind, ...] = (),
+    pip_package: str = "",
 ) -> str:
-    material = repr((command, sorted(env.items()), npm_package, binds)).encode()
+    material = repr((command, sorted(env.items()), npm_package, binds, pip_package)).encode()
     return hashlib.sha256(material).hexdigest()
 
 
@@ -358,26 +362,28 @@ class Supervisor:
         who = _digest(spec.connection_id) if spec.connection_id else "shared"
         return self.config.root / "children" / spec.slug / who
 
-    def installed_package(self, spec: ChildSpec) -> Path | None:
-        """The server's npm package as installed at add (None without one); HostError when it is not there."""
-        if not spec.npm_package:
-            return None
-        directory = package_dir(self.config.root, spec.slug)
+    def installed_package(self, spec: ChildSpec) -> tuple[Path, Path] | None:
+        """(directory, programs' directory) of the server's package as installed at add (None without one)."""
         try:
-            package = parse_npm_spec(spec.npm_package)
+            package = parse_package(npm=spec.npm_package, pip=spec.pip_package)
         except PackageError as exc:
             raise HostError(str(exc)) from None
-        found = installed_version(directory, package.name)
+        if package is None:
+            return None
+        directory = package_dir(self.config.root, spec.slug)
+        found = version_of(package, directory)
         if found != package.version:
+            flag = "--npm" if spec.npm_package else "--pip"
             raise HostError(
-                f"its npm package {package.spec} is not installed in the host's {directory} "
+                f"its {flag[2:]} package {package.spec} is not installed in the host's {directory} "
                 f"({'version ' + found if found else 'nothing'} there): run `manage.py mcp_server add {spec.slug} "
-                f"--npm {package.spec} ...` where the host's TOOLGATE_MCP_HOST_DIR is"
+                f"{flag} {package.spec} ...` where the host's TOOLGATE_MCP_HOST_DIR is"
             )
-        return directory
+        return directory, programs_dir(package, directory)
 
     def _start(self, spec: ChildSpec) -> StdioChild:
-        package = self.installed_package(spec)
+        installed = self.installed_package(spec)
+        package, programs = installed if installed is not None else (None, None)
         base = self.home_of(spec)
         home, tmp = base / "home", base / "tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -385,8 +391,8 @@ class Supervisor:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = os.environ.get("PATH") or None
         if self.config.bwrap:
-            if package is not None:
-                path = f"{bin_dir(Path(SANDBOX_PACKAGE))}:{path or DEFAULT_PATH}"
+            if programs is not None:
+                path = f"{programs}:{path or DEFAULT_PATH}"
             env, unset = child_environment(
                 home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared={}, secrets=spec.env, path=path
             )
@@ -394,8 +400,8 @@ class Supervisor:
                 self.config.bwrap, home=home, hidden=self.config.hidden, package=package, binds=spec.binds
             )
         else:
-            if package is not None:
-                path = f"{bin_dir(package)}:{path or DEFAULT_PATH}"
+            if programs is not None:
+                path = f"{programs}:{path or DEFAULT_PATH}"
             env, unset = child_environment(home=str(home), tmpdir=str(tmp), declared={}, secrets=spec.env, path=path)
             sandbox = None
             if spec.binds:

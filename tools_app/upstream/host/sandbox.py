@@ -4,7 +4,7 @@ Under bubblewrap the child sees the host's root read-only, a private /tmp (its T
 its own HOME bound at /tmp/home, fresh /dev and /proc in new PID, IPC and UTS namespaces,
 and empty directories where Toolgate's tree, var/ and the host's directory of child homes
 are (but for the Python environment the host runs in, read-only, when it lies inside them),
-the server's npm package read-only at /tmp/package, and the folders its operator bound;
+the server's installed package read-only at its own path, and the folders its operator bound;
 it keeps the network (servers call their APIs; `npx` fetches packages). Without
 bubblewrap a child still gets the scrubbed environment, its own process group, a private
 HOME and TMPDIR and the resource limits, but can read whatever the host's user can read.
@@ -27,10 +27,9 @@ logger = logging.getLogger(__name__)
 LAUNCHER = Path(__file__).resolve().parent / "launcher.py"
 SANDBOX_HOME = "/tmp/home"  # noqa: S108 - inside the sandbox's private tmpfs
 SANDBOX_TMP = "/tmp/tmp"  # noqa: S108
-SANDBOX_PACKAGE = "/tmp/package"  # noqa: S108 - the server's npm package, bound read-only
 PRIVATE_TMP = "/tmp"  # noqa: S108 - the path the sandbox replaces with a tmpfs of its own
 # Where a folder may not be bound: the sandbox's own mounts and the child's private directories.
-RESERVED_SANDBOX_PATHS = ("/", "/proc", "/dev", PRIVATE_TMP, SANDBOX_HOME, SANDBOX_TMP, SANDBOX_PACKAGE)
+RESERVED_SANDBOX_PATHS = ("/", "/proc", "/dev", PRIVATE_TMP, SANDBOX_HOME, SANDBOX_TMP)
 PROBE_TIMEOUT_S = 10.0
 
 
@@ -113,8 +112,11 @@ def bind_args(binds: Sequence[Bind]) -> list[str]:
 
 
 def package_args(package: Path | None) -> list[str]:
-    """The server's installed npm package, read-only at SANDBOX_PACKAGE (its directory is otherwise hidden)."""
-    return ["--ro-bind", str(package), SANDBOX_PACKAGE] if package is not None else []
+    """The server's installed package, read-only at its own path (inside the host's directory, otherwise hidden).
+
+    The same path inside and out: a virtualenv's scripts name their interpreter by absolute path.
+    """
+    return ["--ro-bind", str(package), str(package)] if package is not None else []
 
 
 def visible_path_problem(path: str, *, hidden: Sequence[Path], binds: Sequence[Bind]) -> str | None:
