@@ -5,7 +5,8 @@ COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 # bubblewrap sandboxes the MCP host's stdio servers (no network, read-only root). Where the container
 # may not create namespaces the host refuses to start them in production (docker-compose.yml allows it).
-RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
+# Node and npm run npm MCP servers, installed at `mcp_server add --npm` (never by a child).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap nodejs npm && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Settings refuse production mode without real secrets; these placeholders exist only for this build step.
 RUN DEBUG=False SECRET_KEY=collectstatic-only REDIS_URL=redis://unused:6379/0 \
@@ -13,7 +14,8 @@ RUN DEBUG=False SECRET_KEY=collectstatic-only REDIS_URL=redis://unused:6379/0 \
     python manage.py collectstatic --noinput
 # The MCP host runs as a user of its own (docker-compose.yml): its children never share a uid with web or workers.
 RUN useradd --create-home toolgate && useradd --create-home toolgate-mcp \
-    && mkdir -p var/mcp_host && chown -R toolgate var && chown -R toolgate-mcp var/mcp_host
+    && mkdir -p var/mcp_host/packages && chown -R toolgate var && chown -R toolgate-mcp var/mcp_host \
+    && chown toolgate var/mcp_host/packages
 USER toolgate
 EXPOSE 8000
 # Serve behind a buffering reverse proxy (config/nginx.conf), never directly: README "Production".

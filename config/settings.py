@@ -337,9 +337,10 @@ TOOLGATE_MCP_HOST_SANDBOX = env.str("TOOLGATE_MCP_HOST_SANDBOX", default="auto")
 TOOLGATE_MCP_HOST_REQUIRE_SANDBOX = env.bool("TOOLGATE_MCP_HOST_REQUIRE_SANDBOX", default=not DEBUG)
 TOOLGATE_MCP_HOST_MAX_CHILDREN = env.int("TOOLGATE_MCP_HOST_MAX_CHILDREN", default=16)
 TOOLGATE_MCP_HOST_IDLE_SECONDS = env.int("TOOLGATE_MCP_HOST_IDLE_SECONDS", default=300)
-# Resource limits of each child (0 = the host's own): CPU seconds, address space, open files, processes.
+# Resource limits of each child (0 = the host's own): CPU seconds, writable memory (RLIMIT_DATA, not address
+# space, which V8 reserves without using), open files, processes.
 TOOLGATE_MCP_CHILD_CPU_SECONDS = env.int("TOOLGATE_MCP_CHILD_CPU_SECONDS", default=3600)
-TOOLGATE_MCP_CHILD_MEMORY_MB = env.int("TOOLGATE_MCP_CHILD_MEMORY_MB", default=8192)
+TOOLGATE_MCP_CHILD_MEMORY_MB = env.int("TOOLGATE_MCP_CHILD_MEMORY_MB", default=4096)
 TOOLGATE_MCP_CHILD_OPEN_FILES = env.int("TOOLGATE_MCP_CHILD_OPEN_FILES", default=1024)
 TOOLGATE_MCP_CHILD_PROCESSES = env.int("TOOLGATE_MCP_CHILD_PROCESSES", default=256)
 # Tenant webhooks (approval events) on loopback/private addresses: refused by default, like MCP upstreams.

@@ -44,7 +44,7 @@ def process() -> str:
     """Who the child is: pid, process group, session, limits, working directory."""
     limits = {
         name: resource.getrlimit(getattr(resource, name))[0]
-        for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NOFILE", "RLIMIT_NPROC")
+        for name in ("RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_NOFILE", "RLIMIT_NPROC")
     }
     return json.dumps(
         {"pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0), "limits": limits, "cwd": os.getcwd()}

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tools_app', '0012_tool_title_in_search_document'),
+        ('tools_app', '0013_toolset_name_help_without_markup'),
     ]
 
     operations = [

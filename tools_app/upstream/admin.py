@@ -34,6 +34,7 @@ from policies_app.errors import AppError
 from policies_app.models import ToolPolicy
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import safe_label
+from tools_app.upstream.host.sandbox import binds_from_rows
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
@@ -107,6 +108,9 @@ def stdio_fields(server: McpServer) -> dict[str, Any]:
         "credential_env": server.credential_env,
         "allowed_hosts": list(server.allowed_hosts or []),
         "trusted_unsandboxed": server.trusted_unsandboxed,
+        "npm_package": server.npm_package,
+        "pip_package": server.pip_package,
+        "binds": binds_from_rows(server.binds),
     }
 
 
@@ -157,6 +161,9 @@ class McpServerAdmin(admin.ModelAdmin):
     stdio_readonly_fields = (
         "transport",
         "command_line",
+        "npm_package",
+        "pip_package",
+        "bound_folders",
         "environment_names",
         "credential_env",
         "egress",
@@ -191,6 +198,10 @@ class McpServerAdmin(admin.ModelAdmin):
     def command_line(self, server: McpServer) -> str:
         line = shlex.join(server.command or [])
         return line if len(line) <= ERROR_PREVIEW_CHARS else line[:ERROR_PREVIEW_CHARS] + "…"
+
+    @admin.display(description="bound folders (host:sandbox:mode)")
+    def bound_folders(self, server: McpServer) -> str:
+        return ", ".join(bind.label for bind in binds_from_rows(server.binds)) or "-"
 
     @admin.display(description="environment (values not shown)")
     def environment_names(self, server: McpServer) -> str:

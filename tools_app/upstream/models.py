@@ -39,6 +39,16 @@ class McpServer(models.Model):
     secret_env_names = models.JSONField(default=list, blank=True, editable=False)
     secret_env_sealed = models.BinaryField(null=True, blank=True, editable=False)
     secret_env_key_id = models.CharField(max_length=64, blank=True, editable=False)
+    # npm servers: NAME@VERSION installed when the server was added (`--npm`), into the host's
+    # packages/<slug>/ directory; the pinned version is part of what the operator approved.
+    npm_package = models.CharField(
+        max_length=300, blank=True, help_text="stdio: the npm package installed at add, NAME@VERSION (read-only)"
+    )
+    pip_package = models.CharField(
+        max_length=300, blank=True, help_text="stdio: the pip package installed at add, NAME==VERSION (read-only)"
+    )
+    # Folders bound into the child's sandbox: [{"host": ..., "sandbox": ..., "writable": bool}].
+    binds = models.JSONField(default=list, blank=True)
     credential_env = models.CharField(
         max_length=64, blank=True, help_text="stdio with a provider: the child's variable for the connection secret"
     )

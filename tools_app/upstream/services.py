@@ -10,6 +10,7 @@ changes nothing but the server's last error.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,7 +56,17 @@ from tools_app.upstream.definitions import (
 )
 from tools_app.upstream.host.egress import AllowedHostInvalid, parse_allowed_hosts
 from tools_app.upstream.host.endpoint import host_target
-from tools_app.upstream.host.environment import declared_name_problem
+from tools_app.upstream.host.environment import DEFAULT_PATH, declared_name_problem
+from tools_app.upstream.host.packages import (
+    PackageError,
+    install,
+    package_dir,
+    parse_package,
+    programs_of,
+    version_of,
+)
+from tools_app.upstream.host.sandbox import Bind, bind_problem, bind_rows, program_problem
+from tools_app.upstream.host.serve import hidden_trees, sandbox_expected
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now
 from tools_app.upstream.vault import token_vault
@@ -149,6 +160,9 @@ def mcp_server_check(
     credential_env: str = "",
     allowed_hosts: Sequence[str] = (),
     trusted_unsandboxed: bool = False,
+    npm_package: str = "",
+    binds: Sequence[Bind] = (),
+    pip_package: str = "",
 ) -> None:
     """Refuse, with a message for operators, what a server row must never hold (command and admin alike)."""
     if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
@@ -164,13 +178,26 @@ def mcp_server_check(
     if command:
         _check_stdio(command, env or {}, secret_env_names, provider=provider, credential_env=credential_env)
         _check_allowed_hosts(allowed_hosts)
+        try:
+            parse_package(npm=npm_package, pip=pip_package)
+        except PackageError as exc:
+            raise AppError(str(exc)) from None
         return
+    stdio_only = {
+        "--env": bool(env),
+        "--secret-env NAME=VAR": any("=" in name for name in secret_env_names),
+        "--credential-env": bool(credential_env),
+        "--allow-host": bool(allowed_hosts),
+        "--trusted-unsandboxed": trusted_unsandboxed,
+        "--npm": bool(npm_package),
+        "--pip": bool(pip_package),
+        "--bind": bool(binds),
+    }
+    given = [option for option, present in stdio_only.items() if present]
+    if given:
+        raise AppError(f"{', '.join(given)}: for stdio servers (--command) only")
     if not url:
         raise AppError("give the server's --url (streamable HTTP) or its --command (stdio)")
-    if allowed_hosts or trusted_unsandboxed:
-        raise AppError("--allow-host and --trusted-unsandboxed are for stdio servers (--command)")
-    if env or credential_env or any("=" in name for name in secret_env_names):
-        raise AppError("--env, --secret-env NAME=VAR and --credential-env are for stdio servers (--command)")
     if len(url) > 2000:
         raise AppError("the URL is longer than 2000 characters")
     try:
@@ -237,6 +264,67 @@ def _check_allowed_hosts(allowed_hosts: Sequence[str]) -> None:
             raise AppError(f"--allow-host {host} refused: {exc}{PRIVATE_NETWORKS_HINT}") from None
 
 
+MAX_BINDS = 16
+
+
+def _check_sandbox(
+    slug: str, command: Sequence[str], *, npm_package: str, pip_package: str, binds: Sequence[Bind]
+) -> None:
+    """What the host could not run, refused now rather than failing at the first discovery.
+
+    The server's package must be installed (at the pinned version) where the host looks, its
+    bound folders must be bindable, and the program (and a script's interpreter) must be one
+    the child can see: under bubblewrap, nothing under /tmp or in Toolgate's tree.
+    """
+    programs: list[str] = []
+    try:
+        package = parse_package(npm=npm_package, pip=pip_package)
+    except PackageError as exc:
+        raise AppError(str(exc)) from None
+    if package is not None:
+        directory = package_dir(Path(settings.TOOLGATE_MCP_HOST_DIR), slug)
+        if version_of(package, directory) != package.version:
+            raise AppError(f"{package.spec} is not installed in {directory}: add the server with --npm or --pip")
+        programs = programs_of(package, directory)
+    if len(binds) > MAX_BINDS:
+        raise AppError(f"at most {MAX_BINDS} folders may be bound to a server")
+    hidden = hidden_trees()
+    for bind in binds:
+        problem = bind_problem(bind, hidden=hidden)
+        if problem:
+            raise AppError(f"--bind {bind.label[:200]} refused: {problem}")
+    sandboxes = [bind.sandbox for bind in binds]
+    if len(set(sandboxes)) != len(sandboxes):
+        raise AppError("two --bind folders share one sandbox path")
+    problem = program_problem(
+        command[0],
+        search_path=os.environ.get("PATH") or DEFAULT_PATH,
+        package_programs=programs,
+        binds=binds,
+        hidden=hidden,
+        sandboxed=sandbox_expected(),
+    )
+    if problem:
+        raise AppError(f"the command cannot run in the MCP host's sandbox: {problem}")
+
+
+def mcp_server_install_package(*, slug: str, npm_package: str = "", pip_package: str = "") -> list[str]:
+    """Install a stdio server's pinned npm or pip package where the host looks for it; its programs.
+
+    Runs npm or pip (slowly, outside any transaction) before the row is written, so a server is
+    never registered with a package that is not there.
+    """
+    if not SERVER_SLUG_PATTERN.match(slug) or len(slug) > SERVER_SLUG_MAX_LENGTH:
+        raise AppError("the slug must match [a-z][a-z0-9]*(_[a-z0-9]+)* and have at most 32 characters")
+    try:
+        package = parse_package(npm=npm_package, pip=pip_package)
+        if package is None:
+            raise AppError("give the package to install: --npm PACKAGE@VERSION or --pip PACKAGE==VERSION")
+        return install(package, package_dir(Path(settings.TOOLGATE_MCP_HOST_DIR), slug))
+    except PackageError as exc:
+        raise AppError(str(exc)) from None
+
+
 @transaction.atomic
 def mcp_server_register(
     *,
@@ -252,6 +340,9 @@ def mcp_server_register(
     credential_env: str = "",
     allowed_hosts: Sequence[str] = (),
     trusted_unsandboxed: bool = False,
+    npm_package: str = "",
+    binds: Sequence[Bind] = (),
+    pip_package: str = "",
 ) -> tuple[McpServer, bool]:
     """Upsert a server by slug; returns (server, created).
 
@@ -272,11 +363,20 @@ def mcp_server_register(
         credential_env=credential_env,
         allowed_hosts=allowed_hosts,
         trusted_unsandboxed=trusted_unsandboxed,
+        npm_package=npm_package,
+        binds=binds,
+        pip_package=pip_package,
     )
     if command and operator_token:
         raise AppError("a stdio server takes its secrets as --secret-env NAME=VAR, not as a bearer token")
     server = McpServer.objects.select_for_update().filter(slug=slug).first()
     created = server is None
+    rows = bind_rows(binds)
+    runs = (list(command), npm_package, pip_package, rows)
+    if command and (server is None or (server.command, server.npm_package, server.pip_package, server.binds) != runs):
+        # What the host runs changed (or is new): refuse now what it could not run. An edit that keeps
+        # it (the admin) is not checked again, from a process that may not see the host's files.
+        _check_sandbox(slug, command, npm_package=npm_package, pip_package=pip_package, binds=binds)
     if server is None:
         server = McpServer(slug=slug)
     stdio = bool(command)
@@ -287,6 +387,9 @@ def mcp_server_register(
     server.credential_env = credential_env
     server.allowed_hosts = parse_allowed_hosts(allowed_hosts) if stdio else []
     server.trusted_unsandboxed = stdio and trusted_unsandboxed
+    server.npm_package = npm_package
+    server.pip_package = pip_package
+    server.binds = rows
     server.provider = provider
     server.discover_seconds = discover_seconds
     server.enabled = enabled
@@ -478,6 +581,12 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
             message = _failure_message(exc, bounds)
             if transport == McpServer.Transport.STDIO and isinstance(exc, UpstreamError):
                 message = _stdio_failure_message(exc, slug)
+            elif transport == McpServer.Transport.STDIO and type(exc).__name__ == "ToolTimedOut":
+                # The host keeps starting the child after the listing gives up, so the retry finds it up.
+                message += (
+                    "; a stdio server may still be starting (a first start can take a while): "
+                    "run discover again shortly, the retry finds it started"
+                )
             McpServer.objects.filter(pk=server_id).update(
                 last_discovery_at=timezone.now(),
                 last_discovery_status=McpServer.DiscoveryStatus.FAILED,

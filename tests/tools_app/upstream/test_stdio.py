@@ -195,6 +195,7 @@ def test_a_stdio_server_that_cannot_be_listed_names_the_host_for_the_operator(se
 @pytest.fixture
 def host(tmp_path, settings):
     settings.TOOLGATE_MCP_CHILD_MEMORY_MB = 4096
+    settings.TOOLGATE_MCP_HOST_SANDBOX = "none"  # what `add` checks a command against, as the host runs it
     config = host_config(sandbox="none", root=tmp_path / "mcp_host", sweep_s=0.2)
     with McpHostThread(config) as running:
         settings.TOOLGATE_MCP_HOST_URL, settings.TOOLGATE_MCP_HOST_TOKEN = running.url, running.token
@@ -277,7 +278,19 @@ def test_the_childs_environment_holds_only_what_the_contract_lists(host, caller,
     env = report(call(key, "mcp__kit__environment", {}))
     process = report(call(key, "mcp__kit__process", {}))
 
-    assert sorted(env) == ["HOME", "KIT_SOURCE", "KIT_TOKEN", "LANG", "MODE", "PATH", "TMPDIR"]
+    assert sorted(env) == [
+        "HOME",
+        "KIT_SOURCE",
+        "KIT_TOKEN",
+        "LANG",
+        "MODE",
+        "NPM_CONFIG_AUDIT",
+        "NPM_CONFIG_FUND",
+        "NPM_CONFIG_UPDATE_NOTIFIER",
+        "PATH",
+        "TMPDIR",
+    ]
+    assert env["NPM_CONFIG_UPDATE_NOTIFIER"] == env["NPM_CONFIG_FUND"] == env["NPM_CONFIG_AUDIT"] == sha("false")
     assert env["KIT_TOKEN"] == env["KIT_SOURCE"] == sha(OPERATOR_SECRET)
     assert env["MODE"] == sha("read-only")
     assert env["PATH"] == sha(os.environ["PATH"])
@@ -287,7 +300,7 @@ def test_the_childs_environment_holds_only_what_the_contract_lists(host, caller,
     assert process["cwd"] == str(home / "home")
     assert process["pgid"] == process["pid"] != os.getpgid(0)  # its own process group and session
     limits = process["limits"]
-    assert limits["RLIMIT_AS"] == 4096 * 1024 * 1024
+    assert limits["RLIMIT_DATA"] == 4096 * 1024 * 1024
     assert limits["RLIMIT_NOFILE"] == settings.TOOLGATE_MCP_CHILD_OPEN_FILES
     assert limits["RLIMIT_CPU"] == settings.TOOLGATE_MCP_CHILD_CPU_SECONDS
     assert limits["RLIMIT_NPROC"] == settings.TOOLGATE_MCP_CHILD_PROCESSES
@@ -368,7 +381,8 @@ def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revoc
 
     assert env_a["LINEAR_API_KEY"] == sha(TENANT_SECRET_A)
     assert env_b["LINEAR_API_KEY"] == sha(TENANT_SECRET_B)
-    assert sorted(env_a) == sorted(env_b) == ["HOME", "LANG", "LINEAR_API_KEY", "PATH", "TMPDIR"]
+    npm_quiet = ["NPM_CONFIG_AUDIT", "NPM_CONFIG_FUND", "NPM_CONFIG_UPDATE_NOTIFIER"]
+    assert sorted(env_a) == sorted(env_b) == ["HOME", "LANG", "LINEAR_API_KEY", *npm_quiet, "PATH", "TMPDIR"]
     pid_a, pid_b = (report(via(c, "process"))["pid"] for c in (first, second))
     assert pid_a != pid_b
 

@@ -10,10 +10,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from policies_app.errors import command_errors
 from tools_app.upstream.definitions import safe_label
 from tools_app.upstream.host.environment import is_toolgate_name
+from tools_app.upstream.host.sandbox import parse_bind
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
+    mcp_server_check,
     mcp_server_discover,
+    mcp_server_install_package,
     mcp_server_register,
     mcp_server_remove,
     mcp_tools_approve,
@@ -64,6 +67,27 @@ class Command(BaseCommand):
             action="store_true",
             help="stdio: may run without bubblewrap when DEBUG=False (it then has the host's network and files)",
         )
+        add.add_argument(
+            "--npm",
+            default="",
+            metavar="PACKAGE@VERSION",
+            help="stdio: install this exact npm package version now, into the MCP host's packages/SLUG/ (run this "
+            "where the host's TOOLGATE_MCP_HOST_DIR is); its programs come first on the child's PATH, and "
+            "--command defaults to its one program",
+        )
+        add.add_argument(
+            "--pip",
+            default="",
+            metavar="PACKAGE==VERSION",
+            help="stdio: like --npm for a Python package (wheels only), in a virtualenv of its own",
+        )
+        add.add_argument(
+            "--bind",
+            action="append",
+            default=[],
+            metavar="HOST_PATH[:SANDBOX_PATH][:ro|rw]",
+            help="stdio (repeatable): bind a host folder into the child's sandbox, read-only unless :rw",
+        )
         add.add_argument("--discover-seconds", type=int, default=300)
         commands.add_parser("list", help="one line per server")
         remove = commands.add_parser("remove", help="mark a server and its tools removed")
@@ -101,9 +125,15 @@ class Command(BaseCommand):
         slug = options["slug"]
         if options["url"] and options["command"]:
             raise CommandError("--url and --command exclude each other")
-        if options["command"]:
+        if options["url"] and (options["npm"] or options["pip"]):
+            raise CommandError("--npm and --pip are for stdio servers; an HTTP server has --url")
+        if options["command"] or options["npm"] or options["pip"]:
             server, created = self._add_stdio(options)
             where = f"stdio: {shlex.join(server.command)[:200]}"
+            if server.npm_package or server.pip_package:
+                where += f", npm {server.npm_package}" if server.npm_package else f", pip {server.pip_package}"
+            if server.binds:
+                where += f", {len(server.binds)} bound folder(s)"
             secret_note = f", secret env {', '.join(server.secret_env_names)} stored encrypted"
             token_note = secret_note if server.secret_env_names else ""
             token_note += f", network: {', '.join(server.allowed_hosts) or 'none'}"
@@ -112,6 +142,13 @@ class Command(BaseCommand):
             server, created = self._add_http(options)
             where = server.url
             token_note = ", operator token stored encrypted" if server.has_operator_token else ""
+        if server.is_stdio and server.command[:1] in (["npx"], ["uvx"]):
+            self.stdout.write(
+                self.style.WARNING(
+                    f"{server.command[0]} downloads the package when the child first starts (slowly, and not at all "
+                    "without network): prefer --npm PACKAGE@VERSION or --pip PACKAGE==VERSION, installed now and pinned"
+                )
+            )
         action = "registered" if created else "updated"
         provider_note = f", tools need a {server.provider} connection" if server.provider else ""
         self.stdout.write(
@@ -126,9 +163,11 @@ class Command(BaseCommand):
         variables = options["secret_env"]
         if len(variables) > 1 or any("=" in variable for variable in variables):
             raise CommandError("an HTTP server takes one --secret-env VAR (its bearer token)")
-        if options["env"] or options["credential_env"] or options["allow_host"] or options["trusted_unsandboxed"]:
+        stdio_only = ("env", "credential_env", "allow_host", "trusted_unsandboxed", "bind")
+        if any(options[name] for name in stdio_only):
             raise CommandError(
-                "--env, --credential-env, --allow-host and --trusted-unsandboxed are for stdio servers (--command)"
+                "--env, --credential-env, --allow-host, --trusted-unsandboxed and --bind are for stdio servers "
+                "(--command)"
             )
         if variables:
             token = _read_env(variables[0])
@@ -146,8 +185,14 @@ class Command(BaseCommand):
             command = shlex.split(options["command"])
         except ValueError as exc:
             raise CommandError(f"--command cannot be split like a shell's: {exc}") from None
-        if not command:
+        if not command and not options["npm"] and not options["pip"]:
             raise CommandError("--command names no program")
+        binds = []
+        for text in options["bind"]:
+            try:
+                binds.append(parse_bind(text))
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
         env = {}
         for pair in options["env"]:
             name, sep, value = pair.partition("=")
@@ -158,18 +203,34 @@ class Command(BaseCommand):
         for pair in options["secret_env"]:
             name, _sep, variable = pair.partition("=")
             secrets[name] = _read_env(variable or name)
+        fields = {
+            "slug": options["slug"],
+            "env": env,
+            "provider": options["provider"],
+            "credential_env": options["credential_env"],
+            "discover_seconds": options["discover_seconds"],
+            "npm_package": options["npm"],
+            "pip_package": options["pip"],
+            "binds": binds,
+            "allowed_hosts": options["allow_host"],
+            "trusted_unsandboxed": options["trusted_unsandboxed"],
+        }
         with command_errors(f"mcp server {options['slug']!r}: "):
-            return mcp_server_register(
-                slug=options["slug"],
-                command=command,
-                env=env,
-                secret_env=secrets,
-                provider=options["provider"],
-                credential_env=options["credential_env"],
-                allowed_hosts=options["allow_host"],
-                trusted_unsandboxed=options["trusted_unsandboxed"],
-                discover_seconds=options["discover_seconds"],
-            )
+            if command:  # refuse a bad line before npm spends a minute on it
+                mcp_server_check(url="", command=command, secret_env_names=list(secrets), **fields)
+            package = options["npm"] or options["pip"]
+            if package:
+                tool = "npm (install scripts off)" if options["npm"] else "pip (wheels only)"
+                self.stdout.write(f"installing {package} with {tool}...")
+                programs = mcp_server_install_package(
+                    slug=options["slug"], npm_package=options["npm"], pip_package=options["pip"]
+                )
+                if not command:
+                    if len(programs) != 1:
+                        found = ", ".join(programs) or "none"
+                        raise CommandError(f"{package} has programs {found}: name one with --command")
+                    command = programs
+            return mcp_server_register(command=command, secret_env=secrets, **fields)
 
     def _list(self) -> None:
         for server in McpServer.objects.order_by("slug"):
@@ -181,6 +242,8 @@ class Command(BaseCommand):
             last = server.last_discovery_at.isoformat() if server.last_discovery_at else "never"
             error = f" error={server.last_discovery_error!r}" if server.last_discovery_error else ""
             where = f"stdio:{shlex.join(server.command)[:120]}" if server.is_stdio else server.url
+            if server.npm_package or server.pip_package:
+                where += f" npm={server.npm_package}" if server.npm_package else f" pip={server.pip_package}"
             self.stdout.write(
                 f"{server.slug} {state} {where} provider={server.provider or '-'} "
                 f"every={server.discover_seconds}s last={last} status={server.last_discovery_status} {tools}{error}"

@@ -28,6 +28,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from tools_app.upstream.host.children import ChildSpec, HostError, Supervisor, spec_fingerprint
+from tools_app.upstream.host.sandbox import Bind, binds_from_rows
 from tools_app.upstream.models import McpServer
 from tools_app.upstream.vault import token_vault
 
@@ -53,6 +54,9 @@ class ServerConfig:
     credential_env: str
     allowed_hosts: tuple[str, ...] = ()
     trusted_unsandboxed: bool = False
+    npm_package: str = ""  # NAME@VERSION installed at add (its programs are first on the child's PATH)
+    binds: tuple[Bind, ...] = ()  # folders bound into the child's sandbox
+    pip_package: str = ""  # NAME==VERSION installed at add into a virtualenv
 
     def __repr__(self) -> str:
         return f"ServerConfig({self.slug})"
@@ -88,6 +92,9 @@ def _server_config(slug: str) -> ServerConfig | None:
         credential_env=server.credential_env,
         allowed_hosts=tuple(server.allowed_hosts or ()),
         trusted_unsandboxed=server.trusted_unsandboxed,
+        npm_package=server.npm_package,
+        binds=binds_from_rows(server.binds),
+        pip_package=server.pip_package,
     )
 
 
@@ -126,7 +133,18 @@ class SpecResolver:
             secret_values=tuple(secret_values),
             allowed_hosts=config.allowed_hosts,
             trusted_unsandboxed=config.trusted_unsandboxed,
-            fingerprint=spec_fingerprint(config.command, env, config.allowed_hosts, config.trusted_unsandboxed),
+            npm_package=config.npm_package,
+            pip_package=config.pip_package,
+            binds=config.binds,
+            fingerprint=spec_fingerprint(
+                config.command,
+                env,
+                config.allowed_hosts,
+                config.trusted_unsandboxed,
+                config.npm_package,
+                config.binds,
+                config.pip_package,
+            ),
         )
 
 

@@ -29,10 +29,12 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from runner.contracts import MAX_TIMEOUT_MS
 from tools_app.upstream.host.egress import EgressProxy, ProxyLimits
-from tools_app.upstream.host.environment import child_environment
+from tools_app.upstream.host.environment import DEFAULT_PATH, child_environment
+from tools_app.upstream.host.packages import PackageError, package_dir, parse_package, programs_dir, version_of
 from tools_app.upstream.host.sandbox import (
     SANDBOX_HOME,
     SANDBOX_TMP,
+    Bind,
     Limits,
     bwrap_argv,
     egress_environment,
@@ -69,6 +71,9 @@ class ChildSpec:
     allowed_hosts: tuple[str, ...] = ()  # HOST:PORT the egress proxy carries (none: no network)
     trusted_unsandboxed: bool = False  # may start without a sandbox when the host requires one
     fingerprint: str = ""  # digest of all of the above: a change starts a new child
+    npm_package: str = ""  # NAME@VERSION installed at add into the host's packages/<slug>/
+    pip_package: str = ""  # NAME==VERSION, likewise, in a virtualenv there
+    binds: tuple[Bind, ...] = ()  # operator-bound folders (bubblewrap only)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -76,6 +81,7 @@ class ChildSpec:
 
 
 def spec_fingerprint(command: tuple[str, ...], env: Mapping[str, str], *extra: object) -> str:
+    """A digest of what a child is started from: the command, its environment and every other field given."""
     material = repr((command, sorted(env.items()), extra)).encode()
     return hashlib.sha256(material).hexdigest()
 
@@ -144,12 +150,23 @@ class StdioChild:
         if self.egress is not None:
             await self.egress.start()  # listening before the child's first request
         self._task = asyncio.get_running_loop().create_task(self._own(), name=f"mcp-child-{self.spec.slug}")
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._ready.wait()
-        except TimeoutError:
-            self.stop_soon()
-            raise HostError(f"the server did not start within {timeout_s:g} s") from None
+        await self.wait_ready(timeout_s)
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Until the child answers, for at most `timeout_s` counted from its start.
+
+        A caller that gives up (its request is cancelled) leaves the child starting: a slow first
+        start (an interpreter warming up, a server loading its data) is then ready for the retry.
+        """
+        if not self._ready.is_set():
+            try:
+                async with asyncio.timeout(max(0.0, self.started_at + timeout_s - time.monotonic())):
+                    await self._ready.wait()
+            except TimeoutError:
+                self.stop_soon()
+                raise HostError(
+                    f"the server did not start within {timeout_s:g} s; it may be slow to start: a retry starts it again"
+                ) from None
         if self._error is not None:
             raise self._error
 
@@ -295,12 +312,12 @@ class Supervisor:
         key = spec.key
         child = self._children.get(key)
         if child is not None and not child.dead and child.spec.fingerprint == spec.fingerprint:
-            return child
+            return await self._when_ready(child)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             child = self._children.get(key)
             if child is not None and not child.dead and child.spec.fingerprint == spec.fingerprint:
-                return child
+                return await self._when_ready(child)
             if child is not None:
                 await self._retire(child, exited=child.dead)
             self._check_backoff(key)
@@ -313,6 +330,16 @@ class Supervisor:
                 await self._retire(child, exited=True)
                 raise
             return child
+
+    async def _when_ready(self, child: StdioChild) -> StdioChild:
+        """A child still starting (its first caller gave up) is waited for, within the start timeout."""
+        try:
+            await child.wait_ready(self.config.start_timeout_s)
+        except HostError:
+            if self._children.get(child.spec.key) is child:  # its first caller may have retired it already
+                await self._retire(child, exited=True)
+            raise
+        return child
 
     def _check_backoff(self, key: tuple[str, str]) -> None:
         _exits, not_before = self._restarts.get(key, (0, 0.0))
@@ -348,17 +375,41 @@ class Supervisor:
         who = _digest(spec.connection_id) if spec.connection_id else "shared"
         return self.config.root / "children" / spec.slug / who
 
+    def installed_package(self, spec: ChildSpec) -> tuple[Path, Path] | None:
+        """(directory, programs' directory) of the server's package as installed at add (None without one)."""
+        try:
+            package = parse_package(npm=spec.npm_package, pip=spec.pip_package)
+        except PackageError as exc:
+            raise HostError(str(exc)) from None
+        if package is None:
+            return None
+        directory = package_dir(self.config.root, spec.slug)
+        found = version_of(package, directory)
+        if found != package.version:
+            flag = "--npm" if spec.npm_package else "--pip"
+            raise HostError(
+                f"its {flag[2:]} package {package.spec} is not installed in the host's {directory} "
+                f"({'version ' + found if found else 'nothing'} there): run `manage.py mcp_server add {spec.slug} "
+                f"{flag} {package.spec} ...` where the host's TOOLGATE_MCP_HOST_DIR is"
+            )
+        return directory, programs_dir(package, directory)
+
     def _start(self, spec: ChildSpec) -> StdioChild:
         if not self.config.bwrap and self.config.require_sandbox and not spec.trusted_unsandboxed:
             raise HostError(
                 f"no sandbox to run it in ({self.config.no_sandbox_reason or 'bubblewrap is not usable'}); the host "
                 "starts only servers added with --trusted-unsandboxed without one (TOOLGATE_MCP_HOST_REQUIRE_SANDBOX)"
             )
+        installed = self.installed_package(spec)
+        package, programs = installed if installed is not None else (None, None)
         base = self.home_of(spec)
         home, tmp = base / "home", base / "tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         for directory in (home, tmp):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = os.environ.get("PATH") or None
+        if programs is not None:
+            path = f"{programs}:{path or DEFAULT_PATH}"
         egress = None
         if self.config.bwrap:
             declared = {}
@@ -373,19 +424,28 @@ class Supervisor:
                     limits=self.config.proxy_limits,
                 )
                 declared = egress_environment()
-            env, unset = child_environment(home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared=declared, secrets=spec.env)
+            env, unset = child_environment(
+                home=SANDBOX_HOME, tmpdir=SANDBOX_TMP, declared=declared, secrets=spec.env, path=path
+            )
             sandbox = bwrap_argv(
                 self.config.bwrap,
                 home=home,
                 hidden=self.config.hidden,
+                package=package,
+                binds=spec.binds,
                 egress_dir=egress.path.parent if egress is not None else None,
             )
         else:
-            env, unset = child_environment(home=str(home), tmpdir=str(tmp), declared={}, secrets=spec.env)
+            env, unset = child_environment(home=str(home), tmpdir=str(tmp), declared={}, secrets=spec.env, path=path)
             sandbox = None
             if spec.allowed_hosts:
                 logger.warning(
-                    "mcp server %s: no sandbox, so it has the host's network (--allow-host is not enforced)",
+                    "mcp server %s: no sandbox, so it has the host's network (--allow-host is not enforced)", spec.slug
+                )
+            if spec.binds:
+                logger.warning(
+                    "mcp server %s: its bound folders need bubblewrap; without it the child sees the host's "
+                    "folders with the host user's rights",
                     spec.slug,
                 )
         argv = launch_argv(spec.command, limits=self.config.limits, unset=unset, bwrap=sandbox)

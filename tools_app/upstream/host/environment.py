@@ -1,6 +1,7 @@
 """What a stdio child's environment may hold, and the names that are never handed to one.
 
-The contract: PATH, a private HOME and TMPDIR, LANG, and what the operator declared;
+The contract: PATH, a private HOME and TMPDIR, LANG, npm's quiet switches (NPM_QUIET),
+and what the operator declared;
 never Toolgate's own settings or secrets. The SDK merges `get_default_environment()`
 (HOME, LOGNAME, PATH, SHELL, TERM, USER of the host) under what we pass, so every one
 of those is either set here or removed by the launcher.
@@ -20,6 +21,8 @@ TOOLGATE_PREFIXES = ("TOOLGATE_", "DJANGO_", "CELERY_")
 PRIVATE_NAMES = frozenset({"HOME", "TMPDIR"})
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_LANG = "C.UTF-8"
+# npm's update, funding and audit notices: noise in a child's log, and the update check is a network call.
+NPM_QUIET = {"NPM_CONFIG_UPDATE_NOTIFIER": "false", "NPM_CONFIG_FUND": "false", "NPM_CONFIG_AUDIT": "false"}
 
 
 def is_toolgate_name(name: str) -> bool:
@@ -56,6 +59,7 @@ def child_environment(
     env = {
         "PATH": path or os.environ.get("PATH") or DEFAULT_PATH,
         "LANG": lang or os.environ.get("LANG") or DEFAULT_LANG,
+        **NPM_QUIET,
     }
     env.update({name: value for name, value in declared.items() if declared_name_problem(name) is None})
     env.update({name: value for name, value in secrets.items() if declared_name_problem(name) is None})

@@ -17,7 +17,10 @@ import sys
 
 LIMITS = (
     ("cpu", resource.RLIMIT_CPU),
-    ("memory", resource.RLIMIT_AS),
+    # Writable private memory (heap, anonymous mappings), not address space: V8 reserves far more
+    # address space than it touches (WebAssembly's guard regions), so an address-space cap stops
+    # Node's fetch() (undici's WASM parser) long before the process uses that much memory.
+    ("memory", resource.RLIMIT_DATA),
     ("files", resource.RLIMIT_NOFILE),
     ("processes", resource.RLIMIT_NPROC),
 )

@@ -21,10 +21,13 @@ from tools_app.upstream.host.app import HostApp
 from tools_app.upstream.host.children import HostConfig, Supervisor
 from tools_app.upstream.host.connections import usable_connection_ids
 from tools_app.upstream.host.sandbox import Limits, bwrap_problem, find_bwrap
-from tools_app.upstream.services import allow_private_networks
 
 logger = logging.getLogger(__name__)
 SANDBOX_MODES = ("auto", "bwrap", "none")
+
+
+def _allow_private_networks() -> bool:
+    return bool(settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS)
 
 
 def choose_bwrap(mode: str) -> tuple[str | None, str]:
@@ -77,13 +80,26 @@ def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
     return tuple(kept)
 
 
+def hidden_trees() -> tuple[Path, ...]:
+    """What a sandboxed child must not see: Toolgate's tree, var/ and the host's directory."""
+    return outermost([Path(settings.BASE_DIR), Path(settings.VAR_DIR), Path(settings.TOOLGATE_MCP_HOST_DIR)])
+
+
+def sandbox_expected() -> bool:
+    """Whether the host runs children under bubblewrap, as far as this process can tell."""
+    mode = settings.TOOLGATE_MCP_HOST_SANDBOX
+    if mode == "auto":
+        return bwrap_problem(find_bwrap()) is None
+    return mode != "none"
+
+
 def host_config(*, sandbox: str | None = None, **overrides: Any) -> HostConfig:
     root = Path(settings.TOOLGATE_MCP_HOST_DIR)
     mib = 1024 * 1024
     bwrap, no_sandbox_reason = choose_bwrap(sandbox or settings.TOOLGATE_MCP_HOST_SANDBOX)
     values: dict[str, Any] = {
         "root": root,
-        "hidden": outermost([Path(settings.BASE_DIR), Path(settings.VAR_DIR), root]),
+        "hidden": hidden_trees(),
         "limits": Limits(
             cpu_seconds=settings.TOOLGATE_MCP_CHILD_CPU_SECONDS,
             memory_bytes=settings.TOOLGATE_MCP_CHILD_MEMORY_MB * mib,
@@ -93,7 +109,7 @@ def host_config(*, sandbox: str | None = None, **overrides: Any) -> HostConfig:
         "bwrap": bwrap,
         "require_sandbox": settings.TOOLGATE_MCP_HOST_REQUIRE_SANDBOX,
         "no_sandbox_reason": no_sandbox_reason,
-        "allow_private": allow_private_networks,  # read at every egress connection, like the URL guard
+        "allow_private": _allow_private_networks,  # read at every egress connection, like the URL guard
         "max_children": settings.TOOLGATE_MCP_HOST_MAX_CHILDREN,
         "idle_timeout_s": float(settings.TOOLGATE_MCP_HOST_IDLE_SECONDS),
     }
