@@ -129,10 +129,20 @@ def test_a_node_server_that_calls_fetch_runs_under_the_default_memory_limit(host
 # --- slow starts ---------------------------------------------------------------------------------
 
 
+# A server of one tool, short enough to pass inline (the checkout, where the test servers live, is hidden).
+ADDER = """
+from mcp.server.mcpserver import MCPServer
+app = MCPServer(name="adder")
+@app.tool()
+def add(a: int, b: int) -> int:
+    return a + b
+app.run("stdio")
+"""
+
+
 def test_a_slow_start_says_the_server_may_still_be_starting_and_the_retry_works(host, caller):
     python = Path(os.path.realpath(sys.prefix)) / "bin" / "python"  # outside Toolgate's tree, which is hidden
-    script = (SUPPORT / "stdio_server.py").read_text()
-    add_server("slow", "--command", shlex.join(["/bin/sh", "-c", 'sleep 4; exec "$0" -c "$1"', str(python), script]))
+    add_server("slow", "--command", shlex.join(["/bin/sh", "-c", 'sleep 4; exec "$0" -c "$1"', str(python), ADDER]))
     server = McpServer.objects.get(slug="slow")
     started = time.monotonic()
 
