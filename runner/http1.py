@@ -280,7 +280,7 @@ class _Exchange:
             self._reason, self._headers = b"", []
             return
         self._status = status
-        length, coding = _framing(self._headers)  # llhttp reads an unknown coding to EOF; h11 refused it
+        length, coding = answer_framing(self._headers)  # llhttp reads an unknown coding to EOF; h11 refused it
         if self._head_only:
             self._complete()
             raise _Stop
@@ -307,7 +307,7 @@ class _Exchange:
         self._answer = Answer(self._status, self._reason, self._headers, b"".join(self._body))
 
 
-def _framing(headers: Headers) -> tuple[bytes | None, bytes | None]:
+def answer_framing(headers: Headers) -> tuple[bytes | None, bytes | None]:
     """An answer's Content-Length and Transfer-Encoding; MalformedAnswer: a coding other than chunked, or both."""
     length = coding = None
     for name, value in headers:

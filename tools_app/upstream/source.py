@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
@@ -150,12 +150,18 @@ class _Upstream:
         parts = urlsplit(self.url)
         return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
 
-    def target(self, auth: AuthCapability | None, connection_id: str | None = None) -> UpstreamTarget:
+    def target(self, auth: AuthCapability | None, ctx: ToolInvocationContext) -> UpstreamTarget:
+        """Where this call goes; the tenant keeps its session (and connections) apart from other tenants'."""
         if self.stdio:
-            return host_target(server_id=self.server_id, slug=self.slug, auth=auth, connection_id=connection_id)
+            via_host = host_target(server_id=self.server_id, slug=self.slug, auth=auth, connection_id=ctx.connection_id)
+            return replace(via_host, tenant_id=ctx.tenant_id)
         headers = tuple(sorted(auth.headers().items())) if auth is not None else ()
         return UpstreamTarget(
-            server_id=self.server_id, url=self.url, allow_private=allow_private_networks(), headers=headers
+            server_id=self.server_id,
+            url=self.url,
+            allow_private=allow_private_networks(),
+            headers=headers,
+            tenant_id=ctx.tenant_id,
         )
 
 
@@ -166,7 +172,7 @@ def _executor(upstream: _Upstream) -> Any:
         auth = caps.auth
         started, outcome = time.monotonic(), "error"
         try:
-            target = upstream.target(auth, ctx.connection_id)
+            target = upstream.target(auth, ctx)
             result = await pool_for_running_loop().call(target, upstream.pinned, args.arguments)
             outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
@@ -197,7 +203,7 @@ def _blocking_executor(upstream: _Upstream) -> Any:
         auth = caps.auth
         started, outcome = time.monotonic(), "error"
         try:
-            session = plain_session(upstream.target(auth, ctx.connection_id))
+            session = plain_session(upstream.target(auth, ctx))
             result = (
                 session.call_blocking(upstream.pinned, args.arguments, deadline=deadline)
                 if session is not None
