@@ -30,6 +30,7 @@ from runner.contracts import ON_LOOP, ToolArgs, ToolContract, ToolDefinition, To
 from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolError, ToolFailure
 from runner.ports import ToolSource
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
+from runner.strict_json import strings_are_clean
 from runner.types import ConsequenceLevel, FieldError, ToolContent, ToolEffect, ToolInvocationContext, ToolSpec
 from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
@@ -44,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 MAX_ERRORS = 20
 NUL_IN_ANSWER = "upstream MCP server: the answer contains NUL characters, which Toolgate cannot record"
+SURROGATE_IN_ANSWER = (
+    "upstream MCP server: the answer contains an unpaired UTF-16 surrogate (a \\ud800-\\udfff escape "
+    "standing alone), which is not text; the upstream must send valid Unicode"
+)
 UNREADABLE_TOKEN = "the MCP server's operator token cannot be read; an operator has been alerted"  # noqa: S105
 
 
@@ -237,6 +242,8 @@ def _answer(upstream: _Upstream, auth: AuthCapability | None, result: types.Call
     answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
     if _holds_nul([answer.content, answer.structured]):  # the audit row (PostgreSQL jsonb) cannot keep it
         raise ToolFailure(NUL_IN_ANSWER)
+    if not strings_are_clean([list(answer.content), answer.structured]):  # nor can UTF-8 encode a lone surrogate
+        raise ToolFailure(SURROGATE_IN_ANSWER)
     # The runner checks outputs against a broker's credential; the operator token is ours to check.
     if (
         auth is not None

@@ -17,6 +17,7 @@ from tests.support.api import api_client
 from tests.support.misframing_upstream import SMUGGLED_VALUE, MisframingUpstream
 from tools_app.services import tool_set_enabled
 from tools_app.upstream.services import mcp_server_discover, mcp_server_register, mcp_tool_approve
+from tools_app.upstream.source import SURROGATE_IN_ANSWER
 
 pytestmark = pytest.mark.django_db
 
@@ -86,3 +87,23 @@ def test_each_tenant_has_its_own_session_and_connections_even_with_one_operator_
     assert len({c.session for c in acme_calls}) == len({c.session for c in beta_calls}) == 1
     assert {c.session for c in acme_calls}.isdisjoint({c.session for c in beta_calls})
     assert {c.connection for c in acme_calls}.isdisjoint({c.connection for c in beta_calls})
+
+
+def test_a_lone_surrogate_in_a_plain_json_answer_is_a_clear_execution_failure(allow_private, settings):
+    """The plain path parses with json.loads, which takes `\\ud800` alone (the SDK's parser refuses it: -32700)."""
+    settings.TOOLGATE_MCP_PLAIN_JSON_CALLS = True
+    with MisframingUpstream(sessions=False) as upstream:
+        server, _ = mcp_server_register(slug="evil", url=upstream.url, operator_token=OPERATOR_TOKEN)
+        mcp_server_discover(server_id=server.pk)
+        mcp_tool_approve(tool_id=TOOL, via="test")
+        tool_set_enabled(tool_ids=[TOOL], enabled=True)
+        tenant = TenantFactory(slug="acme")
+        _account, key = service_account_with_key(tenant, name="agent")
+        ToolPolicyFactory(tenant=tenant, allowed_tools=[TOOL])
+        assert call(key, 1, 1).json()["value"] == {"result": 2}  # warm: the plain caller is set up
+        upstream.mode = "surrogate"
+
+        response = call(key, 2, 40)
+
+    assert (response.status_code, response.json()["error_code"]) == (502, "execution")
+    assert response.json()["safe_message"] == SURROGATE_IN_ANSWER
