@@ -33,6 +33,7 @@ import httptools
 import httpx2
 
 from runner.http1 import MalformedAnswer, answer_framing
+from tools_app.upstream.http11 import tls_context
 
 # httpx2's own defaults (httpx2.AsyncHTTPTransport), kept when its pool is replaced.
 _LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20)
@@ -187,9 +188,10 @@ def framing_checked_transport(*, on_anomaly: Callable[[], None]) -> httpx2.Async
     replaced by an equal one (httpx2's defaults) built over the watched backend;
     `on_anomaly` runs once per connection that broke the framing.
     """
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    context = tls_context()  # made once per process: loading the trust store costs milliseconds of CPU
+    transport = httpx2.AsyncHTTPTransport(verify=context, trust_env=False)
     transport._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=httpx2.create_ssl_context(trust_env=False),
+        ssl_context=context,
         max_connections=_LIMITS.max_connections,
         max_keepalive_connections=_LIMITS.max_keepalive_connections,
         keepalive_expiry=_LIMITS.keepalive_expiry,
