@@ -37,6 +37,8 @@ from tools_app.metrics import PrometheusCallObserver
 from tools_app.registry import code_registry
 from tools_app.search import CatalogSearchIndex
 from tools_app.upstream.client import on_tools_list_changed
+from tools_app.upstream.netguard import parse_endpoint, resolve_checked_now
+from tools_app.upstream.services import allow_private_networks
 from tools_app.upstream.source import CompositeToolSource, McpToolSource
 from tools_app.upstream.tasks import discovery_queue_for_list_change
 
@@ -62,11 +64,23 @@ def bind_tools(
                 raise ContractError(f"{tool_id}: no base URL is configured for provider {definition.contract.provider}")
             # httpx's own transport when tracing is on: the OpenTelemetry instrumentation patches that one.
             http = HttpCapability(
-                base_url, upstream=definition.contract.provider or "", keep_alive_transport=tracing_provider() is None
+                base_url,
+                upstream=definition.contract.provider or "",
+                keep_alive_transport=tracing_provider() is None,
+                redirect_guard=redirect_guard,
             )
         uses_catalog = "catalog" in definition.contract.capabilities
         bound[tool_id] = bind_tool(definition, http=http, catalog=catalog if uses_catalog else None)
     return bound
+
+
+def redirect_guard(url: str) -> None:
+    """Where a code tool's upstream may redirect it to another origin: the upstream MCP servers' address rule.
+
+    Resolved and checked when the redirect is decided (UpstreamAddressRefused, a
+    ValueError, refuses it); a host that does not resolve is refused too.
+    """
+    resolve_checked_now(parse_endpoint(url), allow_private=allow_private_networks())
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,12 +148,21 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # An unreachable database costs a request about a second, then a 503 `unavailable_dependency`.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 1)
+    # A connection whose peer vanished (a host or network gone, not a frozen server: see
+    # config/postgresql's AnsweringConnection) is found by TCP within seconds, not hours.
+    keepalives = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 2, "keepalives_count": 3}
+    for option, value in keepalives.items():
+        DATABASES["default"]["OPTIONS"].setdefault(option, value)
     # psycopg may prepare statements, at their first run (Django turns that off, for connection poolers):
     # only statements bound on the server are prepared, and only the audit INSERTs are (config/postgresql's
     # prepared_cursor); Django's own queries stay client-bound and unprepared. False for PgBouncer in
     # transaction mode before 1.21 (or without max_prepared_statements).
     if env.bool("TOOLGATE_DATABASE_PREPARED_STATEMENTS", default=True):
         DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 0)
+
+# How long a wait on a silent PostgreSQL server lasts before the server is asked whether it answers
+# at all (and given up, 503, if not); 0: wait as long as the server takes.
+TOOLGATE_DATABASE_ANSWER_TIMEOUT_MS = env.int("TOOLGATE_DATABASE_ANSWER_TIMEOUT_MS", default=1000)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 if not DEBUG and not REDIS_URL:

@@ -17,7 +17,7 @@ import json
 import math
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -137,7 +137,10 @@ class HttpCapability:
 
     Paths are resolved against the configured base URL and must stay on its
     origin. Redirects are followed by hand (at most five) so that a redirect to
-    another origin is allowed to proceed only without the Authorization header.
+    another origin is allowed to proceed only without the Authorization header,
+    and only once `redirect_guard(url)` (the composition root's address guard)
+    accepted its target: the upstream, not the operator, chose that address, and
+    a ValueError from the guard refuses it before anything connects there.
 
     Two ways in: `request` on an event loop, and `request_blocking` for a caller
     on its own thread (a tool's blocking fast path: no hand-off to the loop
@@ -153,6 +156,7 @@ class HttpCapability:
         user_agent: str = "toolgate",
         upstream: str = "",
         keep_alive_transport: bool = True,
+        redirect_guard: Callable[[str], None] | None = None,
     ) -> None:
         """`keep_alive_transport=False` (or a proxy in the environment) keeps httpx's own transport:
         the composition root asks for it when OpenTelemetry instruments httpx (runner/http1.py)."""
@@ -168,6 +172,7 @@ class HttpCapability:
         self._timeouts = timeout.as_dict()  # as a client puts them in each request
         self._max_response_bytes = max_response_bytes
         self._user_agent = user_agent
+        self._redirect_guard = redirect_guard
         self._lean = keep_alive_transport and not proxy_applies(self._base_url)
         self._pool: KeepAliveTransport | httpx.AsyncClient | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
@@ -207,6 +212,7 @@ class HttpCapability:
                             send_headers,
                             status=response.status_code,
                             location=response.headers["location"],
+                            guard=self._redirect_guard,
                         )
                         params = None
                         continue
@@ -262,7 +268,13 @@ class HttpCapability:
                 )
                 if status in REDIRECT_STATUSES and "location" in answer_headers:
                     url, method, json_body, send_headers = _next_hop(
-                        url, method, json_body, send_headers, status=status, location=answer_headers["location"]
+                        url,
+                        method,
+                        json_body,
+                        send_headers,
+                        status=status,
+                        location=answer_headers["location"],
+                        guard=self._redirect_guard,
                     )
                     params = None
                     continue
@@ -449,7 +461,14 @@ def _origin(url: str) -> tuple[str, str]:
 
 
 def _next_hop(
-    url: str, method: str, body: Any, headers: dict[str, str], *, status: int, location: str
+    url: str,
+    method: str,
+    body: Any,
+    headers: dict[str, str],
+    *,
+    status: int,
+    location: str,
+    guard: Callable[[str], None] | None = None,
 ) -> tuple[str, str, Any, dict[str, str]]:
     """Where a redirect (`status`, `location`) leads, with what method, body and headers (RFC 9110 §15.4)."""
     try:
@@ -463,6 +482,11 @@ def _next_hop(
     if status == 303 or (status in (301, 302) and method == "POST"):
         method, body = "GET", None
     if cross_origin:
+        if guard is not None:
+            try:
+                guard(target)
+            except ValueError as exc:  # the guard's message names the rule, never the address
+                raise CapabilityError(f"redirect to another origin refused: {exc}") from None
         headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
     return target, method, body, headers
 

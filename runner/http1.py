@@ -267,7 +267,8 @@ class _Exchange:
         self._reason = reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._status:  # a chunked body's trailer fields: dropped, as h11 dropped them
+        if self._status:  # a chunked body's trailer fields: dropped, as h11 dropped them, but counted
+            self._count_body(len(name) + len(value) + 4)  # as body bytes, or they would be a stream without cap
             return
         self._count_head(len(name) + len(value) + 4)
         self._headers.append((name.lower(), value))
@@ -280,17 +281,20 @@ class _Exchange:
             self._reason, self._headers = b"", []
             return
         self._status = status
-        length, coding = _framing(self._headers)  # llhttp reads an unknown coding to EOF; h11 refused it
+        length, coding = answer_framing(self._headers)  # llhttp reads an unknown coding to EOF; h11 refused it
         if self._head_only:
             self._complete()
             raise _Stop
         self._until_eof = length is None and coding is None and status not in (204, 304)
 
     def on_body(self, data: bytes) -> None:
-        self._received += len(data)
+        self._count_body(len(data))
+        self._body.append(data)
+
+    def _count_body(self, size: int) -> None:
+        self._received += size
         if self._received > self._max_response_bytes:
             raise ResponseTooLarge
-        self._body.append(data)
 
     def on_message_complete(self) -> None:
         if not self._status:  # the end of an informational answer
@@ -307,7 +311,7 @@ class _Exchange:
         self._answer = Answer(self._status, self._reason, self._headers, b"".join(self._body))
 
 
-def _framing(headers: Headers) -> tuple[bytes | None, bytes | None]:
+def answer_framing(headers: Headers) -> tuple[bytes | None, bytes | None]:
     """An answer's Content-Length and Transfer-Encoding; MalformedAnswer: a coding other than chunked, or both."""
     length = coding = None
     for name, value in headers:

@@ -8,7 +8,8 @@ it is refused. There is no pass-through: a tool without an allowlist fails.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import base64
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from runner.errors import RedactionError
@@ -122,19 +123,55 @@ def credential_fragments(headers: Mapping[str, str], access_token: str) -> froze
 
     The token itself, each auth header value, and each value's credential part
     without its scheme (`Basic` sends base64 of `user:password`, which does not
-    contain the password as such).
+    contain the password as such), each in its `secret_fragments` forms.
     """
-    fragments = {access_token}
+    candidates = {access_token}
     for value in headers.values():
-        fragments.add(value)
-        fragments.add(value.partition(" ")[2])
-    return frozenset(fragment for fragment in fragments if len(fragment) >= MIN_CREDENTIAL_FRAGMENT)
+        candidates.add(value)
+        candidates.add(value.partition(" ")[2])
+    return secret_fragments(candidates)
+
+
+def secret_fragments(secrets: Iterable[str]) -> frozenset[str]:
+    """What `carries_credential` looks for: each secret, and its base64 forms, all without whitespace.
+
+    A secret is given away as well by its base64 (an upstream that "encodes" what it
+    echoes) and by its pieces with spaces or line breaks between them: whitespace is
+    dropped on both sides before comparing. Base64 is taken at each of the three byte
+    offsets a secret can start at inside a larger encoded blob, standard and
+    URL-safe alphabets, padding and the characters shared with neighbouring bytes
+    left out, so the encoding is found inside a longer one too.
+    """
+    fragments: set[str] = set()
+    for secret in secrets:
+        squeezed = _squeeze(secret)
+        if len(squeezed) < MIN_CREDENTIAL_FRAGMENT:
+            continue
+        fragments.add(squeezed)
+        fragments.update(form for form in _base64_forms(secret.encode()) if len(form) >= MIN_CREDENTIAL_FRAGMENT)
+    return frozenset(fragments)
+
+
+def _base64_forms(secret: bytes) -> set[str]:
+    forms = set()
+    for offset, skip in ((0, 0), (1, 2), (2, 3)):
+        data = bytes(offset) + secret
+        whole_groups, rest = divmod(len(data), 3)
+        encoded = base64.b64encode(data).decode("ascii")[skip : 4 * whole_groups + rest]
+        forms.add(encoded)
+        forms.add(encoded.replace("+", "-").replace("/", "_"))
+    return forms
+
+
+def _squeeze(text: str) -> str:
+    return "".join(text.split())
 
 
 def carries_credential(value: Any, fragments: frozenset[str]) -> bool:
-    """Whether any string in `value` (keys included) contains one of `fragments`."""
+    """Whether any string in `value` (keys included), whitespace dropped, contains one of `fragments`."""
     if isinstance(value, str):
-        return any(fragment in value for fragment in fragments)
+        squeezed = _squeeze(value)
+        return any(fragment in squeezed for fragment in fragments)
     if isinstance(value, Mapping):
         return any(
             carries_credential(key, fragments) or carries_credential(item, fragments) for key, item in value.items()

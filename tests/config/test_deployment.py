@@ -16,10 +16,12 @@ import runpy
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 import yaml
 from gunicorn.config import Config
@@ -27,6 +29,7 @@ from gunicorn.config import Config
 from policies_app.api.parser import MAX_BODY_BYTES
 from runner.contracts import MAX_TIMEOUT_MS
 from runner.pipeline import REQUEST_TIMEOUT_S
+from tests.support.stack import ServedStack
 from tools_app.tools import BUILTIN_TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,8 +181,8 @@ def test_requests_and_answers_are_buffered_in_nginx(server):
 
     assert one(server, "proxy_request_buffering") == ["on"]
     assert one(server, "proxy_buffering") == ["on"]
-    # A bit over the API's own limit: the API answers 64 KiB + 1 with its envelope; far beyond, nginx does.
-    assert MAX_BODY_BYTES < body_limit <= 2 * MAX_BODY_BYTES
+    # Never over the application's limit: a body it would refuse unread never reaches gunicorn.
+    assert body_limit == MAX_BODY_BYTES
     assert size(one(server, "client_body_buffer_size")[0]) >= body_limit  # bodies stay in memory
 
 
@@ -188,7 +191,7 @@ def test_the_client_cannot_choose_the_forwarded_address(server):
 
     assert headers["X-Real-IP"] == "$remote_addr"
     assert headers["X-Forwarded-For"] == "$remote_addr"  # replaced, not $proxy_add_x_forwarded_for
-    assert headers["Host"] == "$host"
+    assert headers["Host"] == "$toolgate_host"  # the client's Host, port included
 
 
 # --- limits and timeouts, in the order they answer -------------------------------------------------
@@ -237,6 +240,7 @@ def test_gunicorn_reads_port_and_concurrency_from_the_environment(monkeypatch):
 
 EXPECTED_ERROR_PAGES = {
     "400": ("400", "bad_request"),
+    "405": ("405", "method_not_allowed"),
     "408": ("408", "bad_request"),
     "413": ("413", "validation"),
     "414": ("414", "bad_request"),
@@ -352,3 +356,78 @@ def test_compose_runs_the_mcp_host_as_an_unpublished_service_that_web_and_worker
         assert services[name]["environment"]["TOOLGATE_MCP_HOST_URL"] == url.geturl()
         assert services[name]["env_file"] == ".env"  # TOOLGATE_MCP_HOST_TOKEN comes from there, never the file
     assert "TOOLGATE_MCP_HOST_TOKEN" not in compose["x-toolgate"]["environment"]
+
+
+# --- through the shipped nginx, live: config/nginx.conf on loopback in front of a real gunicorn ------------
+
+
+# Starting the stack (migrate, seed, a gunicorn worker's first boot) takes a minute on a busy machine.
+LIVE = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[ServedStack]:
+    with ServedStack(tmp_path_factory.mktemp("stack")) as served:
+        yield served
+
+
+@LIVE
+def test_a_refused_oversized_body_never_hands_the_next_client_a_dead_connection(stack):
+    """65-80 KiB bodies refused unread used to leave nginx a kept-alive connection gunicorn had closed (502)."""
+    victims = []
+    refusals = set()
+    attacker, victim = httpx.Client(base_url=stack.url, timeout=30), httpx.Client(base_url=stack.url, timeout=30)
+    with attacker, victim:
+        for kib in range(65, 81):
+            for _ in range(6):
+                refused = attacker.post(
+                    "/api/v1/tools/exec", content=b"x" * (kib * 1024), headers={"Content-Type": "application/json"}
+                )
+                refusals.add((refused.status_code, refused.json()["error_code"]))
+                victims.append(victim.get("/healthz").status_code)
+
+    assert refusals == {(413, "validation")}
+    assert victims == [200] * len(victims)
+    assert "prematurely closed" not in stack.error_log()
+
+
+@LIVE
+def test_a_body_at_the_applications_limit_still_reaches_it(stack):
+    body = json.dumps({"tool_id": "core__get_current_time", "args": {}, "run_id": "r" * 10}).ljust(MAX_BODY_BYTES)
+
+    answer = httpx.post(
+        f"{stack.url}/api/v1/tools/exec",
+        content=body.encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {stack.api_key}"},
+        timeout=30,
+    )
+
+    assert len(body) == MAX_BODY_BYTES
+    assert answer.status_code != 413  # the application read it (and judged it), not the proxy
+
+
+@LIVE
+def test_the_sign_in_issuer_and_the_401_carry_the_port_the_client_used(stack):
+    assert stack.port != 80
+    origin = f"http://127.0.0.1:{stack.port}"
+
+    metadata = httpx.get(f"{stack.url}/.well-known/oauth-authorization-server", timeout=30).json()
+    refused = httpx.post(f"{stack.url}/mcp", json={}, timeout=30)
+
+    assert metadata["issuer"] == origin
+    assert metadata["token_endpoint"] == f"{origin}/oauth/token"
+    assert refused.status_code == 401
+    challenge = refused.headers["WWW-Authenticate"]
+    assert f'resource_metadata="{origin}/.well-known/oauth-protected-resource/mcp"' in challenge
+
+
+@LIVE
+def test_trace_is_refused_with_the_api_envelope_and_an_allow_header(stack):
+    answer = httpx.request("TRACE", f"{stack.url}/api/v1/tools", timeout=30)
+
+    assert answer.status_code == 405
+    assert answer.headers["Content-Type"] == "application/json"
+    assert answer.json()["error_code"] == "method_not_allowed"
+    allowed = {method.strip() for method in answer.headers["Allow"].split(",")}
+    assert "TRACE" not in allowed
+    assert {"GET", "POST"} <= allowed

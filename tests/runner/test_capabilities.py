@@ -18,6 +18,7 @@ import pytest
 from runner.capabilities import DEFAULT_MAX_RESPONSE_BYTES, MAX_REDIRECTS, BasicAuth, BearerAuth, HttpCapability
 from runner.errors import CapabilityError
 from tests.support.loopback import LoopbackServer, RecordedRequest, json_answer, redirect_answer
+from tools_app.upstream.netguard import parse_endpoint, resolve_checked_now
 
 TOKEN = "canary-token-5f1e0c"  # a secret that must reach only the configured origin
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -199,6 +200,65 @@ def test_same_port_other_host_name_is_another_origin(upstream: LoopbackServer) -
 
     assert [r.path for r in upstream.requests] == ["/moved", "/landing"]
     assert "authorization" not in upstream.requests[1].headers
+
+
+def _address_guard(*, allow_private: bool):
+    """The address rule the composition root binds (config/runtime.py), with the private-networks switch given."""
+
+    def guard(url: str) -> None:
+        resolve_checked_now(parse_endpoint(url), allow_private=allow_private)
+
+    return guard
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+@pytest.mark.parametrize(
+    "location",
+    [
+        "http://169.254.169.254/latest/meta-data/",  # cloud metadata: decided, never connected to
+        "http://10.0.0.1/internal",
+        "http://[::1]:{port}/landing",
+        "http://localhost:{port}/landing",  # a name: resolved and judged by its addresses
+    ],
+)
+def test_a_cross_origin_redirect_to_an_address_the_guard_refuses_is_not_followed(
+    upstream: LoopbackServer, elsewhere: LoopbackServer, location: str, blocking: bool
+) -> None:
+    upstream.route("GET", "/moved", status=302, headers={"Location": at_port(location, elsewhere)})
+    http = HttpCapability(upstream.url, redirect_guard=_address_guard(allow_private=False))
+
+    def follow() -> object:
+        if blocking:
+            return http.request_blocking("GET", "/moved", headers=AUTH, deadline=time.monotonic() + 10)
+        return asyncio.run(http.get("/moved", headers=AUTH))
+
+    started = time.monotonic()
+    with pytest.raises(CapabilityError, match=r"^redirect to another origin refused: ") as refused:
+        follow()
+
+    assert time.monotonic() - started < 5  # refused when decided: no connect to wait for
+    assert [r.path for r in upstream.requests] == ["/moved"]
+    assert elsewhere.requests == []
+    assert "169.254" not in str(refused.value)  # the rule is named, not the address
+
+
+def test_a_cross_origin_redirect_the_guard_accepts_is_followed_without_authorization(upstream, elsewhere) -> None:
+    upstream.route("GET", "/moved", status=302, headers={"Location": f"{elsewhere.url}/landing"})
+    elsewhere.route("GET", "/landing", json={"here": True})
+    http = HttpCapability(upstream.url, redirect_guard=_address_guard(allow_private=True))
+
+    response = asyncio.run(http.get("/moved", headers=AUTH))
+
+    assert response.json() == {"here": True}
+    assert "authorization" not in elsewhere.requests[0].headers
+
+
+def test_a_same_origin_redirect_is_not_put_to_the_guard(upstream: LoopbackServer) -> None:
+    upstream.route("GET", "/old", status=301, headers={"Location": "/new"})
+    upstream.route("GET", "/new", json={})
+    http = HttpCapability(upstream.url, redirect_guard=_address_guard(allow_private=False))
+
+    assert asyncio.run(http.get("/old", headers=AUTH)).status_code == 200  # the operator chose this origin
 
 
 def test_authorization_dropped_once_stays_dropped_when_redirected_back(upstream, elsewhere) -> None:

@@ -484,6 +484,19 @@ def test_a_body_delimited_by_the_close_is_complete_at_eof_and_its_connection_not
     assert server.connections == 2
 
 
+def test_a_chunked_answers_trailer_fields_count_against_the_cap() -> None:
+    trailers = b"".join(b"x-trailer-%d: %s\r\n" % (n, b"t" * 100) for n in range(30))  # about 3.5 KB
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n" + trailers + b"\r\n"
+    pool = BlockingPool(tls_context=ssl.create_default_context)
+    with KeepAliveServer(first=[answer, answer]) as server:
+        with pytest.raises(ResponseTooLarge):
+            _blocking_get(pool, server.url, cap=1000)
+        within = _blocking_get(pool, server.url, cap=10_000)
+    pool.close()
+
+    assert (within.status, within.body) == (200, b"hi")  # trailers are dropped, never part of the answer
+
+
 @pytest.mark.parametrize(
     "answer",
     [

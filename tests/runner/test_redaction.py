@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runner.errors import RedactionError
-from runner.redaction import compile_allowlist, redact
+from runner.redaction import carries_credential, compile_allowlist, credential_fragments, redact, secret_fragments
 
 CANARY = "ghp_CANARY_5f1c0e7a9b2d4c6e"
 
@@ -218,3 +219,48 @@ def test_redact_keeps_only_allowlisted_names_and_is_idempotent(output: dict[str,
     assert set(once) <= {segment_name(path.split(".")[0]) for path in paths}
     assert key_names(once) <= {segment_name(segment) for path in paths for segment in path.split(".")}
     assert redact(once, allowlist) == once
+
+
+# --- credential echo: the forms a secret can be given away in ---------------------------------------
+
+SECRET = "lin_api_7Hq2Zr9Xw4Kp1Vb8"
+
+
+def _encodings_inside_blobs(secret: str) -> list[str]:
+    """The secret base64-encoded inside larger blobs, at every byte offset, in both alphabets."""
+    blobs = []
+    for before in range(4):
+        for after in range(3):
+            data = b"x" * before + secret.encode() + b"!" * after
+            blobs += [base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode().rstrip("=")]
+    return blobs
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        SECRET,
+        f"Bearer {SECRET}",
+        " ".join(SECRET[i : i + 4] for i in range(0, len(SECRET), 4)),  # space-split
+        "\n".join(SECRET[i : i + 5] for i in range(0, len(SECRET), 5)),  # line-wrapped
+        *_encodings_inside_blobs(SECRET),
+        " ".join(base64.b64encode(SECRET.encode()).decode()),  # base64, then spaced out
+    ],
+)
+def test_an_echoed_credential_is_found_in_every_form(echo: str) -> None:
+    fragments = credential_fragments({"Authorization": f"Bearer {SECRET}"}, SECRET)
+
+    assert carries_credential({"content": [{"type": "text", "text": f"here: {echo} (done)"}]}, fragments)
+    assert carries_credential({echo: 1}, secret_fragments([SECRET]))  # keys too, for a bare secret list
+
+
+def test_text_without_the_credential_is_not_taken_for_it() -> None:
+    fragments = credential_fragments({"Authorization": f"Bearer {SECRET}"}, SECRET)
+    others = [
+        "Bearer token expired; sign in again",
+        base64.b64encode(b"lin_api_ another value entirely").decode(),
+        SECRET[:-1] + "X",
+    ]
+
+    assert not any(carries_credential(text, fragments) for text in others)
+    assert secret_fragments(["short", "  ", ""]) == frozenset()  # too short to tell from ordinary text

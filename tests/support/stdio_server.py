@@ -9,6 +9,7 @@ SDK only: it must run without Toolgate's tree (under bubblewrap it is passed as
 `python -c SOURCE`).
 """
 
+import base64
 import hashlib
 import http.client
 import json
@@ -82,9 +83,14 @@ def shout(text: str) -> str:
 
 
 @app.tool()
-def leak(name: str) -> str:
-    """Answer the raw value of an environment variable (the host must withhold a secret's)."""
-    return os.environ.get(name, "")
+def leak(name: str, form: str = "raw") -> str:
+    """Answer an environment variable's value, raw, base64-encoded or spaced out (the host must withhold a secret's)."""
+    value = os.environ.get(name, "")
+    if form == "base64":
+        return "data:" + base64.b64encode(f"k={value}".encode()).decode()
+    if form == "spaced":
+        return " ".join(value[i : i + 3] for i in range(0, len(value), 3))
+    return value
 
 
 @app.tool()

@@ -7,13 +7,14 @@ from dataclasses import replace
 import pytest
 from django.core.management import call_command
 
-from config.runtime import build_runtime
+from config.runtime import build_runtime, redirect_guard
 from policies_app.governance import governance_bump, governance_cache
 from runner.catalog import catalog_for
 from runner.types import ErrorCode, ToolInvocationContext
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool, ToolInvocation
 from tools_app.search import CatalogSearchIndex
+from tools_app.upstream.netguard import UpstreamAddressRefused
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +53,23 @@ def test_runtime_binds_every_builtin_tool_with_its_capabilities(settings):
     assert github.http is not None
     assert github.http.base_url == "http://127.0.0.1:9/api/"
     assert (github.catalog, runtime.source.get("toolgate__search_tools").catalog) == (None, runtime_catalog(runtime))
+
+
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_the_github_capability_puts_cross_origin_redirects_to_the_address_guard(settings, allow_private):
+    """Decided, not connected: a redirect from the provider to a private name or address is refused unless allowed."""
+    settings.TOOLGATE_GITHUB_API_URL = "http://127.0.0.1:9/api/"
+    settings.TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = allow_private
+    http = build_runtime().source.get("github__get_user").http
+
+    assert http is not None
+    assert http._redirect_guard is redirect_guard
+    for target in ("http://169.254.169.254/latest/meta-data/", "http://localhost:9/x", "http://10.1.2.3/"):
+        if allow_private:
+            redirect_guard(target)  # accepted: single-host installs and tests
+        else:
+            with pytest.raises(UpstreamAddressRefused):
+                redirect_guard(target)
 
 
 def runtime_catalog(runtime):

@@ -66,12 +66,15 @@ class UpstreamTarget:
     url: str
     allow_private: bool
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # The tenant whose call this is ("" for discovery): an operator's credential is the same for
+    # every tenant, and a session (its connections included) must never carry two tenants' calls.
+    tenant_id: str = ""
 
     @property
-    def pool_key(self) -> tuple[str, str, str]:
-        """One pooled session per server and credential: the digest tells credentials apart."""
+    def pool_key(self) -> tuple[str, str, str, str]:
+        """One pooled session per tenant, server and credential: the digest tells credentials apart."""
         digest = hashlib.sha256(repr(sorted(self.headers)).encode()).hexdigest()
-        return (self.server_id, self.url, digest)
+        return (self.tenant_id, self.server_id, self.url, digest)
 
 
 async def pinned_transport(target: UpstreamTarget) -> PinnedTransport:
@@ -102,12 +105,12 @@ async def connected(
             yield client
 
 
-def counters(transport: PinnedTransport) -> tuple[int, int, int]:
-    return (transport.auth_rejections, transport.oversized, transport.not_found)
+def counters(transport: PinnedTransport) -> tuple[int, int, int, int]:
+    return (transport.auth_rejections, transport.oversized, transport.not_found, transport.framing_errors)
 
 
 def classify(
-    exc: BaseException, transport: PinnedTransport | None, before: tuple[int, int, int] = (0, 0, 0)
+    exc: BaseException, transport: PinnedTransport | None, before: tuple[int, int, int, int] = (0, 0, 0, 0)
 ) -> UpstreamError:
     """Turn whatever the SDK or httpx2 raised into an UpstreamError with a message of ours."""
     leaf = _leaf(exc)
@@ -121,6 +124,12 @@ def classify(
         return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
     if transport is not None and transport.oversized > before[1]:
         return UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large")
+    if transport is not None and transport.framing_errors > before[3]:
+        return UpstreamError(
+            UpstreamError.PROTOCOL,
+            "the upstream's HTTP answer was framed ambiguously (two answers, or two lengths); "
+            "its connection was closed",
+        )
     if isinstance(leaf, MCPError):
         session_gone = transport is not None and transport.not_found > before[2]
         if leaf.code == INVALID_REQUEST and (session_gone or leaf.error.message == SESSION_TERMINATED):
@@ -428,15 +437,15 @@ def plain_json_caller(target: UpstreamTarget, client: Client, transport: PinnedT
 
 
 class SessionPool:
-    """Pooled sessions of one event loop: one per server and credential, closed when idle."""
+    """Pooled sessions of one event loop: one per tenant, server and credential, closed when idle."""
 
     def __init__(
         self, *, idle_timeout_s: float = IDLE_TIMEOUT_S, list_changed: ListChangedSignal | None = None
     ) -> None:
         self._idle_timeout_s = idle_timeout_s
         self._list_changed = list_changed
-        self._sessions: dict[tuple[str, str, str], UpstreamSession] = {}
-        self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self._sessions: dict[tuple[str, str, str, str], UpstreamSession] = {}
+        self._locks: dict[tuple[str, str, str, str], asyncio.Lock] = {}
 
     async def session(self, target: UpstreamTarget) -> UpstreamSession:
         self._close_idle()
@@ -499,7 +508,7 @@ _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SessionPool] = weak
 # Live sessions with a plain-JSON caller, by pool key: what a web worker's thread calls through
 # without a hop to the loop (`plain_session`). Kept by the sessions themselves; a forked child
 # starts empty (its parent's sockets are not its own).
-_plain_sessions: dict[tuple[str, str, str], UpstreamSession] = {}
+_plain_sessions: dict[tuple[str, str, str, str], UpstreamSession] = {}
 os.register_at_fork(after_in_child=_plain_sessions.clear)
 
 

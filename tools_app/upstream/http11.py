@@ -68,8 +68,8 @@ class Http11Pool:
         ]
         self._max_response_bytes = max_response_bytes
         self._connect_timeout_s = connect_timeout_s
-        self._pool = Pool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
-        self._blocking = BlockingPool(tls_context=_tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
+        self._pool = Pool(tls_context=tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
+        self._blocking = BlockingPool(tls_context=tls_context, max_idle_per_origin=MAX_IDLE_CONNECTIONS)
 
     def _head(self, headers: Headers, body: bytes) -> RequestHead:
         return RequestHead(
@@ -119,7 +119,7 @@ class Http11Pool:
 _context: list[ssl.SSLContext] = []
 
 
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """The TLS context httpx2 would use (system trust, verification on), made once per process."""
     if not _context:
         _context.append(httpx2.create_ssl_context(trust_env=False))

@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx2
 
+from tools_app.upstream.framing import framing_checked_transport
+
 # An upstream answer larger than this is cut off before it is parsed: the SDK caps only SSE events.
 MAX_UPSTREAM_RESPONSE_BYTES = 16 * 1024 * 1024
 AUTH_REJECTED_STATUSES = frozenset({401, 403})
@@ -303,13 +305,15 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
     """
 
     def __init__(self, *, address: str, hostname: str, max_response_bytes: int = MAX_UPSTREAM_RESPONSE_BYTES) -> None:
-        self._inner = httpx2.AsyncHTTPTransport(trust_env=False)
+        # A connection whose answer is framed ambiguously (or followed by more bytes) is never reused.
+        self._inner = framing_checked_transport(on_anomaly=self._count_framing_error)
         self._address = address
         self._hostname = hostname
         self._max_response_bytes = max_response_bytes
         self.auth_rejections = 0
         self.not_found = 0
         self.oversized = 0
+        self.framing_errors = 0
         # What the upstream showed of itself (read once a session is open): a session id it
         # issued, an event stream it answered with. Either keeps calls on the SDK's path.
         self.session_ids = 0
@@ -362,6 +366,9 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
 
     def _count_oversized(self) -> None:
         self.oversized += 1
+
+    def _count_framing_error(self) -> None:
+        self.framing_errors += 1
 
     async def aclose(self) -> None:
         await self._inner.aclose()

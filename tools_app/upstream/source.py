@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +30,7 @@ from runner.contracts import ON_LOOP, ToolArgs, ToolContract, ToolDefinition, To
 from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolError, ToolFailure
 from runner.ports import ToolSource
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
+from runner.strict_json import strings_are_clean
 from runner.types import ConsequenceLevel, FieldError, ToolContent, ToolEffect, ToolInvocationContext, ToolSpec
 from tools_app.metrics import mcp_upstream_call_observed
 from tools_app.selectors import enabled_tool_ids
@@ -44,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 MAX_ERRORS = 20
 NUL_IN_ANSWER = "upstream MCP server: the answer contains NUL characters, which Toolgate cannot record"
+SURROGATE_IN_ANSWER = (
+    "upstream MCP server: the answer contains an unpaired UTF-16 surrogate (a \\ud800-\\udfff escape "
+    "standing alone), which is not text; the upstream must send valid Unicode"
+)
 UNREADABLE_TOKEN = "the MCP server's operator token cannot be read; an operator has been alerted"  # noqa: S105
 
 
@@ -150,12 +155,18 @@ class _Upstream:
         parts = urlsplit(self.url)
         return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
 
-    def target(self, auth: AuthCapability | None, connection_id: str | None = None) -> UpstreamTarget:
+    def target(self, auth: AuthCapability | None, ctx: ToolInvocationContext) -> UpstreamTarget:
+        """Where this call goes; the tenant keeps its session (and connections) apart from other tenants'."""
         if self.stdio:
-            return host_target(server_id=self.server_id, slug=self.slug, auth=auth, connection_id=connection_id)
+            via_host = host_target(server_id=self.server_id, slug=self.slug, auth=auth, connection_id=ctx.connection_id)
+            return replace(via_host, tenant_id=ctx.tenant_id)
         headers = tuple(sorted(auth.headers().items())) if auth is not None else ()
         return UpstreamTarget(
-            server_id=self.server_id, url=self.url, allow_private=allow_private_networks(), headers=headers
+            server_id=self.server_id,
+            url=self.url,
+            allow_private=allow_private_networks(),
+            headers=headers,
+            tenant_id=ctx.tenant_id,
         )
 
 
@@ -166,7 +177,7 @@ def _executor(upstream: _Upstream) -> Any:
         auth = caps.auth
         started, outcome = time.monotonic(), "error"
         try:
-            target = upstream.target(auth, ctx.connection_id)
+            target = upstream.target(auth, ctx)
             result = await pool_for_running_loop().call(target, upstream.pinned, args.arguments)
             outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
@@ -197,7 +208,7 @@ def _blocking_executor(upstream: _Upstream) -> Any:
         auth = caps.auth
         started, outcome = time.monotonic(), "error"
         try:
-            session = plain_session(upstream.target(auth, ctx.connection_id))
+            session = plain_session(upstream.target(auth, ctx))
             result = (
                 session.call_blocking(upstream.pinned, args.arguments, deadline=deadline)
                 if session is not None
@@ -234,6 +245,8 @@ def _answer(upstream: _Upstream, auth: AuthCapability | None, result: types.Call
     answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
     if _holds_nul([answer.content, answer.structured]):  # the audit row (PostgreSQL jsonb) cannot keep it
         raise ToolFailure(NUL_IN_ANSWER)
+    if not strings_are_clean([list(answer.content), answer.structured]):  # nor can UTF-8 encode a lone surrogate
+        raise ToolFailure(SURROGATE_IN_ANSWER)
     # The runner checks outputs against a broker's credential; the operator token is ours to check.
     if (
         auth is not None

@@ -315,11 +315,13 @@ def test_a_child_that_echoes_a_secret_is_withheld_and_stderr_is_logged_tagged_an
     ready("kit", COMMAND, "--secret-env", "KIT_TOKEN=KIT_SOURCE")
 
     leaked = call(key, "mcp__kit__leak", {"name": "KIT_TOKEN"})
+    disguised = [call(key, "mcp__kit__leak", {"name": "KIT_TOKEN", "form": form}) for form in ("base64", "spaced")]
     shouted = call(key, "mcp__kit__shout", {"text": f"hello from the child {OPERATOR_SECRET}"})
 
     assert leaked.status_code == 502
     assert leaked.json()["error_code"] == "execution"
     assert OPERATOR_SECRET not in leaked.content.decode()
+    assert [(r.status_code, r.json()["error_code"]) for r in disguised] == [(502, "execution")] * 2
     assert value(shouted) == {"result": "shouted"}
     host.wait_for(lambda: "hello from the child" in caplog.text)
     line = next(r.getMessage() for r in caplog.records if "hello from the child" in r.getMessage())

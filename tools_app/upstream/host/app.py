@@ -27,6 +27,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
+from runner.redaction import carries_credential, secret_fragments
 from tools_app.upstream.host.children import ChildSpec, HostError, Supervisor, spec_fingerprint
 from tools_app.upstream.host.sandbox import Bind, binds_from_rows
 from tools_app.upstream.models import McpServer
@@ -197,12 +198,8 @@ def build_server(supervisor: Supervisor, resolver: SpecResolver) -> Server[Any]:
 
 def _carries_secret(result: types.CallToolResult, secret_values: tuple[str, ...]) -> bool:
     """A child that echoes an operator's secret (or the connection's) must not hand it to a model."""
-    values = [value for value in secret_values if len(value) >= 8]
-    if not values:
-        return False
-    text = result.model_dump_json(by_alias=True)
-    escaped = [json.dumps(value)[1:-1] for value in values]
-    return any(value in text or quoted in text for value, quoted in zip(values, escaped, strict=True))
+    fragments = secret_fragments(secret_values)  # the runner's rule: base64 and space-split forms too
+    return bool(fragments) and carries_credential(result.model_dump(mode="json", by_alias=True), fragments)
 
 
 class HostApp:
