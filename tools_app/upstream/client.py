@@ -120,16 +120,9 @@ def classify(
         return UpstreamError(UpstreamError.REFUSED, str(leaf))
     if _caused_by(exc, UnaskedContentEncoding):  # the SDK folds it into a generic error, but keeps the chain
         return UpstreamError(UpstreamError.PROTOCOL, UnaskedContentEncoding.MESSAGE)
-    if transport is not None and transport.auth_rejections > before[0]:
-        return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
-    if transport is not None and transport.oversized > before[1]:
-        return UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large")
-    if transport is not None and transport.framing_errors > before[3]:
-        return UpstreamError(
-            UpstreamError.PROTOCOL,
-            "the upstream's HTTP answer was framed ambiguously (two answers, or two lengths); "
-            "its connection was closed",
-        )
+    anomaly = _transport_anomaly(transport, before)
+    if anomaly is not None:
+        return anomaly
     if isinstance(leaf, MCPError):
         session_gone = transport is not None and transport.not_found > before[2]
         if leaf.code == INVALID_REQUEST and (session_gone or leaf.error.message == SESSION_TERMINATED):
@@ -146,6 +139,23 @@ def classify(
     if isinstance(leaf, httpx2.HTTPError):
         return UpstreamError(UpstreamError.UNREACHABLE, "the connection to the upstream failed")
     return UpstreamError(UpstreamError.PROTOCOL, "the upstream's answer could not be understood")
+
+
+def _transport_anomaly(transport: PinnedTransport | None, before: tuple[int, int, int, int]) -> UpstreamError | None:
+    """What the transport counted during the exchange (its counters now against `before`), as the cause."""
+    if transport is None:
+        return None
+    if transport.auth_rejections > before[0]:
+        return UpstreamError(UpstreamError.AUTH, "the upstream refused the credentials (HTTP 401/403)")
+    if transport.oversized > before[1]:
+        return UpstreamError(UpstreamError.TOO_LARGE, "the upstream's answer is too large")
+    if transport.framing_errors > before[3]:
+        return UpstreamError(
+            UpstreamError.PROTOCOL,
+            "the upstream's HTTP answer was framed ambiguously (two answers, or two lengths); "
+            "its connection was closed",
+        )
+    return None
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
