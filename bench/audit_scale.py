@@ -1,4 +1,4 @@
-"""The audit trail at N rows on PostgreSQL: export rate, and retention by partition (issue 30 item 3).
+"""The audit trail at N rows on PostgreSQL: export rate, and retention by partition.
 
 Builds N audit rows (1,000,000 by default) spread evenly over 30 days, with
 the daily partitions retention works on and one tool_call_id claim per row

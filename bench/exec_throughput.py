@@ -1,6 +1,6 @@
 """`POST /api/v1/tools/exec` against `/healthz`, a bare DRF view and the floor, in one run, under gunicorn.
 
-What issue 11 measures: gunicorn as config/gunicorn.conf.py starts it (or
+What it measures: gunicorn as config/gunicorn.conf.py starts it (or
 `--worker-class`, `--workers`, `--threads`) on PostgreSQL and Redis (loopback),
 wrk -t2 -c32 and -c1, 64 service accounts rotated, `core__get_current_time`
 with a policy and no connection; then `github__get_user` with a connection and

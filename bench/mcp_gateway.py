@@ -289,7 +289,7 @@ def main() -> None:
 
 
 def report(results: dict[tuple[str, int], tuple[float, float, tuple[int, int], float]]) -> None:
-    """The table, then the figures of issue 28 (each against its same-run baseline)."""
+    """The table, then the target figures (each against its same-run baseline)."""
     header = f"{'target':<18} {'conns':>5} {'req/s':>9} {'p50 ms':>8} {'non-2xx':>8} {'sock err':>8} {'x direct':>9}"
     print(f"{header} {'CPU ms/call':>12}")
     for (name, connections), (rate, p50, (non_2xx, broken), cpu_ms) in results.items():

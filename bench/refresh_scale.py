@@ -1,6 +1,6 @@
 """The refresh sweep at 100k due connections, and the backoff of a connection whose refreshes keep failing.
 
-What issue 30 asks to see, on PostgreSQL and Redis (loopback):
+What it shows, on PostgreSQL and Redis (loopback):
 
 1. One connection whose provider answers 503 to every refresh: each attempt
    runs the task's refresh (a real HTTP request to a loopback provider) and

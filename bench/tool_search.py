@@ -1,4 +1,4 @@
-"""Tool search latency at 1,000 and 10,000 tools, and the plan PostgreSQL uses for it (issue 31).
+"""Tool search latency at 1,000 and 10,000 tools, and the plan PostgreSQL uses for it.
 
 The catalog is the real MCP tool lists of tests/data/mcp_catalog (about 500
 tools), repeated under numbered server slugs (`mcp__github2__create_issue`,

@@ -5,7 +5,7 @@ and `WEB_THREADS` to change. A worker thread serves one request at a time, so it
 never face clients directly: config/nginx.conf waits for slow clients and hands over
 complete requests over kept-alive connections (README, "Production").
 
-Measured (issue 28) side by side, each configuration served at once on its own port
+Measured side by side, each configuration served at once on its own port
 and taking turns with the others, each compared with its own /healthz:
 `python -m bench.exec_throughput --seconds 5 --rounds 3 --compare sync:4,gthread:2x4`
 on 2 cores (PostgreSQL, Redis and wrk on the same cores). Gateway CPU per answer

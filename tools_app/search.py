@@ -1,4 +1,4 @@
-"""Tool search: a caller's catalog ranked by relevance to a few words (issue 31).
+"""Tool search: a caller's catalog ranked by relevance to a few words.
 
 Search only ever ranks specs the caller already may see (its catalog, after
 policy, subject rules and toolset): it takes that list as input and returns a

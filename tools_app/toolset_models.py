@@ -1,4 +1,4 @@
-"""Toolsets: named subsets of the catalog that an agent sees instead of the whole of it (issue 31)."""
+"""Toolsets: named subsets of the catalog that an agent sees instead of the whole of it."""
 
 from __future__ import annotations
 

@@ -409,7 +409,7 @@ MCP_ALLOWED_NAMES = frozenset(
         "policies_app.errors.AppError",
         "runner.pipeline.DEPENDENCY_MESSAGE",
         "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
-        # toolsets and search mode (issue 31): the toolset's ids as a selector; the search is a tool the
+        # toolsets and search mode: the toolset's ids as a selector; the search is a tool the
         # runner runs (its id), and a call outside the catalog answers as an unknown id
         "tools_app.toolsets.toolset_scope",
         "tools_app.toolsets.UNKNOWN_TOOLSET",

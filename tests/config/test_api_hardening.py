@@ -511,7 +511,7 @@ def test_django_level_handlers_answer_envelopes_for_api_paths_only():
     assert (api_missing.status_code, json.loads(api_missing.content)["error_code"]) == (404, "not_found")
 
 
-# --- no coercion: what the schema says is what the API takes (issue 9) ---------------------------
+# --- no coercion: what the schema says is what the API takes ---------------------------
 
 
 @pytest.mark.parametrize(

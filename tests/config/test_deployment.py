@@ -1,6 +1,6 @@
 """The deployment files, read statically (no Docker here): nginx in front, gunicorn behind it, limits in order.
 
-Issue 9: slow clients froze every sync worker, and gunicorn's HTML error pages
+Slow clients froze every sync worker, and gunicorn's HTML error pages
 reached API clients. These tests hold the files to what fixed it: only nginx
 is published, it buffers and times out slow clients, its limits answer before
 gunicorn's, its own errors are the API's envelope, and the timeouts are

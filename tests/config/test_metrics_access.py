@@ -37,7 +37,7 @@ def test_without_a_token_loopback_reads_the_metrics(settings, remote_addr):
     ],
 )
 def test_without_a_token_anything_but_loopback_is_refused(settings, remote_addr, headers):
-    # issue 9: /metrics was public
+    # /metrics was public
     settings.TOOLGATE_METRICS_TOKEN = ""
 
     response = scrape(remote_addr, **headers)

@@ -70,7 +70,7 @@ def test_schema_generates_and_validates_without_warnings(tmp_path):
 
 
 def test_schema_states_the_rules_validation_enforces():
-    # issue 9: the schema allowed what the API refused (NUL, unknown fields) and vice versa
+    # the schema allowed what the API refused (NUL, unknown fields) and vice versa
     schema = SCHEMA.raw_schema
     components = schema["components"]["schemas"]
     exec_body = components["ExecRequest"]
@@ -89,7 +89,7 @@ def test_schema_states_the_rules_validation_enforces():
     assert exec_body["then"] == {"properties": {"grant_id": {"type": "string"}}, "required": ["grant_id"]}
     assert next(p for p in detail if p["name"] == "tool_call_id")["schema"]["pattern"] == "^[A-Za-z0-9_-]{1,128}$"
     assert listing["limit"] == {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}
-    # issue 24: the schema accepted what the API refused
+    # the schema accepted what the API refused
     assert exec_body["allOf"] == [
         {
             "if": {
@@ -105,7 +105,7 @@ def test_schema_states_the_rules_validation_enforces():
 
 
 def test_schema_format_names_are_the_codec_registrys():
-    # issue 29: the names were hand-kept in the serializers, the views and an enum
+    # the names were hand-kept in the serializers, the views and an enum
     schema = SCHEMA.raw_schema
     catalog = {p["name"]: p["schema"] for p in schema["paths"]["/api/v1/tools"]["get"]["parameters"]}
 
@@ -246,7 +246,7 @@ def test_api_conforms_to_its_schema(label, mode, bearer, wsgi_inside_the_test_tr
         # as a "negative" case it is the valid request without it, so it proves nothing either way.
         assume(not any(value == [] for value in (case.query or {}).values()))
         # Every check schemathesis has: no 5xx, bodies, statuses, headers and content types as
-        # documented, schema-valid data accepted and schema-violating data refused (issue 9: the
+        # documented, schema-valid data accepted and schema-violating data refused (the
         # API coerced 1 to "1" and ?offset=null to 0), the key required.
         response = case.call_and_validate(
             headers={"Authorization": f"Bearer {bearer}"},

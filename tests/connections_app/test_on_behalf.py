@@ -1,4 +1,4 @@
-"""Calls on behalf of a person (issue 12): subject tokens, the authorization stage, personal connections.
+"""Calls on behalf of a person: subject tokens, the authorization stage, personal connections.
 
 The service sends a person's subject token beside its own key; the server
 derives the subject from the token's digest. Everything here goes through the

@@ -1,4 +1,4 @@
-"""Issue 9 (high): a recorded result is replayed only to the caller that made the call.
+"""A recorded result is replayed only to the caller that made the call.
 
 The attack: a second service account of the same tenant sends the first one's
 tool_call_id (listed by GET /api/v1/invocations) with the first one's

@@ -233,7 +233,7 @@ def test_a_replay_and_a_running_call_are_shown_as_such_not_as_second_runs(acme, 
     assert ">2 ms<" not in page  # a replay's own few milliseconds are not a run's duration
 
 
-# --- calls made for a person, or with a personal connection (issue 24) ----------------------
+# --- calls made for a person, or with a personal connection ----------------------
 
 
 @pytest.fixture

@@ -147,7 +147,7 @@ def test_the_list_shows_waiting_requests_first_then_the_history(owner, account):
     assert CANARY not in html
 
 
-# --- calls made for a person, or with a personal connection (issue 24) ----------------------
+# --- calls made for a person, or with a personal connection ----------------------
 
 PERSONAL_LABEL = "canary-alices-github-7d1e"
 

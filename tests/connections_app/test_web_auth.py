@@ -76,7 +76,7 @@ def test_wrong_password_shows_the_form_again_without_logging_in(client, acme):
 
 @pytest.mark.parametrize("login_url", [LOGIN, "/admin/login/"])
 def test_an_over_long_username_is_a_form_error_that_never_reaches_axes(client, acme, login_url, caplog):
-    # issue 9: axes stores the username in a varchar(255); 10,000 characters were a 500 on PostgreSQL
+    # axes stores the username in a varchar(255); 10,000 characters were a 500 on PostgreSQL
     response = client.post(login_url, {"username": "u" * 10_000, "password": "whatever"})
 
     assert response.status_code == 200

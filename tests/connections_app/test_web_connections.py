@@ -132,7 +132,7 @@ def test_add_app_password_with_expiry(acme, member):
     ids=["api-key", "app-password"],
 )
 def test_a_credential_http_cannot_carry_is_refused_on_the_form(member, form, fields, field, message):
-    # issue 9: `ghp_éx` used to be stored, and every call with it then failed with 502
+    # `ghp_éx` used to be stored, and every call with it then failed with 502
     client, _user = member
 
     response = client.post(form, {"provider": "github", "label": "", "scopes": "", "expires_at": "", **fields})

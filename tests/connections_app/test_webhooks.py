@@ -188,7 +188,7 @@ def test_no_webhook_no_delivery(github, caller, call_tool):
     assert not WebhookDelivery.objects.exists()
 
 
-# --- calls made for a person, with their personal connection (issue 24) ----------------------
+# --- calls made for a person, with their personal connection ----------------------
 
 PERSONAL_LABEL = "canary-personal-label-3c9a"
 

@@ -1,4 +1,4 @@
-"""Issue 9 (medium): a server whose database or Redis is gone answers 503, never 500.
+"""A server whose database or Redis is gone answers 503, never 500.
 
 A real gunicorn process is started against a PostgreSQL address where nothing
 listens: every API call answers the contract's envelope

@@ -1,4 +1,4 @@
-"""Issue 9 (medium): budgets that survive crashes and outages.
+"""Budgets that survive crashes and outages.
 
 Concurrency slots are leased: a process killed mid-call leaves a slot that the
 next caller reclaims once its lease has run out, instead of a counter stuck at

@@ -1,4 +1,4 @@
-"""A toolset's scope (`ToolInvocationContext.tool_scope`) in the runner: it only narrows (issue 31)."""
+"""A toolset's scope (`ToolInvocationContext.tool_scope`) in the runner: it only narrows."""
 
 from __future__ import annotations
 

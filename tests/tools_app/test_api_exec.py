@@ -99,7 +99,7 @@ def test_exec_of_a_caller_records_its_last_use(caller):
     assert account.last_used_at is not None
 
 
-# --- the hot path's database work (issue 11) --------------------------------------------
+# --- the hot path's database work --------------------------------------------
 
 # Without Redis (the embedded default) the generation is read by the key lookup and again by
 # the runner on every request; with Redis a push replaces both reads.
@@ -312,7 +312,7 @@ def test_args_failing_the_tool_schema_answer_422_without_echoing_them(caller):
     ids=["arg-key", "arg-key-beside-a-valid-one", "top-level-key"],
 )
 def test_unknown_keys_are_reported_without_echoing_them(caller, body, errors):
-    # A secret pasted as a key must not come back in the error (issue 9).
+    # A secret pasted as a key must not come back in the error.
     _account, key, _policy = caller
 
     response = api_client(key).post(URL, body, format="json")

@@ -175,7 +175,7 @@ def test_invocations_need_the_tools_exec_scope(acme):
     assert detail.json()["error_code"] == "forbidden"
 
 
-# --- whose rows: the caller's own, or with invocations:read the tenant's (issue 24) -----------
+# --- whose rows: the caller's own, or with invocations:read the tenant's -----------
 
 
 def test_another_service_account_of_the_tenant_reads_only_its_own_rows(acme):

@@ -1,4 +1,4 @@
-"""Issue 9 (high): a tool_call_id left `pending` by a dead process is not stuck for good.
+"""A tool_call_id left `pending` by a dead process is not stuck for good.
 
 A claim is a pending audit row with a lease (the call's budget plus a grace).
 A repeat takes an expired claim over by compare-and-swap and runs the call; a

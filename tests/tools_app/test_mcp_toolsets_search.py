@@ -1,4 +1,4 @@
-"""`/mcp/t/<toolset>` and `?mode=search` with real SDK clients in both protocol eras (issue 31).
+"""`/mcp/t/<toolset>` and `?mode=search` with real SDK clients in both protocol eras.
 
 A live server on loopback; the SDK 2.x client in `legacy` (initialize handshake)
 and `2026-07-28` modes. What each endpoint shows and runs is compared with the

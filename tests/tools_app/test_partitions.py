@@ -1,4 +1,4 @@
-"""Issue 30 item 3: the audit trail partitioned by started_at (PostgreSQL), retired a partition at a time.
+"""The audit trail partitioned by started_at (PostgreSQL), retired a partition at a time.
 
 What must hold across a partition boundary is exactly-once: a call whose
 repeat comes after the day changes lands its repeat in another partition, and

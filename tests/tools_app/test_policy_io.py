@@ -632,7 +632,7 @@ def test_malformed_tool_metadata_refuses_the_file(catalog, entry, problem):
     assert refused.value.problems[0].startswith(f"tools: 'core__wait': {problem}")
 
 
-# --- toolsets (issue 31) --------------------------------------------------------------------
+# --- toolsets --------------------------------------------------------------------
 
 
 def test_toolsets_round_trip_through_export_and_import(catalog):

@@ -1,4 +1,4 @@
-"""Retrieval: 30 tasks in plain words over a 500-tool catalog of real MCP servers' tools (issue 31).
+"""Retrieval: 30 tasks in plain words over a 500-tool catalog of real MCP servers' tools.
 
 The catalog is the tool lists published servers answer (tests/data/mcp_catalog,
 collected by its collect.py). Each task names the tool(s) that do it; where

@@ -1,4 +1,4 @@
-"""GET /api/v1/tools?q=: the caller's catalog ranked by relevance over id, title, tags and description (issue 31).
+"""GET /api/v1/tools?q=: the caller's catalog ranked by relevance over id, title, tags and description.
 
 Never more than the catalog.
 """

@@ -1,4 +1,4 @@
-"""Toolsets over REST and in the runner: they narrow the catalog and calls, never widen them (issue 31)."""
+"""Toolsets over REST and in the runner: they narrow the catalog and calls, never widen them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The MCP endpoints as routed: `/mcp` and `/mcp/t/<toolset>`, each also in `?mode=search` (issue 31).
+"""The MCP endpoints as routed: `/mcp` and `/mcp/t/<toolset>`, each also in `?mode=search`.
 
 `McpView` speaks the protocol for one caller's backend; this subclass picks
 the backend. A toolset narrows it (`CallerBackend(tool_scope=...)`: the runner

@@ -1,4 +1,4 @@
-"""`?mode=search` on `/mcp` and `/mcp/t/<toolset>`: two meta-tools instead of the whole catalog (issue 31).
+"""`?mode=search` on `/mcp` and `/mcp/t/<toolset>`: two meta-tools instead of the whole catalog.
 
 A client lists only `toolgate__search_tools(query, limit)` and
 `toolgate__call_tool(tool_id, arguments)`. Neither widens anything:

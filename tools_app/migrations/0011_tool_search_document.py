@@ -1,4 +1,4 @@
-"""Tool search (issue 31): a full-text document per tool, kept current by PostgreSQL itself.
+"""Tool search: a full-text document per tool, kept current by PostgreSQL itself.
 
 A stored generated column: whatever writes a tool row (the code sync, upstream
 discovery, an approved definition, an operator's tags) updates the document in

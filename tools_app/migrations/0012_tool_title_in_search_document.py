@@ -1,4 +1,4 @@
-"""A tool's title in its search document (issue 31), with the id's weight.
+"""A tool's title in its search document, with the id's weight.
 
 The title is a column of the tool row now (`Tool.title`: a code tool's from
 its contract, written by `sync_tools`; an upstream tool's from the definition

@@ -1,4 +1,4 @@
-"""toolgate__search_tools: the caller's own catalog ranked by relevance to a few words (issue 31).
+"""toolgate__search_tools: the caller's own catalog ranked by relevance to a few words.
 
 A governed tool like any other: it arrives disabled, an operator switches it on
 and allows it in a policy, and every search runs through the pipeline (kill

@@ -1,4 +1,4 @@
-"""Rebuild the tool lists in this folder from real, published MCP servers (issue 31's retrieval test).
+"""Rebuild the tool lists in this folder from real, published MCP servers (for the retrieval test).
 
 Each server is started as its authors publish it (npm through `npx -y`, PyPI
 from a virtualenv of its own) with a private HOME and placeholder credentials
