@@ -137,14 +137,16 @@ def visible_path_problem(path: str, *, hidden: Sequence[Path], binds: Sequence[B
     for bind in binds:
         if given.is_relative_to(bind.sandbox):
             return None
-    interpreter = Path(sys.prefix).resolve()  # re-bound over a hidden tree, at its real path
+    interpreter = Path(sys.prefix).resolve()  # re-bound over a hidden tree or the private /tmp, at its real path
     for candidate in (given, given.resolve()):
+        if candidate.is_relative_to(interpreter):
+            return None
         if candidate.is_relative_to(PRIVATE_TMP):
             return (
                 f"{path} lies under /tmp, which the sandbox replaces with a private one; install it elsewhere "
                 "(e.g. /opt) or bind its folder with --bind"
             )
-        if any(candidate.is_relative_to(tree) for tree in hidden) and not candidate.is_relative_to(interpreter):
+        if any(candidate.is_relative_to(tree) for tree in hidden):
             return f"{path} lies in Toolgate's tree or var/, which the sandbox hides; install it elsewhere (e.g. /opt)"
     return None
 
@@ -253,10 +255,10 @@ def bwrap_argv(
     ]  # fmt: skip
     for path in hidden:
         argv += ["--tmpfs", str(path)]
-    # A virtualenv inside a hidden tree (a checkout's .venv) holds the interpreter children such as
-    # `python -m server` run with: it stays visible, read-only, over the empty directory.
+    # A virtualenv inside a hidden tree or under /tmp (a checkout's .venv) holds the interpreter children
+    # such as `python -m server` run with: it stays visible, read-only, over the empty directory.
     interpreter = Path(sys.prefix).resolve()
-    if any(interpreter.is_relative_to(path) for path in hidden):
+    if interpreter.is_relative_to(PRIVATE_TMP) or any(interpreter.is_relative_to(path) for path in hidden):
         argv += ["--ro-bind", str(interpreter), str(interpreter)]
     argv += package_args(package)
     argv += bind_args(binds)
