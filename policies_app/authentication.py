@@ -2,7 +2,7 @@
 
 `Authorization: Bearer tg_<prefix>_<secret>`, or a signed-in MCP client's
 access token `tga_<prefix>_<secret>` (accepted only at the resource it was
-issued for, `<base>/mcp`). Unknown, wrong and revoked keys
+issued for: `<base>/mcp`, or one toolset's `<base>/mcp/t/<name>`). Unknown, wrong and revoked keys
 get the same answer (the contract's 401 envelope, rendered by config/api.py),
 so the API never tells a prober which part of a key was right.
 """
@@ -30,6 +30,7 @@ from policies_app.services import service_account_note_use
 from policies_app.signin import caller_for_access_token, signin_grant_note_use
 
 MCP_PATH = "/mcp"
+MCP_TOOLSET_PREFIX = f"{MCP_PATH}/t/"
 
 SCHEME = "Bearer"
 INVALID_KEY_MESSAGE = "invalid API key"
@@ -87,7 +88,7 @@ class ServiceAccountAuthentication(BaseAuthentication):
         if caller is None:
             # Not an API key: a signed-in MCP client's access token, bound to the URL it is sent to.
             # An API key never gets here with a well-formed token shape, so its path has no extra query.
-            signed_in = caller_for_access_token(token=clear_key, resource=mcp_resource_url(request))
+            signed_in = caller_for_access_token(token=clear_key, resources=mcp_resources_accepted(request))
             if signed_in is None:
                 raise AuthenticationFailed(INVALID_KEY_MESSAGE)
             signin_grant_note_use(grant_id=signed_in.grant_id, last_used_at=signed_in.grant_last_used_at)
@@ -99,14 +100,27 @@ class ServiceAccountAuthentication(BaseAuthentication):
 
 
 def mcp_resource_url(request: HttpRequest) -> str:
-    """The protected resource a request is sent to, as tokens are bound to it (RFC 8707).
+    """The protected resource a request is sent to (RFC 8707 / RFC 9728): its URL without the query.
 
-    `/mcp` and its toolset endpoints (`/mcp/t/<name>`) are one MCP server, so
-    one resource: a client signed in at `/mcp` may use any of them, each still
-    narrowed to what its person and the toolset allow.
+    `/mcp` and each toolset endpoint (`/mcp/t/<name>`) are resources of their
+    own, so a client that connects to a toolset signs in for that toolset only
+    and its consent page shows the toolset's tools.
     """
-    path = MCP_PATH if request.path.startswith(f"{MCP_PATH}/t/") else request.path
-    return request.build_absolute_uri(path)
+    return request.build_absolute_uri(request.path)
+
+
+def mcp_resources_accepted(request: HttpRequest) -> tuple[str, ...]:
+    """The resources a signed-in client's token may be bound to, to be accepted at this request's URL.
+
+    A token for `<base>/mcp` (the whole catalog) is also accepted at every
+    toolset endpoint: a toolset only narrows what that token already reaches.
+    A token for one toolset is accepted at that toolset's URL only. Built from
+    the URL alone, so the token check stays one query.
+    """
+    own = mcp_resource_url(request)
+    if request.path.startswith(MCP_TOOLSET_PREFIX):
+        return (request.build_absolute_uri(MCP_PATH), own)
+    return (own,)
 
 
 def bearer_caller(authorization: str) -> Caller | None:

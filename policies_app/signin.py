@@ -15,6 +15,7 @@ its tokens on the next request (the token check reads the rows every time).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -427,8 +428,8 @@ class SignedIn:
     grant_last_used_at: datetime | None
 
 
-def caller_for_access_token(*, token: str, resource: str) -> SignedIn | None:
-    """The caller behind a live access token issued for `resource`; None alike for every other token.
+def caller_for_access_token(*, token: str, resources: Collection[str]) -> SignedIn | None:
+    """The caller behind a live access token issued for one of `resources`; None alike for every other token.
 
     One query (token, grant, client, delegation, account, tenant, membership),
     read every time: a revocation anywhere along that chain, or the person
@@ -456,7 +457,7 @@ def caller_for_access_token(*, token: str, resource: str) -> SignedIn | None:
     if (
         row.revoked_at is not None
         or row.access_expires_at <= now
-        or grant.resource != resource
+        or grant.resource not in resources
         or not _grant_usable(grant, now)
         or account.revoked_at is not None
         or not row.person_is_member  # type: ignore[attr-defined]  # the annotation above

@@ -9,7 +9,9 @@ policies_app.signin (what is stored) and adds Toolgate's rules:
   by an https Client ID Metadata Document (documents.py fetches those, at the
   authorization step only: the token and revocation endpoints read stored rows);
 - PKCE with S256 only, always;
-- RFC 8707: `resource`, when sent, must be `<base>/mcp`, and tokens are bound to it;
+- RFC 8707: `resource` is `<base>/mcp` (the default) or one toolset's
+  `<base>/mcp/t/<name>`; the code and its tokens are bound to it, and a token
+  request that names another resource than its code's or grant's is refused;
 - rotating refresh tokens; a reused refresh token or code revokes its family.
 """
 
@@ -55,8 +57,10 @@ from policies_app.signin import (
     signin_tokens_issue,
     signin_tokens_rotate,
 )
+from tools_app.toolsets import NAME_RE as TOOLSET_NAME_RE
 
 GRANT_TYPES = ["authorization_code", "refresh_token"]
+MAX_RESOURCE_LENGTH = 500  # what SigninCode.resource and SigninGrant.resource hold
 NO_CLIENT_ID = "token_holder"  # RFC 7009 from a public client that sent only the token
 
 
@@ -66,14 +70,45 @@ def site_base(request: HttpRequest) -> str:
 
 
 def mcp_resource(request: HttpRequest) -> str:
-    """`<base>/mcp`, the one protected resource (RFC 8707 / RFC 9728)."""
+    """`<base>/mcp`, the whole catalog's protected resource (RFC 8707 / RFC 9728)."""
     return f"{site_base(request)}/mcp"
+
+
+def toolset_resource(request: HttpRequest, name: str) -> str:
+    """`<base>/mcp/t/<name>`, one toolset's protected resource."""
+    return f"{mcp_resource(request)}/t/{name}"
 
 
 class InvalidTargetError(OAuth2Error):
     """RFC 8707: the `resource` is not one this server issues tokens for."""
 
     error = "invalid_target"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a sign-in is for (its RFC 8707 `resource`): the whole catalog, or one toolset by name."""
+
+    resource: str
+    toolset: str | None
+
+
+def target_of(request: HttpRequest, resource: str | None) -> Target:
+    """The target a `resource` value names (none sent: the whole catalog); InvalidTargetError otherwise.
+
+    The value is the client's, so untrusted: it must be exactly this server's
+    `/mcp` or `/mcp/t/` followed by a well-formed toolset name. Whether that
+    toolset exists depends on the tenant, which the person picks on the consent
+    page, so that is checked there (on every showing and on the answer).
+    """
+    whole = mcp_resource(request)
+    if resource is None or resource == whole:
+        return Target(resource=whole, toolset=None)
+    prefix = toolset_resource(request, "")
+    name = resource[len(prefix) :] if resource.startswith(prefix) else ""
+    if len(resource) > MAX_RESOURCE_LENGTH or not TOOLSET_NAME_RE.fullmatch(name):
+        raise InvalidTargetError(f"The resource must be {whole} or {prefix}<toolset name>.")
+    return Target(resource=resource, toolset=name)
 
 
 # --- the rows, as Authlib sees them ----------------------------------------------------------------
@@ -187,23 +222,31 @@ def _requested_resource(request: Any) -> str | None:
     return values[0] if values else None
 
 
-def check_resource(request: Any) -> None:
-    """RFC 8707: a `resource`, when sent, must be this server's `/mcp`."""
-    resource = _requested_resource(request)
-    if resource is not None and resource != mcp_resource(request._request):
-        raise InvalidTargetError(f"The only resource is {mcp_resource(request._request)}.")
+def requested_target(request: Any) -> Target:
+    """RFC 8707: the target of an authorization or token request (InvalidTargetError when it has none)."""
+    return target_of(request._request, _requested_resource(request))
+
+
+def check_same_resource(request: Any, bound: str) -> None:
+    """A token request may name only the resource its code or grant is bound to (never a wider one)."""
+    if _requested_resource(request) not in (None, bound):
+        raise InvalidTargetError(f"This sign-in is for {bound}: ask for that resource, or sign in again.")
 
 
 class ResourceBinding:
     def __call__(self, grant: Any) -> None:
         grant.register_hook("after_validate_authorization_request_payload", self._on_authorization)
         grant.register_hook("before_validate_token_request", self._on_token)
+        grant.register_hook("after_validate_token_request", self._on_code)
 
     def _on_authorization(self, grant: Any, redirect_uri: str) -> None:
-        check_resource(grant.request)
+        requested_target(grant.request)
 
     def _on_token(self, grant: Any) -> None:
-        check_resource(grant.request)
+        requested_target(grant.request)
+
+    def _on_code(self, grant: Any, result: None) -> None:
+        check_same_resource(grant.request, grant.request.authorization_code.row.resource)
 
 
 # --- grants -------------------------------------------------------------------------------------------
@@ -220,7 +263,7 @@ class CodeGrant(AuthorizationCodeGrant):
             delegation=consented.delegation,
             redirect_uri=request.payload.redirect_uri,
             code_challenge=request.payload.data["code_challenge"],
-            resource=mcp_resource(request._request),
+            resource=requested_target(request).resource,
             scope=request.scope or SIGNIN_SCOPE,
         )
 
@@ -248,9 +291,12 @@ class RefreshGrant(RefreshTokenGrant):
     INCLUDE_NEW_REFRESH_TOKEN = True
 
     def authenticate_refresh_token(self, refresh_token: str) -> Token | None:
-        check_resource(self.request)
+        requested_target(self.request)
         row = signin_refresh_take(refresh_token=refresh_token, client=self.request.client.row)
-        return None if row is None else Token(row)
+        if row is None:
+            return None
+        check_same_resource(self.request, row.grant.resource)
+        return Token(row)
 
     def authenticate_user(self, refresh_token: Token) -> Token:
         return refresh_token

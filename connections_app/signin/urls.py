@@ -10,6 +10,11 @@ urlpatterns = [
         views.protected_resource_metadata,
         name="signin-protected-resource",
     ),
+    path(
+        ".well-known/oauth-protected-resource/mcp/t/<str:toolset>",
+        views.toolset_resource_metadata,
+        name="signin-protected-resource-toolset",
+    ),
     path(".well-known/oauth-authorization-server", views.authorization_server_metadata, name="signin-metadata"),
     path("oauth/authorize", views.authorize, name="signin-authorize"),
     path("oauth/token", views.token, name="signin-token"),

@@ -35,8 +35,17 @@ from connections_app.signin.documents import (
     is_metadata_document_url,
     metadata_document_load,
 )
-from connections_app.signin.server import Consented, authorization_server, mcp_resource, site_base
+from connections_app.signin.server import (
+    Consented,
+    Target,
+    authorization_server,
+    mcp_resource,
+    requested_target,
+    site_base,
+    toolset_resource,
+)
 from policies_app.errors import AppError
+from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount
 from policies_app.selectors import policy_effective_for
 from policies_app.signin import (
@@ -47,7 +56,10 @@ from policies_app.signin import (
     signin_consent,
 )
 from runner.types import ConsequenceLevel, ToolEffect
+from tools_app.models import Toolset
 from tools_app.selectors import enabled_tool_ids, tools_by_id
+from tools_app.toolsets import NAME_RE as TOOLSET_NAME_RE
+from tools_app.toolsets import toolset_find, toolset_scope
 
 logger = logging.getLogger(__name__)
 
@@ -98,13 +110,35 @@ def _endpoint(request: HttpRequest, name: str) -> str:
 @require_GET
 def protected_resource_metadata(request: HttpRequest) -> JsonResponse:
     """RFC 9728 for `/mcp`."""
+    return _resource_metadata(request, mcp_resource(request), "Toolgate MCP")
+
+
+@public_cors
+@require_GET
+def toolset_resource_metadata(request: HttpRequest, toolset: str) -> JsonResponse:
+    """RFC 9728 for `/mcp/t/<toolset>`, the document its 401 names: a client then signs in for that toolset.
+
+    Answered for every well-formed name, known or not: the document is public
+    and has no tenant, so it must not tell anyone which toolsets exist (the
+    consent page checks the name against the person's tenant).
+    """
+    if not TOOLSET_NAME_RE.fullmatch(toolset):
+        return _oauth_error(
+            404,
+            "invalid_target",
+            "No such protected resource: a toolset name is lower-case letters, digits, '-' and '_' (at most 64).",
+        )
+    return _resource_metadata(request, toolset_resource(request, toolset), f"Toolgate MCP, toolset {toolset}")
+
+
+def _resource_metadata(request: HttpRequest, resource: str, name: str) -> JsonResponse:
     return JsonResponse(
         {
-            "resource": mcp_resource(request),
+            "resource": resource,
             "authorization_servers": [site_base(request)],
             "scopes_supported": [SIGNIN_SCOPE],
             "bearer_methods_supported": ["header"],
-            "resource_name": "Toolgate MCP",
+            "resource_name": name,
         }
     )
 
@@ -210,6 +244,53 @@ def authorize(request: HttpRequest) -> HttpResponse:
         if error.redirect_uri:  # set by Authlib only once the redirect URI was checked against the client
             return server.handle_error_response(request, error)
         return _refusal(request, "This sign-in request cannot be answered", error.get_error_description())
+    asked = _consent_asked(request, grant)
+    if isinstance(asked, HttpResponse):
+        return asked
+    if request.method == "POST" and request.POST.get(DECISION_FIELD) in TICK_ALL:
+        # "Untick all" / "Tick all" without script: the same page again, every box set one way, nothing granted.
+        ticked = set(asked.allowed) if request.POST[DECISION_FIELD] == "tick-all" else set()
+        return _consent_page(request, asked, ticked=ticked)
+    if request.method != "POST":
+        return _consent_page(request, asked)
+    if request.POST.get(DECISION_FIELD) != "allow":
+        response = server.create_authorization_response(request, grant_user=None, grant=grant)
+    else:
+        picked = sorted(set(request.POST.getlist(TOOL_FIELD)) & set(asked.allowed))
+        if (asked.allowed or asked.toolset is not None) and not picked:
+            error = "Choose at least one tool." if asked.allowed else "No tool of this toolset can be delegated."
+            return _consent_page(request, asked, error=error)
+        # All of them: whatever the policy allows; for a toolset, its tools (named, so it never widens).
+        tools = [] if picked == asked.allowed and asked.toolset is None else picked
+        try:
+            delegation = signin_consent(user=request.user, service_account=asked.chosen, tools=tools)
+        except AppError as error:
+            return _refusal(request, "This sign-in request cannot be answered", error.safe_message)
+        consented = Consented(user=request.user, delegation=delegation)
+        response = server.create_authorization_response(request, grant_user=consented, grant=grant)
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What the consent page asks the person: for this grant, acting as `chosen` (one of `choices`), which of
+    `allowed` to delegate; `toolset` is the one the client connected to (None: the whole catalog)."""
+
+    grant: Any
+    choices: list[SigninChoice]
+    chosen: ServiceAccount
+    allowed: list[str]
+    toolset: Toolset | None
+
+
+def _consent_asked(request: HttpRequest, grant: Any) -> _Asked | HttpResponse:
+    """The page's question, read again on every showing and on the answer; a refusal page when there is none.
+
+    For a toolset, only the person's tenants that have a toolset of that name
+    are offered, and the tools are the toolset's: the tenant is picked on this
+    page, so the name is checked here against the tenant picked, never before.
+    """
     if not person_is_in_a_tenant(user=request.user):
         return _refusal(
             request,
@@ -218,6 +299,7 @@ def authorize(request: HttpRequest) -> HttpResponse:
             "Ask a tenant owner to add you, then sign in again from your MCP client.",
             status=403,
         )
+    governance_cache.refresh()  # policies and toolsets below are read from the cache: as fresh as a call's
     choices = signin_choices(user=request.user)
     if not choices:
         return _refusal(
@@ -227,35 +309,28 @@ def authorize(request: HttpRequest) -> HttpResponse:
             "Ask a tenant owner to create one, then sign in again from your MCP client.",
             status=403,
         )
-    accounts = [account for choice in choices for account in choice.accounts]
-    chosen = _chosen_account(request, accounts)
+    target = requested_target(grant.request)  # well-formed: Authlib's hook checked it
+    if target.toolset is not None:
+        choices = [
+            choice for choice in choices if toolset_scope(tenant_id=choice.tenant.pk, name=target.toolset) is not None
+        ]
+        if not choices:
+            return _refusal(
+                request,
+                "This client asked for a toolset you cannot use",
+                f"The client connected to the toolset “{target.toolset}”, and none of your tenants has a toolset "
+                "of that name. Check the server URL set in your MCP client: <server>/mcp for every tool, or "
+                "<server>/mcp/t/<name> with the name of one of your tenant's toolsets.",
+            )
+    chosen = _chosen_account(request, [account for choice in choices for account in choice.accounts])
     if chosen is None:
         return _refusal(
             request, "This sign-in request cannot be answered", "Choose one of the service accounts listed."
         )
-    allowed = _allowed_tools(chosen)
-    redirect_uri = grant.request.payload.redirect_uri
-    if request.method == "POST" and request.POST.get(DECISION_FIELD) in TICK_ALL:
-        # "Untick all" / "Tick all" without script: the same page again, every box set one way, nothing granted.
-        ticked = set(allowed) if request.POST[DECISION_FIELD] == "tick-all" else set()
-        return _consent_page(request, grant, choices, chosen, allowed, ticked=ticked)
-    if request.method == "POST":
-        if request.POST.get(DECISION_FIELD) != "allow":
-            response = server.create_authorization_response(request, grant_user=None, grant=grant)
-        else:
-            picked = sorted(set(request.POST.getlist(TOOL_FIELD)) & set(allowed))
-            if allowed and not picked:
-                return _consent_page(request, grant, choices, chosen, allowed, error="Choose at least one tool.")
-            tools = [] if picked == allowed else picked  # all of them: whatever the policy allows
-            try:
-                delegation = signin_consent(user=request.user, service_account=chosen, tools=tools)
-            except AppError as error:
-                return _refusal(request, "This sign-in request cannot be answered", error.safe_message)
-            consented = Consented(user=request.user, delegation=delegation)
-            response = server.create_authorization_response(request, grant_user=consented, grant=grant)
-        response["Referrer-Policy"] = "no-referrer"
-        return response
-    return _consent_page(request, grant, choices, chosen, allowed, redirect_uri=redirect_uri)
+    toolset = None if target.toolset is None else toolset_find(tenant_id=chosen.tenant_id, name=target.toolset)
+    if target.toolset is not None and toolset is None:  # deleted since its scope was read
+        return _refusal(request, "This sign-in request cannot be answered", "That toolset was just deleted.")
+    return _Asked(grant=grant, choices=choices, chosen=chosen, allowed=_allowed_tools(chosen, target), toolset=toolset)
 
 
 def _load_document_client(request: HttpRequest) -> HttpResponse | None:
@@ -286,12 +361,16 @@ def _chosen_account(request: HttpRequest, accounts: list[ServiceAccount]) -> Ser
     return next((account for account in accounts if str(account.pk) == wanted), None)
 
 
-def _allowed_tools(account: ServiceAccount) -> list[str]:
-    """What the account's policy allows now (and is switched on): what the person may narrow."""
+def _allowed_tools(account: ServiceAccount, target: Target) -> list[str]:
+    """What the account's policy allows now (and is switched on), within the toolset asked for: what the
+    person may narrow."""
     policy = policy_effective_for(tenant_id=account.tenant_id, service_account_id=str(account.pk))
     if policy is None:
         return []
-    return sorted(tool_id for tool_id in enabled_tool_ids() if policy.allows(tool_id))
+    scope = None if target.toolset is None else toolset_scope(tenant_id=account.tenant_id, name=target.toolset)
+    return sorted(
+        tool_id for tool_id in enabled_tool_ids() if policy.allows(tool_id) and (scope is None or tool_id in scope)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,18 +424,10 @@ def _group_label(tool_id: str) -> str:
 
 
 def _consent_page(
-    request: HttpRequest,
-    grant: Any,
-    choices: list[SigninChoice],
-    chosen: ServiceAccount,
-    allowed: list[str],
-    *,
-    redirect_uri: str | None = None,
-    error: str = "",
-    ticked: set[str] | None = None,
+    request: HttpRequest, asked: _Asked, *, error: str = "", ticked: set[str] | None = None
 ) -> HttpResponse:
-    redirect_uri = redirect_uri or grant.request.payload.redirect_uri
-    parts = urlsplit(redirect_uri)
+    grant, allowed, choices = asked.grant, asked.allowed, asked.choices
+    parts = urlsplit(grant.request.payload.redirect_uri)
     client = grant.request.client.row
     if ticked is not None:
         picked = ticked
@@ -370,7 +441,8 @@ def _consent_page(
             "redirect_host": parts.netloc,
             "choices": choices,
             "several": sum(len(choice.accounts) for choice in choices) > 1,
-            "chosen": chosen,
+            "chosen": asked.chosen,
+            "toolset": asked.toolset,
             "tools": [(tool, tool in picked) for tool in allowed],
             "groups": _tool_groups(allowed, picked),
             "tool_count": len(allowed),

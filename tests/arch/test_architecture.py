@@ -401,7 +401,7 @@ MCP_ALLOWED_NAMES = frozenset(
         "policies_app.authentication.request_caller",
         "policies_app.authentication.request_subject_token",
         "policies_app.authentication.ServiceAccountRateThrottle",
-        "policies_app.authentication.mcp_resource_url",  # /mcp and /mcp/t/<name> are one protected resource
+        "policies_app.authentication.mcp_resource_url",  # the challenge names the resource the request was sent to
         "policies_app.selectors.Caller",
         "policies_app.api.negotiation.PlainAcceptNegotiation",  # the API's shortcut, extended by McpNegotiation
         # the outage mapping and its answer, and the application error, shared with the REST exception handler

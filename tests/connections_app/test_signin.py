@@ -464,8 +464,11 @@ def test_a_token_is_refused_at_another_resource(acme):
     assert rest.status_code == 401
 
 
-def test_a_signed_in_client_uses_the_toolset_endpoints_of_the_same_server(acme):
-    """`/mcp/t/<name>` is the same protected resource as `/mcp`: one sign-in serves both, each narrowed."""
+def test_a_client_signed_in_at_mcp_also_uses_the_toolset_endpoints(acme):
+    """A whole-catalog token reaches at least what a toolset does: accepted at `/mcp/t/<name>`, narrowed.
+
+    The toolset's 401 names its own metadata, so a client that connects there signs in for it alone
+    (test_signin_toolsets.py)."""
     tenant, ada, _account, _key = acme
     _client_id, tokens = signed_in(ada)
     toolset_save(tenant_id=tenant.pk, name="clock", tool_ids=[WAIT])
@@ -479,7 +482,9 @@ def test_a_signed_in_client_uses_the_toolset_endpoints_of_the_same_server(acme):
     assert with_token.status_code == 200, with_token.content
     assert [tool["name"] for tool in with_token.json()["result"]["tools"]] == [WAIT]
     assert without.status_code == 401
-    assert without["WWW-Authenticate"] == f'Bearer resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp"'
+    assert without["WWW-Authenticate"] == (
+        f'Bearer resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp/t/clock"'
+    )
 
 
 def test_an_expired_access_token_is_refused(acme):

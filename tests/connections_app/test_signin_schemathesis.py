@@ -88,6 +88,31 @@ SIGNIN_OPENAPI: dict[str, Any] = {
                 }
             }
         },
+        "/.well-known/oauth-protected-resource/mcp/t/{toolset}": {
+            "get": {
+                "parameters": [
+                    {
+                        "name": "toolset",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "RFC 9728 for one toolset, answered alike whether it exists or not",
+                        **_json(
+                            {
+                                "type": "object",
+                                "required": ["resource", "authorization_servers", "bearer_methods_supported"],
+                                "properties": {"resource": {"type": "string", "pattern": "^http://localhost/mcp/t/"}},
+                            }
+                        ),
+                    },
+                    "404": _error("not a toolset name"),
+                },
+            }
+        },
         "/.well-known/oauth-authorization-server": {
             "get": {
                 "responses": {
@@ -217,12 +242,12 @@ def wsgi_inside_the_test_transaction(settings):
     request_finished.connect(close_old_connections)
 
 
-# The documents take no input: there is nothing to make invalid.
+# The documents take no input but a toolset's name in the path: there is nothing else to make invalid.
 CASES = [
     (label, mode)
     for label in sorted(OPERATIONS)
     for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
-    if label.startswith("POST") or mode is schemathesis.GenerationMode.POSITIVE
+    if label.startswith("POST") or "{toolset}" in label or mode is schemathesis.GenerationMode.POSITIVE
 ]
 
 

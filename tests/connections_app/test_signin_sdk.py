@@ -30,6 +30,7 @@ from tests.factories import (
 )
 from tests.support.signin import TIME, WAIT, signin_tenant
 from tools_app.models import ToolInvocation
+from tools_app.toolsets import toolset_save
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,8 +84,10 @@ class PlainBrowser:
         self.username = username
         self.code: AuthorizationCodeResult | None = None
         self.pages: list[str] = []
+        self.authorization_urls: list[str] = []
 
     async def redirect_handler(self, authorization_url: str) -> None:
+        self.authorization_urls.append(authorization_url)
         async with httpx.AsyncClient(follow_redirects=False, timeout=10) as http:
             response = await http.get(authorization_url)
             while response.status_code in (301, 302, 303):
@@ -115,9 +118,9 @@ def acme():
     return tenant, ada, account
 
 
-def provider(url: str, browser: PlainBrowser, storage: MemoryStorage) -> OAuthClientProvider:
+def provider(url: str, browser: PlainBrowser, storage: MemoryStorage, path: str = "/mcp") -> OAuthClientProvider:
     return OAuthClientProvider(
-        server_url=f"{url}/mcp",
+        server_url=f"{url}{path}",
         client_metadata=OAuthClientMetadata(
             client_name="SDK without a browser",
             redirect_uris=[CALLBACK],
@@ -188,6 +191,49 @@ def test_the_sdk_refreshes_an_expired_access_token_with_a_rotated_refresh_token(
     assert asyncio.run(session()) == [TIME, WAIT]
     assert storage.tokens.refresh_token != first_refresh
     assert len(browser.pages) == 2  # login and consent once: the second session needed no person
+
+
+def test_the_sdk_signs_in_at_a_toolset_for_that_toolset_only(live_server, acme):
+    tenant, _ada, _account = acme
+    toolset_save(tenant_id=tenant.pk, name="clock", tool_ids=[WAIT])
+    browser = PlainBrowser("ada")
+    storage = MemoryStorage()
+    oauth = provider(live_server.url, browser, storage, path="/mcp/t/clock")
+    resource = f"{live_server.url}/mcp/t/clock"
+
+    async def session() -> list[str]:
+        http = create_mcp_http_client(auth=oauth)
+        async with Client(streamable_http_client(resource, http_client=http), mode="legacy") as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    assert asyncio.run(session()) == [WAIT]
+
+    # the SDK read the toolset's own metadata and asked for that resource (RFC 8707)
+    assert parse_qs(urlsplit(browser.authorization_urls[0]).query)["resource"] == [resource]
+    consent_page = next(page for page in browser.pages if "tg_tool" in page)
+    assert re.findall(r'name="tg_tool" value="([^"]+)"', consent_page) == [WAIT]
+    assert "It connected to the toolset <strong>clock</strong>" in consent_page
+    grant = SigninGrant.objects.get()
+    assert (grant.resource, grant.delegation.tools) == (resource, [WAIT])
+
+    # a refresh keeps the toolset: the SDK sends the same resource and gets a rotated pair
+    first_refresh = storage.tokens.refresh_token
+    oauth.context.token_expiry_time = 1.0
+    assert asyncio.run(session()) == [WAIT]
+    assert storage.tokens.refresh_token != first_refresh
+    assert len(browser.authorization_urls) == 1
+
+    # the toolset's token is refused by the whole catalog, with the challenge that says where to sign in
+    whole = httpx.post(
+        f"{live_server.url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        headers={"Authorization": f"Bearer {storage.tokens.access_token}"},
+        timeout=10,
+    )
+    assert whole.status_code == 401
+    assert whole.headers["WWW-Authenticate"] == (
+        f'Bearer error="invalid_token", resource_metadata="{live_server.url}/.well-known/oauth-protected-resource/mcp"'
+    )
 
 
 def test_a_person_in_no_tenant_never_gets_a_code(live_server, acme):

@@ -341,9 +341,11 @@ def _join(path: str, part: str) -> str:
 
 
 def protected_resource_metadata_url(request: HttpRequest) -> str:
-    """Where this endpoint's RFC 9728 metadata is: `<base>/.well-known/oauth-protected-resource/mcp`.
+    """Where this endpoint's RFC 9728 metadata is: `<base>/.well-known/oauth-protected-resource` + its path.
 
-    The toolset endpoints (`/mcp/t/<name>`) are the same resource as `/mcp`, so they point there too.
+    RFC 9728 §3.1 builds the well-known URL from the resource's path, so
+    `/mcp/t/<name>` points at its own document (resource `<base>/mcp/t/<name>`):
+    a client signs in for that toolset, not for the whole catalog.
     """
     return request.build_absolute_uri(
         f"/.well-known/oauth-protected-resource{urlsplit(mcp_resource_url(request)).path}"
