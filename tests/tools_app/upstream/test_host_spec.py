@@ -7,6 +7,7 @@ PostgreSQL that counts who connects to it.
 
 from __future__ import annotations
 
+import ast
 import base64
 import dataclasses
 import json
@@ -290,3 +291,22 @@ def test_manage_py_mcp_host_runs_in_production_mode_with_its_token_alone_and_nev
     assert database.accepted == 0  # nothing ever connected to the database's port
     assert "mcp host on 127.0.0.1" in output
     assert SECRET not in output
+
+
+HOST_DIR = ROOT / "tools_app" / "upstream" / "host"
+# What would let the host reach the database or open sealed secrets (endpoint.py is the worker's client).
+NO_DATABASE_FOR = ("django.db", "tools_app.upstream.models", "tools_app.models", "tools_app.upstream.vault")
+
+
+def test_the_hosts_modules_import_nothing_that_reaches_the_database():
+    offences = []
+    for path in sorted(HOST_DIR.glob("*.py")):
+        if path.name == "endpoint.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offences += [f"{path.name}: {name}" for name in names if name.startswith(NO_DATABASE_FOR)]
+
+    assert offences == []
