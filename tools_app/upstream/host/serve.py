@@ -56,8 +56,9 @@ PR_SET_DUMPABLE = 4
 def protect_host_process() -> bool:
     """Make the host's process non-dumpable: same-user processes can no longer read its /proc files.
 
-    The host's environment holds Toolgate's settings (secret key, key ring, token); an
-    unsandboxed child runs as the same user and could read them from /proc/<pid>/environ.
+    The host's environment holds its token (and, on a development machine, whatever else the
+    shell exported); an unsandboxed child runs as the same user and could read it from
+    /proc/<pid>/environ.
     A non-dumpable process's /proc entries belong to root. Children are unaffected (exec
     makes a process dumpable again). False where the call is not available (not Linux).
     """
