@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,17 +37,28 @@ if DOTENV_FILE.is_file():
 # and with it the development secrets generated into var/.
 DEBUG = env.bool("DEBUG", default=False)
 
-_secret_key = env.str("SECRET_KEY", default="")
-_key_ring = env.str("TOOLGATE_ENCRYPTION_KEYS", default="")
-if not DEBUG and not (_secret_key and _key_ring):
+# `manage.py mcp_host` runs untrusted stdio servers as its children, so it holds nothing they could take:
+# no database (web and worker send it each server's spec), no key ring, no secret key (it signs nothing),
+# no Redis. Only its token is required. Every other process keeps the checks below.
+MCP_HOST_PROCESS = sys.argv[1:2] == ["mcp_host"]
+
+_secret_key = "" if MCP_HOST_PROCESS else env.str("SECRET_KEY", default="")
+_key_ring = "" if MCP_HOST_PROCESS else env.str("TOOLGATE_ENCRYPTION_KEYS", default="")
+if not DEBUG and not MCP_HOST_PROCESS and not (_secret_key and _key_ring):
     raise ImproperlyConfigured(
         "SECRET_KEY and TOOLGATE_ENCRYPTION_KEYS must be set: DEBUG is off (the default). "
         "On a development machine set DEBUG=true (make run and make test do) to use secrets generated into var/."
     )
-USING_DEV_SECRET_KEY = not _secret_key
-SECRET_KEY = _secret_key or devsecrets.read_or_create(VAR_DIR / "secret_key", devsecrets.new_secret_key)
-USING_DEV_ENCRYPTION_KEYS = not _key_ring
-TOOLGATE_ENCRYPTION_KEYS = _key_ring or devsecrets.read_or_create(VAR_DIR / "encryption_keys", devsecrets.new_key_ring)
+USING_DEV_SECRET_KEY = not _secret_key and not MCP_HOST_PROCESS
+if MCP_HOST_PROCESS:
+    SECRET_KEY = secrets.token_urlsafe(50)  # Django wants one; nothing the host does is signed with it
+    USING_DEV_ENCRYPTION_KEYS, TOOLGATE_ENCRYPTION_KEYS = False, ""
+else:
+    SECRET_KEY = _secret_key or devsecrets.read_or_create(VAR_DIR / "secret_key", devsecrets.new_secret_key)
+    USING_DEV_ENCRYPTION_KEYS = not _key_ring
+    TOOLGATE_ENCRYPTION_KEYS = _key_ring or devsecrets.read_or_create(
+        VAR_DIR / "encryption_keys", devsecrets.new_key_ring
+    )
 
 
 def parse_key_ring(value: str) -> dict[str, bytes]:
@@ -67,7 +80,7 @@ def parse_key_ring(value: str) -> dict[str, bytes]:
     return ring
 
 
-TOOLGATE_KEY_RING = parse_key_ring(TOOLGATE_ENCRYPTION_KEYS)
+TOOLGATE_KEY_RING = {} if MCP_HOST_PROCESS else parse_key_ring(TOOLGATE_ENCRYPTION_KEYS)
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"] if DEBUG else [])
 
@@ -131,7 +144,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'toolgate.sqlite3'}")}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if MCP_HOST_PROCESS:
+    DATABASES = {}  # Django's dummy backend: any query the host tried would raise, none can connect
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL and a busy timeout let the web process and the embedded worker share the file.
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -164,8 +179,8 @@ else:
 # at all (and given up, 503, if not); 0: wait as long as the server takes.
 TOOLGATE_DATABASE_ANSWER_TIMEOUT_MS = env.int("TOOLGATE_DATABASE_ANSWER_TIMEOUT_MS", default=1000)
 
-REDIS_URL = env.str("REDIS_URL", default="")
-if not DEBUG and not REDIS_URL:
+REDIS_URL = "" if MCP_HOST_PROCESS else env.str("REDIS_URL", default="")
+if not DEBUG and not MCP_HOST_PROCESS and not REDIS_URL:
     raise ImproperlyConfigured(
         "DEBUG=False without REDIS_URL: production needs Redis as the Celery broker and shared cache "
         "(the embedded broker is for one development machine)"

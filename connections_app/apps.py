@@ -1,7 +1,5 @@
 from django.apps import AppConfig
 
-from tools_app.upstream.host.connections import install_connection_check
-
 
 class ConnectionsAppConfig(AppConfig):
     """Tenant connections to third-party accounts, their credentials, refresh and execution grants."""
@@ -12,7 +10,7 @@ class ConnectionsAppConfig(AppConfig):
     def ready(self) -> None:
         # Model-importing modules load once the app registry is ready, hence here and not above.
         from connections_app.models import Connection, ExecutionGrant  # noqa: PLC0415
-        from connections_app.selectors import CONNECTION_ROW, connection_ids_usable  # noqa: PLC0415
+        from connections_app.selectors import CONNECTION_ROW  # noqa: PLC0415
         from connections_app.tasks import approval_webhook_listener  # noqa: PLC0415
         from policies_app.services import approval_listener_add  # noqa: PLC0415
         from policies_app.signals import cache_rows, govern  # noqa: PLC0415
@@ -25,4 +23,3 @@ class ConnectionsAppConfig(AppConfig):
         cache_rows(Connection, kind=CONNECTION_ROW)
 
         approval_listener_add(approval_webhook_listener)  # tenants' webhooks hear of approvals
-        install_connection_check(connection_ids_usable)  # the MCP host stops revoked connections' children

@@ -39,7 +39,12 @@ from django.utils import timezone
 from connections_app.metrics import refresh_counted
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.oauth import TokenRequestFailed, oauth_client, token_credentials, token_expiry, token_request
-from connections_app.services import connection_credentials_open, connection_event_record, seal_credentials_into
+from connections_app.services import (
+    connection_children_stop_on_commit,
+    connection_credentials_open,
+    connection_event_record,
+    seal_credentials_into,
+)
 from policies_app.crypto import CredentialError
 from policies_app.signals import row_changed
 from policies_app.tracing import tracer
@@ -207,6 +212,8 @@ def _fail(row: Connection, error: str, *, now: datetime, terminal: bool) -> Refr
     Connection.objects.filter(pk=row.pk, revoked_at__isnull=True).update(**changes)
     if changes.get("status", row.status) != row.status:
         row_changed(row)  # the broker reads the status: every process drops the row it cached
+    if terminal and row.status != Connection.Status.NEEDS_REAUTH:
+        connection_children_stop_on_commit(connection_id=row.pk)  # the broker refuses it now; its child ends
     connection_event_record(row, kind, detail=error)
     _count_on_commit(row.provider, counted)
     if gives_up and row.status != Connection.Status.NEEDS_ATTENTION:

@@ -142,13 +142,6 @@ def _load_usable_connection(pk: uuid.UUID) -> UsableConnection | None:
     return UsableConnection(**values)
 
 
-def connection_ids_usable(connection_ids: Iterable[str]) -> set[str]:
-    """The ids among these that name active connections (the MCP host stops the children of the others)."""
-    valid = [parsed for parsed in map(uuid_or_none, connection_ids) if parsed is not None]
-    rows = Connection.objects.filter(pk__in=valid, status=Connection.Status.ACTIVE, revoked_at__isnull=True)
-    return {str(pk) for pk in rows.values_list("pk", flat=True)}
-
-
 def connection_events(*, tenant: Tenant, connection_id: object | None = None) -> QuerySet[ConnectionEvent]:
     rows = ConnectionEvent.objects.filter(tenant=tenant).select_related("actor")
     if connection_id is not None:

@@ -30,6 +30,7 @@ from policies_app.services import revoke_once
 from policies_app.signals import row_changed
 from runner import wording
 from tools_app.selectors import tool_providers
+from tools_app.upstream.host.endpoint import host_stop_connection
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # This process's own touches (connection id -> when), beside the cached rows' older last_used_at;
@@ -153,10 +154,11 @@ def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | 
 
     Beyond `revoke_once`: the status goes to `revoked` in the same UPDATE (a
     constraint ties the two), the refresh sweep forgets it, and its event
-    trail records the revocation, linked from the change entry.
+    trail records the revocation, linked from the change entry. After the commit,
+    the MCP host is told to stop the connection's stdio children.
     """
     now = timezone.now()
-    return revoke_once(
+    revoked = revoke_once(
         row=connection,
         action="connection.revoke",
         revoked_by=revoked_by,
@@ -166,6 +168,20 @@ def connection_revoke(*, connection: Connection, revoked_by: AbstractBaseUser | 
         },
         now=now,
     )
+    if revoked:
+        connection_children_stop_on_commit(connection_id=connection.pk)
+    return revoked
+
+
+def connection_children_stop_on_commit(*, connection_id: object) -> None:
+    """After the commit, the MCP host stops the stdio children serving this connection.
+
+    A push, because the host reads no database. The broker already refuses the
+    connection from the commit on, before the host is reached; this only ends an
+    idle child (holding the old credential) sooner. Never raises: the host being
+    down is logged by `host_stop_connection`.
+    """
+    transaction.on_commit(lambda: host_stop_connection(str(connection_id)))
 
 
 @transaction.atomic

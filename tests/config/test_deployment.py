@@ -351,11 +351,30 @@ def test_compose_runs_the_mcp_host_as_an_unpublished_service_that_web_and_worker
     assert (url.scheme, url.hostname) == ("http", "mcp_host")
     assert host["expose"] == [str(url.port)]
     assert "ports" not in host
-    assert host["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
     for name in ("web", "worker", "beat", "mcp_host"):
         assert services[name]["environment"]["TOOLGATE_MCP_HOST_URL"] == url.geturl()
+    for name in ("web", "worker", "beat"):
         assert services[name]["env_file"] == ".env"  # TOOLGATE_MCP_HOST_TOKEN comes from there, never the file
     assert "TOOLGATE_MCP_HOST_TOKEN" not in compose["x-toolgate"]["environment"]
+    # the host's token is interpolated from .env by compose, never written in the file
+    assert host["environment"]["TOOLGATE_MCP_HOST_TOKEN"].startswith("${TOOLGATE_MCP_HOST_TOKEN:?")
+
+
+def test_compose_gives_the_mcp_host_no_database_credentials_and_a_network_without_the_database(compose):
+    services = compose["services"]
+    host = services["mcp_host"]
+
+    assert "env_file" not in host  # .env holds SECRET_KEY, the key ring and the database password
+    assert sorted(host["environment"]) == ["DEBUG", "TOOLGATE_MCP_HOST_TOKEN", "TOOLGATE_MCP_HOST_URL"]
+    assert "depends_on" not in host  # it needs neither the database nor its migrations
+    assert host["networks"] == ["mcp"]
+    assert services["postgres"]["networks"] == services["redis"]["networks"] == ["data"]
+    on_mcp = sorted(name for name, service in services.items() if "mcp" in (service.get("networks") or []))
+    assert on_mcp == ["mcp_host", "web", "worker"]
+    assert compose["networks"]["data"] == {"internal": True}
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?")
+    assert "toolgate:toolgate@" not in (ROOT / "docker-compose.yml").read_text()
+    assert ".env" in (ROOT / ".dockerignore").read_text().split()  # nor does the image carry the clone's .env
 
 
 # --- through the shipped nginx, live: config/nginx.conf on loopback in front of a real gunicorn ------------

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,9 +21,13 @@ from connections_app.scheduling import refresh_sweep_once
 from connections_app.services import connection_credentials_open, connection_revoke
 from tests.factories import TenantFactory
 from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
+from tests.support.mcp_host import McpHostThread
 from tests.support.metrics import sample
+from tools_app.upstream.host.serve import host_config
+from tools_app.upstream.host.spec import ServerConfig, encode_spec
 
 WINDOW = timedelta(minutes=10)
+STDIO_SERVER = Path(__file__).resolve().parents[1] / "support" / "stdio_server.py"
 
 
 @pytest.fixture
@@ -377,3 +383,53 @@ def test_an_invalid_grant_still_goes_straight_to_needs_reauth_whatever_the_count
 
     assert result.outcome is RefreshOutcome.NEEDS_REAUTH
     assert (connection.status, connection.refresh_failures, wait) == (Connection.Status.NEEDS_REAUTH, 1, None)
+
+
+@pytest.fixture
+def mcp_host(tmp_path, settings):
+    with McpHostThread(host_config(sandbox="none", root=tmp_path / "mcp_host", sweep_s=0.2)) as running:
+        settings.TOOLGATE_MCP_HOST_URL, settings.TOOLGATE_MCP_HOST_TOKEN = running.url, running.token
+        yield running
+
+
+def _child_of(host: McpHostThread, connection: Connection) -> None:
+    """A stdio child serving `connection`, started on the host as the worker starts one."""
+    spec = ServerConfig(
+        slug="gh",
+        command=(sys.executable, str(STDIO_SERVER)),
+        env=(),
+        secrets=(),
+        provider="github",
+        credential_env="GITHUB_TOKEN",
+    )
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {host.token}",
+        "X-Toolgate-Spec": encode_spec(spec),
+        "X-Toolgate-Connection": str(connection.pk),
+        "X-Toolgate-Credential": "gho_0123456789abcdef0123",
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    assert httpx.post(f"{host.url}/servers/gh/mcp", json=body, headers=headers, timeout=30).status_code == 200
+    assert [child.spec.connection_id for child in host.children()] == [str(connection.pk)]
+
+
+@pytest.mark.django_db
+def test_a_connection_needing_reauthorisation_has_its_stdio_child_stopped_after_the_commit(
+    provider, oauth_row, mcp_host, django_capture_on_commit_callbacks
+):
+    connection = _connection(provider)
+    _child_of(mcp_host, connection)
+
+    provider.fail_status = 500  # a transient failure: the connection stays usable, and so does its child
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _refresh(connection).outcome is RefreshOutcome.TRANSIENT_FAILURE
+    assert len(mcp_host.children()) == 1
+
+    provider.fail_status, provider.refuse_refresh = None, True
+    Connection.objects.filter(pk=connection.pk).update(next_refresh_at=timezone.now())
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert _refresh(connection).outcome is RefreshOutcome.NEEDS_REAUTH
+        assert len(mcp_host.children()) == 1  # not before the commit
+    assert len(callbacks) >= 1
+    mcp_host.wait_for(lambda: mcp_host.children() == [], timeout_s=1.0)

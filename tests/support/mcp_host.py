@@ -5,7 +5,8 @@
         ... register a stdio server, discover, call through the pipeline ...
         host.children()   # the running children
 
-Server rows are read from the database in other threads: use `transactional_db`.
+The host reads no database (the worker sends each server's spec with the request); the
+pipeline and discovery that call it do, from other threads: use `transactional_db`.
 """
 
 from __future__ import annotations

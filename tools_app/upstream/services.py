@@ -65,8 +65,9 @@ from tools_app.upstream.host.packages import (
     programs_of,
     version_of,
 )
-from tools_app.upstream.host.sandbox import Bind, bind_problem, bind_rows, program_problem
+from tools_app.upstream.host.sandbox import Bind, bind_problem, bind_rows, binds_from_rows, program_problem
 from tools_app.upstream.host.serve import hidden_trees, sandbox_expected
+from tools_app.upstream.host.spec import ServerConfig, encode_spec
 from tools_app.upstream.models import McpServer, McpTool
 from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now
 from tools_app.upstream.vault import token_vault
@@ -538,10 +539,39 @@ def _process_lock(server_id: int) -> threading.Lock:
         return _process_locks.setdefault(server_id, threading.Lock())
 
 
+def stdio_server_config(server: McpServer) -> ServerConfig:
+    """What the MCP host needs to start the server's child, its sealed environment opened.
+
+    Built here, where the database and the key ring are: the host has neither. Raises
+    when the secrets cannot be opened (a missing key, a tampered blob).
+    """
+    secrets: dict[str, str] = {}
+    if server.secret_env_sealed:
+        secrets = json.loads(token_vault().open(bytes(server.secret_env_sealed), server_id=str(server.pk)))
+    return ServerConfig(
+        slug=server.slug,
+        command=tuple(server.command),
+        env=tuple(sorted((str(k), str(v)) for k, v in (server.env or {}).items())),
+        secrets=tuple(sorted((str(k), str(v)) for k, v in secrets.items())),
+        provider=server.provider,
+        credential_env=server.credential_env,
+        allowed_hosts=tuple(server.allowed_hosts or ()),
+        trusted_unsandboxed=server.trusted_unsandboxed,
+        npm_package=server.npm_package,
+        binds=binds_from_rows(server.binds),
+        pip_package=server.pip_package,
+    )
+
+
+def stdio_spec_header(server: McpServer) -> str:
+    """The X-Toolgate-Spec value of a stdio server (callers build it once per row, not per call)."""
+    return encode_spec(stdio_server_config(server))
+
+
 def server_target(server: McpServer) -> UpstreamTarget:
     """Where to reach the server with its operator token (discovery and tenant-less calls)."""
     if server.is_stdio:  # through the MCP host; a --provider server is listed by a child without a credential
-        return host_target(server_id=str(server.pk), slug=server.slug)
+        return host_target(server_id=str(server.pk), slug=server.slug, spec=stdio_spec_header(server))
     headers: tuple[tuple[str, str], ...] = ()
     if server.operator_token_sealed:
         token = token_vault().open(bytes(server.operator_token_sealed), server_id=str(server.pk))

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,7 +38,12 @@ from tools_app.upstream.client import UpstreamError, UpstreamTarget, plain_sessi
 from tools_app.upstream.definitions import PinnedSchema, compile_pinned, default_allowlist, pinned_schema_hash
 from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.models import McpServer, McpTool
-from tools_app.upstream.services import PRIVATE_NETWORKS_HINT, allow_private_networks, spec_description
+from tools_app.upstream.services import (
+    PRIVATE_NETWORKS_HINT,
+    allow_private_networks,
+    spec_description,
+    stdio_spec_header,
+)
 from tools_app.upstream.vault import token_vault
 
 logger = logging.getLogger(__name__)
@@ -50,6 +55,7 @@ SURROGATE_IN_ANSWER = (
     "standing alone), which is not text; the upstream must send valid Unicode"
 )
 UNREADABLE_TOKEN = "the MCP server's operator token cannot be read; an operator has been alerted"  # noqa: S105
+UNREADABLE_SPEC = "the stdio MCP server's configuration cannot be sent to the MCP host; an operator has been alerted"
 
 
 class McpArguments(ToolArgs):
@@ -146,6 +152,8 @@ class _Upstream:
     operator_auth: AuthCapability | None
     token_unreadable: bool
     stdio: bool = False  # run by the MCP host: reached through its endpoint
+    # Its X-Toolgate-Spec (opened secrets inside), built once when the tools are bound; "" when it cannot be.
+    spec: str = field(default="", repr=False)
 
     @property
     def host(self) -> str:
@@ -158,7 +166,11 @@ class _Upstream:
     def target(self, auth: AuthCapability | None, ctx: ToolInvocationContext) -> UpstreamTarget:
         """Where this call goes; the tenant keeps its session (and connections) apart from other tenants'."""
         if self.stdio:
-            via_host = host_target(server_id=self.server_id, slug=self.slug, auth=auth, connection_id=ctx.connection_id)
+            if not self.spec:
+                raise ToolFailure(UNREADABLE_SPEC)
+            via_host = host_target(
+                server_id=self.server_id, slug=self.slug, spec=self.spec, auth=auth, connection_id=ctx.connection_id
+            )
             return replace(via_host, tenant_id=ctx.tenant_id)
         headers = tuple(sorted(auth.headers().items())) if auth is not None else ()
         return UpstreamTarget(
@@ -288,7 +300,7 @@ def _content_of(result: types.CallToolResult, *, has_output_schema: bool) -> Too
 
 
 def bind_mcp_tool(
-    tool: McpTool, server: McpServer, operator_auth: AuthCapability | None, unreadable: bool
+    tool: McpTool, server: McpServer, operator_auth: AuthCapability | None, unreadable: bool, host_spec: str = ""
 ) -> McpBoundTool:
     """Bind the approved definition (never the live one) of one upstream tool."""
     definition = tool.approved_definition or {}
@@ -341,6 +353,7 @@ def bind_mcp_tool(
         operator_auth=None if requires_connection else operator_auth,
         token_unreadable=unreadable and not requires_connection,
         stdio=server.is_stdio,
+        spec=host_spec,
     )
     return McpBoundTool(
         definition=ToolDefinition(
@@ -369,6 +382,15 @@ def _operator_auth(server: McpServer) -> tuple[AuthCapability | None, bool]:
     return BearerAuth(token), False
 
 
+def _stdio_spec(server: McpServer) -> str:
+    """The server's spec header, built once per binding of its tools ("" when its secrets cannot be opened)."""
+    try:
+        return stdio_spec_header(server)
+    except Exception as exc:  # a missing key, a tampered blob, an oversized spec: the operator's problem
+        logger.error("mcp server %s: its spec for the MCP host cannot be built (%s)", server.slug, type(exc).__name__)
+        return ""
+
+
 def load_bound_mcp_tools() -> dict[str, McpBoundTool]:
     """Approved (and quarantined) tools of enabled servers, bound; pending and removed ones are absent."""
     rows = (
@@ -382,13 +404,16 @@ def load_bound_mcp_tools() -> dict[str, McpBoundTool]:
         .order_by("tool_id")
     )
     auth_by_server: dict[int, tuple[AuthCapability | None, bool]] = {}
+    spec_by_server: dict[int, str] = {}
     bound: dict[str, McpBoundTool] = {}
     for row in rows:
         if row.server_id not in auth_by_server:
             auth_by_server[row.server_id] = _operator_auth(row.server)
+            spec_by_server[row.server_id] = _stdio_spec(row.server) if row.server.is_stdio else ""
         operator_auth, unreadable = auth_by_server[row.server_id]
         try:
-            bound[row.tool_id] = bind_mcp_tool(row, row.server, operator_auth, unreadable)
+            spec = spec_by_server[row.server_id]
+            bound[row.tool_id] = bind_mcp_tool(row, row.server, operator_auth, unreadable, spec)
         except Exception as exc:  # one bad pinned definition must not take the catalog down
             logger.error("mcp tool %s cannot be bound (%s)", row.tool_id, type(exc).__name__)
     return bound

@@ -249,6 +249,19 @@ def test_a_stdio_server_is_discovered_and_called_through_the_pipeline(host, call
     assert child.spec.connection_id == ""
 
 
+def test_a_warm_stdio_call_costs_no_more_queries_than_a_builtin_one(host, caller, django_assert_max_num_queries):
+    # given a server whose spec header was built when its tools were bound, and a first call made
+    _account, key = caller
+    ready("kit", COMMAND, "--env", "MODE=read-only")
+    assert value(call(key, "mcp__kit__add", {"a": 1, "b": 1})) == {"result": 2}
+
+    # when / then: the same budget as a warm builtin call (tests/tools_app/test_api_exec.py); the spec
+    # is not read or opened again per call
+    with django_assert_max_num_queries(5):
+        response = call(key, "mcp__kit__add", {"a": 2, "b": 3})
+    assert value(response) == {"result": 5}
+
+
 def test_a_stdio_tools_error_reaches_the_model_as_tool_error(host, caller):
     _account, key = caller
     ready("kit", COMMAND)
@@ -393,8 +406,8 @@ def test_each_tenant_connection_gets_its_own_child_with_its_credential_and_revoc
 
     assert children_of_connections() == {str(first.pk), str(second.pk)}
 
-    connection_revoke(connection=first)
-    host.wait_for(lambda: children_of_connections() == {str(second.pk)})
+    connection_revoke(connection=first)  # its commit tells the host (no database there to sweep)
+    host.wait_for(lambda: children_of_connections() == {str(second.pk)}, timeout_s=1.5)
     assert via(first, "process").json()["error_code"] == "connection_unavailable"
     assert report(via(second, "process"))["pid"] == pid_b
     assert TENANT_SECRET_A not in caplog.text
@@ -636,6 +649,7 @@ def test_a_host_that_requires_a_sandbox_starts_only_trusted_unsandboxed_servers_
 ):
     settings.TOOLGATE_MCP_CHILD_MEMORY_MB = 4096
     settings.TOOLGATE_MCP_HOST_REQUIRE_SANDBOX = True  # what DEBUG=False sets
+    settings.TOOLGATE_MCP_HOST_SANDBOX = "none"  # what `add` checks a command against, as the host runs it
     _account, key = caller
     config = host_config(sandbox="none", root=tmp_path / "mcp_host", sweep_s=0.2)
     with McpHostThread(config) as host:

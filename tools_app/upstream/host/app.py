@@ -1,11 +1,16 @@
 """The host's endpoint: each stdio server as a stateless streamable-HTTP MCP server.
 
-`POST /servers/<slug>/mcp` with `Authorization: Bearer <TOOLGATE_MCP_HOST_TOKEN>`;
-for a server with a provider, the worker adds `X-Toolgate-Connection` (the
-connection's id) and `X-Toolgate-Credential` (its secret, resolved by the broker
-after grant ∩ declared). The request is answered by that server's child for that
-connection, started on demand; `tools/list` and `tools/call` are passed to it and
-its answers passed back as sent. Anything else answers 401/404 before the MCP layer.
+`POST /servers/<slug>/mcp` with `Authorization: Bearer <TOOLGATE_MCP_HOST_TOKEN>` and
+`X-Toolgate-Spec` (the server's command, environment and opened secrets, sent by the
+worker: the host reads no database, spec.py says why); for a server with a provider,
+the worker adds `X-Toolgate-Connection` (the connection's id) and `X-Toolgate-Credential`
+(its secret, resolved by the broker after grant ∩ declared). The request is answered by
+that server's child for that connection, started on demand; `tools/list` and `tools/call`
+are passed to it and its answers passed back as sent.
+
+`POST /connections/<id>/stop` (same token) stops that connection's children at once: the
+service that revokes a connection, or marks it for re-authorisation, calls it after its
+commit. Anything else answers 401/404 before the MCP layer.
 """
 
 from __future__ import annotations
@@ -14,14 +19,9 @@ import hmac
 import json
 import logging
 import re
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-from asgiref.sync import sync_to_async
-from django.db import connection
 from mcp import MCPError
 from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
@@ -29,94 +29,31 @@ from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from runner.redaction import carries_credential, secret_fragments
 from tools_app.upstream.host.children import ChildSpec, HostError, Supervisor, spec_fingerprint
-from tools_app.upstream.host.sandbox import Bind, binds_from_rows
-from tools_app.upstream.models import McpServer
-from tools_app.upstream.vault import token_vault
+from tools_app.upstream.host.spec import MAX_SPEC_CHARS, SPEC_HEADER, SpecInvalid, decode_spec
 
 logger = logging.getLogger(__name__)
 
 SERVER_PATH = re.compile(r"^/servers/([a-z][a-z0-9_]{0,31})/mcp/?$")
+STOP_PATH = re.compile(r"^/connections/([0-9A-Za-z-]{1,64})/stop/?$")
 CONNECTION_HEADER = "x-toolgate-connection"
 CREDENTIAL_HEADER = "x-toolgate-credential"
 SCOPE_KEY = "toolgate.mcp_host"
-SPEC_CACHE_S = 2.0
 MAX_HEADER_CHARS = 8192
-
-
-@dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """What the host needs of one stdio server row (secrets opened, never logged)."""
-
-    slug: str
-    command: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    secrets: tuple[tuple[str, str], ...]
-    provider: str
-    credential_env: str
-    allowed_hosts: tuple[str, ...] = ()
-    trusted_unsandboxed: bool = False
-    npm_package: str = ""  # NAME@VERSION installed at add (its programs are first on the child's PATH)
-    binds: tuple[Bind, ...] = ()  # folders bound into the child's sandbox
-    pip_package: str = ""  # NAME==VERSION installed at add into a virtualenv
-
-    def __repr__(self) -> str:
-        return f"ServerConfig({self.slug})"
-
-
-def server_config(slug: str) -> ServerConfig | None:
-    """The enabled stdio server `slug`, its sealed environment opened (None when there is none).
-
-    Runs in a worker thread of the host's loop; its database connection is closed after each
-    read (a read every SPEC_CACHE_S per server at most), so idle threads hold none open.
-    """
-    try:
-        return _server_config(slug)
-    finally:
-        connection.close()
-
-
-def _server_config(slug: str) -> ServerConfig | None:
-    server = McpServer.objects.filter(
-        slug=slug, transport=McpServer.Transport.STDIO, enabled=True, removed_at__isnull=True
-    ).first()
-    if server is None:
-        return None
-    secrets: dict[str, str] = {}
-    if server.secret_env_sealed:
-        secrets = json.loads(token_vault().open(bytes(server.secret_env_sealed), server_id=str(server.pk)))
-    return ServerConfig(
-        slug=server.slug,
-        command=tuple(server.command),
-        env=tuple(sorted((str(k), str(v)) for k, v in (server.env or {}).items())),
-        secrets=tuple(sorted(secrets.items())),
-        provider=server.provider,
-        credential_env=server.credential_env,
-        allowed_hosts=tuple(server.allowed_hosts or ()),
-        trusted_unsandboxed=server.trusted_unsandboxed,
-        npm_package=server.npm_package,
-        binds=binds_from_rows(server.binds),
-        pip_package=server.pip_package,
-    )
+OVERSIZED = b"\x00"  # stands for a spec header past MAX_SPEC_CHARS (never a base64url value)
 
 
 class SpecResolver:
-    """Request → ChildSpec, reading server rows at most every SPEC_CACHE_S seconds per slug."""
+    """Request → ChildSpec, from the spec header the worker sent (decoded once per distinct value)."""
 
-    def __init__(self, load: Callable[[str], ServerConfig | None] = server_config) -> None:
-        self._load = sync_to_async(load, thread_sensitive=False)
-        self._cache: dict[str, tuple[float, ServerConfig | None]] = {}
-
-    async def resolve(self, slug: str, connection_id: str, credential: str) -> ChildSpec:
-        cached = self._cache.get(slug)
-        if cached is None or time.monotonic() - cached[0] > SPEC_CACHE_S:
-            try:
-                cached = (time.monotonic(), await self._load(slug))
-            except Exception as exc:
-                raise HostError(f"the server's configuration cannot be read ({type(exc).__name__})") from None
-            self._cache[slug] = cached
-        config = cached[1]
-        if config is None:
-            raise HostError(f"no enabled stdio server {slug}")
+    def resolve(self, slug: str, connection_id: str, credential: str, spec_value: bytes) -> ChildSpec:
+        if spec_value == OVERSIZED:
+            raise HostError(f"the server spec is larger than {MAX_SPEC_CHARS} characters")
+        try:
+            config = decode_spec(spec_value)
+        except SpecInvalid as exc:
+            raise HostError(str(exc)) from None
+        if config.slug != slug:
+            raise HostError(f"the server spec is for another server than {slug}")
         env = dict(config.env) | dict(config.secrets)
         secret_values = [value for _name, value in config.secrets]
         if config.provider and connection_id:
@@ -159,7 +96,7 @@ def slug_of(ctx: Any) -> str:
     return _request_info(ctx)[0]
 
 
-def _request_info(ctx: Any) -> tuple[str, str, str]:
+def _request_info(ctx: Any) -> tuple[str, str, str, bytes]:
     info = ctx.request.scope.get(SCOPE_KEY) if ctx.request is not None else None
     if info is None:
         raise MCPError(INTERNAL_ERROR, "the request did not come through the host's router")
@@ -170,9 +107,9 @@ def build_server(supervisor: Supervisor, resolver: SpecResolver) -> Server[Any]:
     """The one MCP server of the host; each request is routed to its child by the path's slug."""
 
     async def child_for(ctx: Any) -> Any:
-        slug, connection_id, credential = _request_info(ctx)
+        slug, connection_id, credential, spec_value = _request_info(ctx)
         try:
-            return await supervisor.child(await resolver.resolve(slug, connection_id, credential))
+            return await supervisor.child(resolver.resolve(slug, connection_id, credential, spec_value))
         except HostError as exc:
             raise _refused(slug_of(ctx), exc) from None
 
@@ -228,16 +165,26 @@ class HostApp:
         if not hmac.compare_digest(headers.get("authorization", b""), self._token):
             await _plain(send, 401, b"unauthorized")
             return
-        match = SERVER_PATH.match(scope.get("path", ""))
+        path = scope.get("path", "")
+        stop = STOP_PATH.match(path)
+        if stop is not None and scope.get("method") == "POST":
+            stopped = await self.supervisor.stop_connection(stop.group(1))
+            await _plain(send, 200, json.dumps({"stopped": stopped}).encode(), content_type=b"application/json")
+            return
+        match = SERVER_PATH.match(path)
         if match is None:
             await _plain(send, 404, b"no such server endpoint")
             return
         connection = headers.get(CONNECTION_HEADER, b"").decode("latin-1")[:MAX_HEADER_CHARS]
         credential = headers.get(CREDENTIAL_HEADER, b"").decode("utf-8", errors="replace")[:MAX_HEADER_CHARS]
-        routed = {**scope, "path": "/mcp", "raw_path": b"/mcp", SCOPE_KEY: (match.group(1), connection, credential)}
+        spec_value = headers.get(SPEC_HEADER, b"")
+        if len(spec_value) > MAX_SPEC_CHARS:
+            spec_value = OVERSIZED
+        info = (match.group(1), connection, credential, spec_value)
+        routed = {**scope, "path": "/mcp", "raw_path": b"/mcp", SCOPE_KEY: info}
         await self._inner(routed, receive, send)
 
 
-async def _plain(send: Any, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+async def _plain(send: Any, status: int, body: bytes, *, content_type: bytes = b"text/plain") -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", content_type)]})
     await send({"type": "http.response.body", "body": body})

@@ -298,9 +298,8 @@ def _digest(value: str) -> str:
 class Supervisor:
     """Every child of the host: at most one per (server, connection), at most `max_children` at once."""
 
-    def __init__(self, config: HostConfig, *, usable_connections: Callable[[set[str]], Awaitable[set[str]]]) -> None:
+    def __init__(self, config: HostConfig) -> None:
         self.config = config
-        self._usable_connections = usable_connections
         self._children: dict[tuple[str, str], StdioChild] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._restarts: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (exits in a row, not before)
@@ -457,7 +456,7 @@ class Supervisor:
         return StdioChild(spec, argv=argv, env=env, cwd=home, call_timeout_s=self.config.call_timeout_s, egress=egress)
 
     async def sweep(self) -> None:
-        """Forget exited children, stop idle ones and those whose connection is no longer usable."""
+        """Forget exited children and stop idle ones."""
         now = time.monotonic()
         for child in list(self._children.values()):
             if child.dead:
@@ -465,23 +464,27 @@ class Supervisor:
             elif child.busy == 0 and now - child.last_used > self.config.idle_timeout_s:
                 logger.info("mcp server %s: idle child stopped", child.spec.slug)
                 await self._retire(child, exited=False)
-        connected = {child.spec.connection_id for child in self._children.values() if child.spec.connection_id}
-        if not connected:
-            return
-        usable = await self._usable_connections(connected)
-        # Only what was asked about: a child started while the check ran is judged at the next sweep.
-        for child in list(self._children.values()):
-            if child.spec.connection_id in connected - usable:
-                logger.info("mcp server %s: child of a revoked connection stopped", child.spec.slug)
-                await self._retire(child, exited=False)
-                shutil.rmtree(self.home_of(child.spec), ignore_errors=True)
+
+    async def stop_connection(self, connection_id: str) -> int:
+        """Stop every child of a revoked connection (or one awaiting re-authorisation), and forget its home.
+
+        Told by the service that changed the connection, after its commit: the host reads no
+        database. A call still in flight ends with an error; the broker refuses the next one.
+        """
+        stopped = 0
+        for child in [child for child in self._children.values() if child.spec.connection_id == connection_id]:
+            logger.info("mcp server %s: child of a revoked connection stopped", child.spec.slug)
+            await self._retire(child, exited=False)
+            shutil.rmtree(self.home_of(child.spec), ignore_errors=True)
+            stopped += 1
+        return stopped
 
     async def sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.sweep_s)
             try:
                 await self.sweep()
-            except Exception:  # the sweep must outlive a database hiccup
+            except Exception:  # the sweep must outlive one child's failure to stop
                 logger.exception("mcp host sweep failed")
 
     async def stop_all(self) -> None:

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ConfigDict
+
 logger = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).resolve().parent / "launcher.py"
@@ -58,6 +60,8 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class Bind:
     """A host folder an operator bound into one server's sandbox, read-only unless `writable`."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # as decoded from the worker's spec header
 
     host: str
     sandbox: str

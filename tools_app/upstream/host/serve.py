@@ -12,14 +12,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import uvicorn
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
 
 from tools_app.upstream.host.app import HostApp
 from tools_app.upstream.host.children import HostConfig, Supervisor
-from tools_app.upstream.host.connections import usable_connection_ids
 from tools_app.upstream.host.sandbox import Limits, bwrap_problem, find_bwrap
 
 logger = logging.getLogger(__name__)
@@ -59,8 +56,9 @@ PR_SET_DUMPABLE = 4
 def protect_host_process() -> bool:
     """Make the host's process non-dumpable: same-user processes can no longer read its /proc files.
 
-    The host's environment holds Toolgate's settings (secret key, key ring, token); an
-    unsandboxed child runs as the same user and could read them from /proc/<pid>/environ.
+    The host's environment holds its token (and, on a development machine, whatever else the
+    shell exported); an unsandboxed child runs as the same user and could read it from
+    /proc/<pid>/environ.
     A non-dumpable process's /proc entries belong to root. Children are unaffected (exec
     makes a process dumpable again). False where the call is not available (not Linux).
     """
@@ -117,22 +115,11 @@ def host_config(*, sandbox: str | None = None, **overrides: Any) -> HostConfig:
     return HostConfig(**values)
 
 
-def _usable_now(connection_ids: Iterable[str]) -> set[str]:
-    try:
-        return usable_connection_ids(connection_ids)
-    finally:
-        connection.close()  # a worker thread of the host's loop: hold no connection between sweeps
-
-
-async def usable_connections(connection_ids: set[str]) -> set[str]:
-    return await sync_to_async(_usable_now, thread_sensitive=False)(connection_ids)
-
-
 def build_host(config: HostConfig, *, token: str | None = None) -> HostApp:
     token = settings.TOOLGATE_MCP_HOST_TOKEN if token is None else token
     if not token:
         raise ImproperlyConfigured("TOOLGATE_MCP_HOST_TOKEN is not set (required when DEBUG=False)")
-    supervisor = Supervisor(config, usable_connections=usable_connections)
+    supervisor = Supervisor(config)
     return HostApp(supervisor=supervisor, token=token)
 
 
