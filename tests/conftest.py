@@ -36,8 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--engine-sensitive",
         action="store_true",
-        help="run only the tests whose outcome can depend on the database engine: transactional tests (several "
-        "connections: threads, live servers) and tests/integration (processes of their own); not the browser tests",
+        help="run only the tests whose outcome can depend on the database engine of the run: the transactional "
+        "tests (several connections to the test database: threads, live servers), not the browser tests",
     )
 
 
@@ -45,13 +45,13 @@ def _engine_sensitive(item: pytest.Item) -> bool:
     """Whether `item` can pass on one engine and fail on another (CI runs these on SQLite too).
 
     A test in one transaction on one connection sees the same database behaviour on both engines;
-    what differs (locking, concurrent writers, what another process sees) needs commits. The browser
-    tests commit too, but test pages, not the database, and are the slowest of all.
+    what differs (locking, concurrent writers, what another thread sees) needs commits. The browser
+    tests commit too, but test pages, not the database, and are the slowest of all. tests/integration
+    runs processes of their own, on the services they need (skipped without them) or on an embedded
+    default they configure themselves whatever the run's database is: the main run covers them.
     """
     path = Path(item.path)
-    if path.is_relative_to(INTEGRATION_DIR):
-        return True
-    if path.is_relative_to(E2E_DIR):
+    if path.is_relative_to(INTEGRATION_DIR) or path.is_relative_to(E2E_DIR):
         return False
     marker = item.get_closest_marker("django_db")
     return bool(marker is not None and marker.kwargs.get("transaction")) or "transactional_db" in getattr(
