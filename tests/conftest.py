@@ -30,6 +30,10 @@ hypothesis.settings.load_profile("toolgate")
 
 INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
+# Transactional for their live servers and threads, but what they test is the wire and the processes:
+# the browser tests, tests/integration (processes on the services they need, or on an embedded default
+# they configure themselves), and the upstream tests (MCP servers and the stdio host, which keeps no rows).
+ENGINE_NEUTRAL_DIRS = (E2E_DIR, INTEGRATION_DIR, Path(__file__).resolve().parent / "tools_app" / "upstream")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,13 +49,11 @@ def _engine_sensitive(item: pytest.Item) -> bool:
     """Whether `item` can pass on one engine and fail on another (CI runs these on SQLite too).
 
     A test in one transaction on one connection sees the same database behaviour on both engines;
-    what differs (locking, concurrent writers, what another thread sees) needs commits. The browser
-    tests commit too, but test pages, not the database, and are the slowest of all. tests/integration
-    runs processes of their own, on the services they need (skipped without them) or on an embedded
-    default they configure themselves whatever the run's database is: the main run covers them.
+    what differs (locking, concurrent writers, what another thread sees) needs commits.
+    ENGINE_NEUTRAL_DIRS commit too, but what they test does not depend on the run's database.
     """
     path = Path(item.path)
-    if path.is_relative_to(INTEGRATION_DIR) or path.is_relative_to(E2E_DIR):
+    if any(path.is_relative_to(folder) for folder in ENGINE_NEUTRAL_DIRS):
         return False
     marker = item.get_closest_marker("django_db")
     return bool(marker is not None and marker.kwargs.get("transaction")) or "transactional_db" in getattr(

@@ -34,6 +34,9 @@ from tests.support.fake_oauth import FakeOAuthProvider
 from tests.support.loopback import LoopbackServer
 from tools_app.models import Tool
 
+# Two runservers start before each test (up to 90 s on a busy machine), within pytest-timeout's budget.
+pytestmark = pytest.mark.timeout(240)
+
 ROOT = Path(__file__).resolve().parents[2]
 USER = {"login": "octocat", "id": 1, "name": "Octo", "html_url": "https://github.com/octocat"}
 
@@ -73,7 +76,7 @@ def two_servers(postgres_required, github) -> Iterator[list[str]]:
     ]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a runserver beside two busy xdist workers can take over 30 s here
         for url in urls:
             while True:
                 try:

@@ -28,6 +28,9 @@ from policies_app.models import GovernanceState
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool
 
+# Two runservers start before each test (up to 90 s on a busy machine), within pytest-timeout's budget.
+pytestmark = pytest.mark.timeout(240)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,21 +60,24 @@ def two_servers(postgres_required):
         for port in ports
     ]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
-    deadline = time.monotonic() + 30
-    for url in urls:
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server {url} did not start")
-            time.sleep(0.1)
-    yield urls
-    for process in processes:
-        process.terminate()
-        process.wait(timeout=10)
+    # A runserver starting beside two busy xdist workers can take well over 30 s here.
+    deadline = time.monotonic() + 90
+    try:
+        for url in urls:
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"server {url} did not start")
+                time.sleep(0.1)
+        yield urls
+    finally:  # a server that did not start is stopped too
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)
 
 
 def _exec(url: str, key: str, call_id: str) -> httpx.Response:
