@@ -44,13 +44,13 @@ run: install
 	@echo "Starting Toolgate on http://$(HOST):$(PORT)/ (web, worker, beat, MCP host); the demo's logins follow once it is ready."
 	@trap 'exit 0' INT; PATH="$(CURDIR)/$(BIN):$$PATH" WEB_ADDRESS=$(HOST):$(PORT) PORT=$(PORT) $(BIN)/honcho -f Procfile.dev start
 
-# Three pytest-xdist workers on two cores (the suite waits on servers and subprocesses a third of the time),
+# Four pytest-xdist workers on two cores (the suite waits on servers, browsers and subprocesses much of the time),
 # each with its own test database and Redis database (tests/support/xdist_services.py;
 # `python -m` puts the tree on sys.path for `-p`). `loadfile` hands out whole files in collection order, so the
 # browser tests still run last in their worker: Playwright's session browser keeps an event loop running there.
 # PYTEST_ARGS narrows a run (CI: `--engine-sensitive` on the embedded default; tests/conftest.py says which).
 test: install-dev
-	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 3 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 4 --dist loadfile $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .
