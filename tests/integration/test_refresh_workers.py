@@ -287,10 +287,11 @@ def test_a_failing_connection_is_retried_by_the_sweep_with_growing_waits_then_le
 
 CONNECTIONS = 1000
 JITTER_S = 5
-WINDOW_S = 60
-EXPIRES_IN_S = 50  # the same expiry for all, inside the window: every refresh must land before it
+WINDOW_S = 120
+EXPIRES_IN_S = 100  # the same expiry for all, inside the window: every refresh must land before it (a busy machine)
 
 
+@pytest.mark.timeout(300)
 def test_a_thousand_connections_expiring_together_are_refreshed_once_with_jittered_countdowns(provider, celery):
     """The sweep queues each due connection once, with a random countdown within the jitter window.
 
