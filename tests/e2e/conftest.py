@@ -54,7 +54,8 @@ def _chromium_installed() -> str:
     if apt_get is None:
         pytest.fail(f"{CHROMIUM} is missing and apt-get is not available: install Debian's chromium package.")
     result = subprocess.run(
-        [apt_get, "install", "-y", "chromium"],
+        # Several xdist workers may get here at once: the later ones wait for the first's dpkg lock.
+        [apt_get, "-o", "DPkg::Lock::Timeout=900", "install", "-y", "chromium"],
         capture_output=True,
         text=True,
         timeout=900,

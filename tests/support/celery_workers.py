@@ -36,7 +36,7 @@ CELERY = Path(sys.executable).with_name("celery")  # .venv/bin/celery beside .ve
 NODE_HOST = "toolgate-test"
 WORKER_READY = " ready."  # "<node> ready.", logged at INFO once the worker consumes
 BEAT_READY = "beat: Starting..."
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
 LOG_TAIL_CHARS = 4000
 
