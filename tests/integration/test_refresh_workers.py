@@ -297,7 +297,7 @@ def test_a_thousand_connections_expiring_together_are_refreshed_once_with_jitter
 
     The countdowns are read from the workers' task events, so they do not depend on how fast the
     workers get through the refreshes: on a 2-core machine 1,000 refreshes take longer than a 5 s
-    window (the fake provider, PostgreSQL and 8 worker processes share the cores), and a saturated
+    window (the fake provider, PostgreSQL and 4 worker processes share the cores), and a saturated
     worker fetches further tasks only as it finishes others.
     """
     # given: 1,000 connections of one tenant, not yet due, and two prefork workers plus beat
@@ -310,7 +310,7 @@ def test_a_thousand_connections_expiring_together_are_refreshed_once_with_jitter
     }
     nodes = [f"herd-{n}@{NODE_HOST}" for n in "ab"]
     with TaskEvents(celery_app) as events:
-        workers = [celery.worker(node.partition("@")[0], pool="prefork", concurrency=4, events=True) for node in nodes]
+        workers = [celery.worker(node.partition("@")[0], pool="prefork", concurrency=2, events=True) for node in nodes]
         beat = celery.beat()
         celery.wait_ready(*workers, beat)
         events.wait_for_nodes(*nodes)
