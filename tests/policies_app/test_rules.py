@@ -15,7 +15,7 @@ from policies_app.rules import BUILTIN_DETECTORS, _condition, pattern_compile, r
 from policies_app.services import RuleInvalid, argument_rule_save, result_guard_save, scoped_rule_delete
 from runner import guardrails
 from runner.rules import ArgumentRule as CompiledRule
-from runner.rules import RuleAction, RuleScope, activation_for, decide
+from runner.rules import ConditionError, RuleAction, RuleScope, activation_for, decide
 from runner.types import ToolEffect, ToolInvocationContext, ToolSpec
 from tests.factories import TenantFactory, service_account_with_key
 from tests.support.api import enable_tools
@@ -129,8 +129,6 @@ def test_a_condition_that_errors_at_run_time_is_a_refusal_that_says_why(source, 
 def rule(rule_id, scope, action, matched=True, *, covers=True):
     def condition(_prepared):
         if matched is None:
-            from runner.rules import ConditionError
-
             raise ConditionError("boom")
         return matched
 
