@@ -4,9 +4,10 @@ Rows (models.ArgumentRule, models.ResultGuard) are validated here before any
 write (`rule_problems`, `guard_problems`: what an operator reads, the fix
 included) and compiled into the runner's objects (runner/rules.py,
 runner/guardrails.py) once per governance generation: every active row is
-read in one query into the governance cache, and each caller's share is cut
-from it without another. A process with no active rules pays that one query
-per generation and nothing per call.
+read into the governance cache (one query per table), and each caller's share
+is cut from it (one query for the caller's names). Whether any rule is active
+at all rides on the generation read (policies_app/governance.py), so a
+deployment without rules never queries the rule tables.
 """
 
 from __future__ import annotations
@@ -264,6 +265,8 @@ def _applies(tenant_id: int | None, service_account_id: str | None, ctx: ToolInv
 
 def rules_for_caller(*, ctx: ToolInvocationContext) -> CallRules:
     """The compiled rules and guards covering this caller, from the governance cache (no query when warm)."""
+    if not governance_cache.rules_active:  # known from the generation read: no rule table is queried
+        return NO_RULES
     loaded = governance_cache.get(("rules",), _load)
     if not loaded.arguments and not loaded.guards:
         return NO_RULES

@@ -600,7 +600,12 @@ class GuardStage:
         guards = guards_for(call.rules.guards, call.bound.spec)
         if not guards:
             return result
-        value, content, outcome = scan(guards, result.value if result.ok else None, result.content)
+        # A value that only wraps the blocks (`{"content": [...]}`) is scanned once, as the blocks it is.
+        wraps_content = result.ok and not result.structured and result.content is not None
+        scanned = result.value if result.ok and not wraps_content else None
+        value, content, outcome = scan(guards, scanned, result.content)
+        if wraps_content and content is not None:
+            value = {"content": list(content)}
         if outcome is None:
             return result
         call.guard_outcome = outcome
