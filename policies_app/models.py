@@ -29,6 +29,13 @@ class Approver(models.TextChoices):
     SUBJECT = "subject", "The person the call is for, and operators"
 
 
+# Who a policy may name as its approvers: a confirmation by the person is asked by argument rules, not policies.
+POLICY_APPROVER_CHOICES = [
+    (Approver.OPERATOR.value, Approver.OPERATOR.label),
+    (Approver.TENANT_OWNER.value, Approver.TENANT_OWNER.label),
+]
+
+
 class Revocable(models.Model):
     """A row that is revoked, never deleted or un-revoked: connections, grants, service accounts, delegations.
 
@@ -220,7 +227,7 @@ class ToolPolicy(models.Model):
         max_length=8, choices=CONSEQUENCE_CHOICES, blank=True, help_text="Blank: consequence levels ask for nothing."
     )
     require_approval_for_tools = models.JSONField(default=list, blank=True)
-    approver = models.CharField(max_length=16, choices=Approver.choices, default=Approver.OPERATOR)
+    approver = models.CharField(max_length=16, choices=POLICY_APPROVER_CHOICES, default=Approver.OPERATOR)
     approval_ttl_s = models.PositiveIntegerField(
         default=DEFAULT_APPROVAL_TTL_S,
         validators=[MinValueValidator(MIN_APPROVAL_TTL_S), MaxValueValidator(MAX_APPROVAL_TTL_S)],

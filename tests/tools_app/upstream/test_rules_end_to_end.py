@@ -14,7 +14,7 @@ from policies_app.approval_args import approval_args_view
 from policies_app.models import ApprovalRequest, ArgumentRule, ResultGuard
 from policies_app.services import argument_rule_save, result_guard_save
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
-from tests.support.api import api_client
+from tests.support.api import api_client, enable_tools
 from tests.support.mcp_upstream import McpUpstream
 from tests.tools_app.upstream.conftest import add
 from tools_app.models import ToolInvocation
@@ -213,7 +213,7 @@ def test_require_confirmation_asks_the_person_and_without_one_refuses(ready, ups
 
 @pytest.mark.django_db
 def test_an_aws_key_and_a_pem_key_in_an_upstream_result_are_redacted_and_the_audit_records_it(ready, upstream):
-    tenant, _account, key = ready
+    _tenant, _account, key = ready
     guard = result_guard_save(
         guard=ResultGuard(name="no-secrets", tools=["*"], detectors=["aws_access_key", "private_key"], action="redact")
     )
@@ -252,3 +252,25 @@ def test_a_withholding_guard_answers_a_tool_error_the_model_reads(ready, upstrea
     assert (response.status_code, body["error_code"]) == (200, "tool_error")
     assert body["content"] == [{"type": "text", "text": "that file holds a private key; it was not shown"}]
     assert "PRIVATE KEY" not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_guard_applies_to_a_builtin_tool_as_to_an_upstream_one(caller):
+    # given a built-in tool whose answer carries the time zone, and an operator's pattern for it
+    tenant, _account, key = caller
+    enable_tools("core__get_current_time")
+    ToolPolicyFactory(service_account=_account, tenant=tenant, allowed_tools=["core__get_current_time"])
+    guard = result_guard_save(
+        guard=ResultGuard(name="zones", tools=["core__*"], patterns=[r"Europe/[A-Za-z]+"], action="record")
+    )
+
+    response = exec_call(key, "core__get_current_time", {"timezone": "Europe/Paris"}, tool_call_id="t_1")
+
+    assert response.json()["value"]["timezone"] == "Europe/Paris"  # record: the result passes as it was
+    row = ToolInvocation.objects.get(tool_call_id="t_1")
+    assert row.guardrail == {"action": "record", "guards": [str(guard.pk)], "found": {"zones pattern 1": 1}}
+
+    guard.action = "redact"
+    result_guard_save(guard=guard)
+    response = exec_call(key, "core__get_current_time", {"timezone": "Europe/Paris"})
+    assert response.json()["value"]["timezone"] == "[redacted: zones pattern 1]"
