@@ -464,10 +464,11 @@ class RuleStage:
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         call.rules = rules = self.book.for_caller(call.ctx)
-        if not rules.arguments:
-            return proceed(call)
         spec = call.bound.spec
-        match = decide(rules.arguments, spec, rules.prepare(self._variables(call, rules)))
+        covering = [rule for rule in rules.arguments if rule.covers(spec)]
+        if not covering:  # no rule for this tool: nothing to evaluate, no variables to build
+            return proceed(call)
+        match = decide(covering, spec, rules.prepare(self._variables(call, rules)))
         if match is None:
             return proceed(call)
         call.rule_match = match

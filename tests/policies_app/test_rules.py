@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -352,3 +354,11 @@ def test_an_operator_pattern_built_to_backtrack_runs_in_linear_time(acme):
     _value, _content, outcome = guardrails.scan([compiled], {"t": "x" * 100_000}, None)
     assert outcome is None
     assert time.perf_counter() - started < 0.1
+
+
+def test_every_worked_example_of_the_docs_compiles():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
+    examples = re.findall(r"```cel\n(.*?)\n```", text, re.DOTALL)
+
+    assert len(examples) >= 12
+    assert {example: cel.condition_problem(example) for example in examples} == dict.fromkeys(examples)
