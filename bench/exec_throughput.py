@@ -3,7 +3,8 @@
 What it measures: gunicorn as config/gunicorn.conf.py starts it (or
 `--worker-class`, `--workers`, `--threads`) on PostgreSQL and Redis (loopback),
 wrk -t2 -c32 and -c1, 64 service accounts rotated, `core__get_current_time`
-with a policy and no connection; then `github__get_user` with a connection and
+with a policy and no connection, and the same with ten active argument rules
+on it (bench/rule_set.py, none matching: all ten evaluated); then `github__get_user` with a connection and
 a grant (decrypt, broker, a loopback GitHub answering a fixed user). Each
 figure is compared with the baselines measured in the same run, since
 machines differ. The floor (bench/urls.py) is the bare view plus the fairness
@@ -68,9 +69,10 @@ USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "ht
 os.environ.update(production_environment("bench.settings"))
 django.setup()
 
+from bench.rule_set import TEN_CONDITIONS  # noqa: E402
 from connections_app.services import connection_create, grant_create  # noqa: E402
-from policies_app.models import ToolPolicy  # noqa: E402
-from policies_app.services import service_account_create, tenant_create  # noqa: E402
+from policies_app.models import ArgumentRule, ToolPolicy  # noqa: E402
+from policies_app.services import argument_rule_save, service_account_create, tenant_create  # noqa: E402
 from tools_app.models import ToolInvocation  # noqa: E402
 from tools_app.services import tool_set_enabled  # noqa: E402
 
@@ -222,6 +224,23 @@ def _seed() -> list[dict[str, str]]:
         )
         grant = grant_create(tenant=tenant, service_account=account, connections=[connection])
         accounts.append({"key": key, "connection_id": str(connection.pk), "grant_id": str(grant.pk)})
+    # A second tenant, the same policy, and ten active argument rules on the clock (none matching): exec's
+    # cost with rules, beside the first tenant's exec without any, in the same run.
+    ruled = tenant_create(slug="bench-rules")
+    ToolPolicy.objects.create(name="bench-rules", tenant=ruled, allowed_tools=["core__get_current_time"])
+    for number, condition in enumerate(TEN_CONDITIONS):
+        argument_rule_save(
+            rule=ArgumentRule(
+                name=f"bench-rule-{number}",
+                tenant=ruled,
+                tools=["core__get_current_time"],
+                condition=condition,
+                action="deny",
+            )
+        )
+    for index in range(ACCOUNTS):
+        _account, key = service_account_create(tenant=ruled, name=f"ruled-{index}")
+        accounts[index]["ruled_key"] = key
     return accounts
 
 
@@ -309,6 +328,13 @@ def _measure(
             ),
             "exec": _script(
                 directory, "exec", "POST", "/api/v1/tools/exec", [(f"Bearer {a['key']}", time_body) for a in accounts]
+            ),
+            "exec + 10 rules": _script(
+                directory,
+                "exec_rules",
+                "POST",
+                "/api/v1/tools/exec",
+                [(f"Bearer {a['ruled_key']}", time_body) for a in accounts],
             ),
             "exec + connection": _script(
                 directory,

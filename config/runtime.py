@@ -22,6 +22,7 @@ from policies_app.adapters import (
     DatabaseApprovalDesk,
     DatabaseDelegationStore,
     DatabasePolicyDecider,
+    DatabaseRuleBook,
 )
 from runner.authz import DelegationAuthorization
 from runner.bound import BoundTool, bind_tool
@@ -117,6 +118,7 @@ def build_runtime() -> Runtime:
         idempotency=DatabaseIdempotencyStore(),
         approvals=desk,
         authorization=DelegationAuthorization(DatabaseDelegationStore(), clock),
+        rules=DatabaseRuleBook(),
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
     )
     # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.

@@ -13,9 +13,11 @@ from policies_app.fairness import fairness_check
 from policies_app.governance import governance_cache
 from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
-from policies_app.selectors import delegation_for_authz, policy_effective_for, subject_id_of
+from policies_app.rules import confirmation_approver, rules_for_caller
+from policies_app.selectors import EffectivePolicy, delegation_for_authz, policy_effective_for, subject_id_of
 from policies_app.services import ApprovalOutcome, ApprovalTerms, approval_check, approval_used
-from runner.ports import DelegationView, Lease, PolicyDecision, RateLimited
+from runner.ports import CallRules, DelegationView, Lease, PolicyDecision, RateLimited
+from runner.rules import RuleAction, RuleMatch
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,40 @@ class DatabaseApprovalDesk:
         reason = policy.approval_reason(spec) if policy is not None else None
         if policy is None or reason is None or not policy.allows(spec.name):  # changed since the policy stage
             return PolicyDecision(Decision.DENY, safe_message="not allowed by policy")
+        return self._ask(ctx, spec, args_sha256=args_sha256, args=args, policy=policy, reason=reason)
+
+    @outage_guard
+    def request_for_rule(
+        self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None, args: Any, rule: RuleMatch
+    ) -> PolicyDecision:
+        """An argument rule sends the call to a person: the policy's approvers, or the person it is for."""
+        policy = policy_effective_for(tenant_id=ctx.tenant_id, service_account_id=ctx.actor_id)
+        if policy is None or not policy.allows(spec.name):  # changed since the policy stage
+            return PolicyDecision(Decision.DENY, safe_message="not allowed by policy")
+        confirmation = rule.action is RuleAction.REQUIRE_CONFIRMATION
+        if confirmation and ctx.subject_id is None:
+            return PolicyDecision(
+                Decision.DENY,
+                safe_message=f"rule {rule.name!r} needs the confirmation of the person this call is for, "
+                "and this call is made for no one; call it on a person's behalf (a subject token)",
+            )
+        reason = f"rule {rule.name}: {rule.message}" if rule.message else f"rule {rule.name}"
+        approver = confirmation_approver() if confirmation else policy.approver
+        return self._ask(
+            ctx, spec, args_sha256=args_sha256, args=args, policy=policy, reason=reason[:200], approver=approver
+        )
+
+    def _ask(
+        self,
+        ctx: ToolInvocationContext,
+        spec: ToolSpec,
+        *,
+        args_sha256: str | None,
+        args: Any,
+        policy: EffectivePolicy,
+        reason: str,
+        approver: str | None = None,
+    ) -> PolicyDecision:
         if args_sha256 is None:  # arguments that cannot be hashed cannot be approved
             return PolicyDecision(Decision.DENY, safe_message="these arguments cannot be bound to an approval")
         verdict = approval_check(
@@ -79,7 +115,7 @@ class DatabaseApprovalDesk:
                 effect=spec.effect,
                 consequence_level=spec.consequence_level,
                 required_because=reason,
-                approver=policy.approver,
+                approver=approver or policy.approver,
                 ttl_s=policy.approval_ttl_s,
             ),
             seal_args=None
@@ -91,11 +127,10 @@ class DatabaseApprovalDesk:
             case ApprovalOutcome.ALLOW:
                 return PolicyDecision(Decision.ALLOW, budgets=policy.budgets, approval_id=str(approval.pk))
             case ApprovalOutcome.PENDING:
-                who = (
-                    "an operator"
-                    if approval.approver == Approver.OPERATOR
-                    else "an owner of your tenant or an operator"
-                )
+                who = {
+                    Approver.OPERATOR: "an operator",
+                    Approver.SUBJECT: "the person this call is for (or an operator)",
+                }.get(approval.approver, "an owner of your tenant or an operator")
                 return PolicyDecision(
                     Decision.REQUIRE_APPROVAL,
                     approval_id=str(approval.pk),
@@ -189,3 +224,11 @@ class DatabaseDelegationStore:
             revoked=row.revoked,
             subject_is_member=row.user_is_member,
         )
+
+
+class DatabaseRuleBook:
+    """The runner's rule book: the caller's compiled argument rules and result guards, from the governance cache."""
+
+    @outage_guard
+    def for_caller(self, ctx: ToolInvocationContext) -> CallRules:
+        return rules_for_caller(ctx=ctx)

@@ -27,6 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from policies_app import rules_admin  # noqa: F401 - registers the argument rules' and result guards' screens
 from policies_app.admin_display import RevokedFilter, count_of, revoke_action
 from policies_app.catalog import enabled_tool_ids, tool_ids_known
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm

@@ -39,9 +39,9 @@ from typing import Any, TypeVar
 import redis
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import BooleanField, Exists, ExpressionWrapper, F
 
-from policies_app.models import GovernanceState
+from policies_app.models import ArgumentRule, GovernanceState, ResultGuard
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -92,10 +92,31 @@ def governance_generation() -> int:
 
 def governance_generations() -> tuple[int, int]:
     """(the governance generation, the count of cached-row changes), in one query."""
-    counts = dict(
-        GovernanceState.objects.filter(pk__in=(GENERATION_PK, ROW_CHANGES_PK)).values_list("pk", "generation")
+    generation, row_changes, _rules = _governance_state()
+    return generation, row_changes
+
+
+def _governance_state() -> tuple[int, int, bool]:
+    """The two counters and whether any argument rule or result guard is active, in one round trip.
+
+    The EXISTS rides on the generation read a process makes anyway, so a deployment
+    without rules never queries the rule tables: not per call, not per generation.
+    """
+    rules = Exists(ArgumentRule.objects.filter(is_active=True)) | Exists(ResultGuard.objects.filter(is_active=True))
+    rows = (
+        GovernanceState.objects.filter(pk__in=(GENERATION_PK, ROW_CHANGES_PK))
+        .annotate(rules=ExpressionWrapper(rules, output_field=BooleanField()))
+        .values_list("pk", "generation", "rules")
     )
-    return counts.get(GENERATION_PK, 0), counts.get(ROW_CHANGES_PK, 0)
+    counts, any_rules = {}, False
+    for pk, generation, has_rules in rows:
+        counts[pk] = generation
+        any_rules = any_rules or bool(has_rules)
+    if not counts:  # no counter row yet (a fresh database): ask the rule tables themselves
+        any_rules = (
+            ArgumentRule.objects.filter(is_active=True).exists() or ResultGuard.objects.filter(is_active=True).exists()
+        )
+    return counts.get(GENERATION_PK, 0), counts.get(ROW_CHANGES_PK, 0), any_rules
 
 
 def _publish(message: bytes) -> None:
@@ -239,6 +260,13 @@ class GovernanceCache:
         self._rows: dict[tuple[str, str], Any] = {}
         self._stale = True
         self._read_at = 0.0
+        # Whether any argument rule or result guard was active at the last generation read (None: unread).
+        self._rules: bool | None = None
+
+    @property
+    def rules_active(self) -> bool:
+        """Any active argument rule or result guard, as of the last read of the generation (True until read)."""
+        return self._rules is not False
 
     def refresh(self) -> None:
         """Make sure the cache is current: the runner calls it first thing in every call, and the
@@ -257,9 +285,10 @@ class GovernanceCache:
             if not (self._stale or pushes is None or pushes.governance or due):
                 return
             self._stale = False
-        generation, row_changes = governance_generations()
+        generation, row_changes, rules = _governance_state()
         with self._lock:
             self._read_at = time.monotonic()
+            self._rules = rules
             if generation != self._generation:
                 self._entries, self._rows = {}, {}
                 self._generation = generation
@@ -270,6 +299,7 @@ class GovernanceCache:
     def mark_stale(self) -> None:
         with self._lock:
             self._stale = True
+            self._rules = None  # this process may have just written the first rule: ask again
 
     def get(self, key: Any, load: Callable[[], T], *, remember_missing: bool = True) -> T:
         """The cached value, loaded on first use; `remember_missing=False` reloads while it is None."""
@@ -307,6 +337,7 @@ class GovernanceCache:
         with self._lock:
             self._entries, self._rows = {}, {}
             self._generation = self._row_changes = None
+            self._rules = None
             self._stale = True
 
 

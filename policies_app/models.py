@@ -25,6 +25,15 @@ class Approver(models.TextChoices):
 
     OPERATOR = "operator", "Operators (admin, manage.py approvals)"
     TENANT_OWNER = "tenant_owner", "The tenant's owners (tenant UI), and operators"
+    # A confirmation an argument rule asks for (policies_app/rules.py `confirmation_approver`).
+    SUBJECT = "subject", "The person the call is for, and operators"
+
+
+# Who a policy may name as its approvers: a confirmation by the person is asked by argument rules, not policies.
+POLICY_APPROVER_CHOICES = [
+    (Approver.OPERATOR.value, Approver.OPERATOR.label),
+    (Approver.TENANT_OWNER.value, Approver.TENANT_OWNER.label),
+]
 
 
 class Revocable(models.Model):
@@ -218,7 +227,7 @@ class ToolPolicy(models.Model):
         max_length=8, choices=CONSEQUENCE_CHOICES, blank=True, help_text="Blank: consequence levels ask for nothing."
     )
     require_approval_for_tools = models.JSONField(default=list, blank=True)
-    approver = models.CharField(max_length=16, choices=Approver.choices, default=Approver.OPERATOR)
+    approver = models.CharField(max_length=16, choices=POLICY_APPROVER_CHOICES, default=Approver.OPERATOR)
     approval_ttl_s = models.PositiveIntegerField(
         default=DEFAULT_APPROVAL_TTL_S,
         validators=[MinValueValidator(MIN_APPROVAL_TTL_S), MaxValueValidator(MAX_APPROVAL_TTL_S)],
@@ -478,3 +487,111 @@ class SigninToken(models.Model):
 
     def __str__(self) -> str:
         return f"sign-in token pair {self.pk}"
+
+
+class RuleAction(models.TextChoices):
+    """What an argument rule does when its condition holds (runner/rules.py has the precedence)."""
+
+    DENY = "deny", "Deny"
+    REQUIRE_APPROVAL = "require_approval", "Require approval (the policy's approvers)"
+    REQUIRE_CONFIRMATION = "require_confirmation", "Require confirmation (the person the call is for)"
+    ALLOW = "allow", "Allow (an exception to a broader scope's deny)"
+
+
+class GuardAction(models.TextChoices):
+    """What a result guard does with a secret it finds (runner/guardrails.py)."""
+
+    REDACT = "redact", "Redact each match"
+    WITHHOLD = "withhold", "Withhold the result (a tool error the model reads)"
+    RECORD = "record", "Only record it in the audit"
+
+
+class ScopedRule(models.Model):
+    """What argument rules and result guards share: a scope as policies have, the tools covered, a message.
+
+    Scope is global (no tenant), a tenant, or one service account of a tenant.
+    Tools are ids or `*` patterns (policies_app/toolpatterns.py) and tags; a
+    rule that covers no tool is refused at save.
+    """
+
+    name = models.SlugField(max_length=100, unique=True)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    service_account = models.ForeignKey(
+        ServiceAccount, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    tools = models.JSONField(default=list, blank=True, help_text="Tool ids or patterns with *, e.g. github__*.")
+    tags = models.JSONField(default=list, blank=True, help_text="Tool tags: the rule covers every tool with one.")
+    message = models.CharField(
+        max_length=500, blank=True, help_text="What the model reads when this rule acts. Never put a secret here."
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def scope_label(self) -> str:
+        if self.service_account_id:
+            return f"service account {self.service_account}"
+        if self.tenant_id:
+            return f"tenant {self.tenant}"
+        return "global"
+
+
+class ArgumentRule(ScopedRule):
+    """A rule on what a call does: a CEL condition over its arguments and context, and an action.
+
+    Checked when saved (policies_app/cel.py compiles it, bounds its size and
+    nesting), compiled once per governance generation, evaluated after input
+    validation and before the broker; the audit row names the rule that decided.
+    """
+
+    condition = models.TextField(help_text="CEL, true when the rule applies, e.g. !args.repo.startsWith('acme/').")
+    action = models.CharField(max_length=24, choices=RuleAction.choices)
+
+    class Meta(ScopedRule.Meta):
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(service_account__isnull=True) | Q(tenant__isnull=False),
+                name="argumentrule_service_account_needs_tenant",
+            ),
+            models.CheckConstraint(
+                condition=Q(action__in=[choice.value for choice in RuleAction]), name="argumentrule_action_known"
+            ),
+        ]
+
+
+class ResultGuard(ScopedRule):
+    """A guard on what a call answers: built-in secret detectors and an operator's patterns, and an action.
+
+    Applied after allowlist redaction and before the result budget, to built-in
+    tools and pinned upstream definitions alike. Guards add up across scopes.
+    """
+
+    detectors = models.JSONField(
+        default=list, blank=True, help_text="Built-in detectors: aws_access_key, aws_secret_key, private_key."
+    )
+    patterns = models.JSONField(
+        default=list, blank=True, help_text="Extra regular expressions (RE2 syntax), one secret kind each."
+    )
+    action = models.CharField(max_length=16, choices=GuardAction.choices, default=GuardAction.REDACT)
+
+    class Meta(ScopedRule.Meta):
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(service_account__isnull=True) | Q(tenant__isnull=False),
+                name="resultguard_service_account_needs_tenant",
+            ),
+            models.CheckConstraint(
+                condition=Q(action__in=[choice.value for choice in GuardAction]), name="resultguard_action_known"
+            ),
+        ]

@@ -33,14 +33,18 @@ from policies_app.keys import consent_code_generate, key_digest, key_generate, p
 from policies_app.metrics import APPROVALS_REQUESTED
 from policies_app.models import (
     ApprovalRequest,
+    ArgumentRule,
     ConsentCode,
     Delegation,
+    ResultGuard,
     Revocable,
+    ScopedRule,
     ServiceAccount,
     Tenant,
     TenantMembership,
     ToolPolicy,
 )
+from policies_app.rules import guard_problems, rule_problems
 from policies_app.selectors import tenant_owner_may_decide
 from policies_app.signals import row_changed
 from runner.types import ConsequenceLevel, FieldError, ToolEffect
@@ -702,3 +706,52 @@ def consent_exchange(
     if reused:
         logger.warning("consent code %s used twice; its delegation %s is revoked", row.pk, row.delegation_id)
     raise AppError(CONSENT_CODE_REFUSED, field_errors=[("code", CONSENT_CODE_REFUSED)])
+
+
+# --- argument rules and result guards ------------------------------------------------------
+
+
+class RuleInvalid(ValueError):
+    """A rule or guard that cannot be saved: `problems` maps each field to what is wrong with it."""
+
+    def __init__(self, problems: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{name}: {problem}" for name, problem in problems.items()))
+        self.problems = problems
+
+
+def _scoped_save(row: ScopedRule, problems: dict[str, str], kind: str, updated_by: AbstractBaseUser | None) -> None:
+    if problems:
+        raise RuleInvalid(problems)
+    model = type(row)
+    stored = model.objects.select_for_update().filter(pk=row.pk).first() if row.pk else None
+    before = change_snapshot(stored) if stored is not None else None
+    row.updated_by = updated_by
+    row.save()  # the save signal bumps the governance generation: every process recompiles its rules
+    change_record(
+        action=f"{kind}.update" if stored is not None else f"{kind}.create",
+        obj=row,
+        before=before,
+        after=change_snapshot(row),
+    )
+
+
+@transaction.atomic
+def argument_rule_save(*, rule: ArgumentRule, updated_by: AbstractBaseUser | None = None) -> ArgumentRule:
+    """Create or edit an argument rule, refused unless its condition compiles within bounds and it covers a tool."""
+    _scoped_save(rule, rule_problems(rule), "argument_rule", updated_by)
+    return rule
+
+
+@transaction.atomic
+def result_guard_save(*, guard: ResultGuard, updated_by: AbstractBaseUser | None = None) -> ResultGuard:
+    """Create or edit a result guard, refused unless its patterns are valid RE2 and it covers a tool."""
+    _scoped_save(guard, guard_problems(guard), "result_guard", updated_by)
+    return guard
+
+
+@transaction.atomic
+def scoped_rule_delete(*, row: ArgumentRule | ResultGuard) -> None:
+    """Delete a rule or guard; the log keeps what it said."""
+    kind = "argument_rule" if isinstance(row, ArgumentRule) else "result_guard"
+    change_record(action=f"{kind}.delete", obj=row, before=change_snapshot(row))
+    row.delete()

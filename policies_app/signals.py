@@ -11,11 +11,19 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from policies_app.governance import cached_row_changed, governance_bump
-from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership, ToolPolicy
+from policies_app.models import (
+    ArgumentRule,
+    Delegation,
+    ResultGuard,
+    ServiceAccount,
+    Tenant,
+    TenantMembership,
+    ToolPolicy,
+)
 
 # This app's governance rows; the apps above register theirs (tool switches, grants) with `govern`.
 # Delegations and memberships decide calls made on a person's behalf (the authorization stage).
-GOVERNED_MODELS = (ToolPolicy, ServiceAccount, Tenant, Delegation, TenantMembership)
+GOVERNED_MODELS = (ToolPolicy, ServiceAccount, Tenant, Delegation, TenantMembership, ArgumentRule, ResultGuard)
 
 
 def _bump(sender: type, **kwargs: object) -> None:

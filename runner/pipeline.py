@@ -7,8 +7,8 @@ chain, outermost first (docs/architecture.md has the table of what each does
 and what it refuses with):
 
     audit > freshness > fairness > lookup > policy > authorization > connection gate
-    > [idempotency] > budget > validate input > approval > broker > start event
-    > result size > redact > validate output > execute (the end of the chain)
+    > [idempotency] > budget > validate input > argument rules > approval > broker > start event
+    > result size > result guards > redact > validate output > execute (the end of the chain)
 
 The freshness stage brings the process's view of governance up to date
 first, so an operator's change applies to the next call whoever makes it.
@@ -23,7 +23,12 @@ policy and the grant, so a replay never outlives the permission that let the
 call run (a disabled tool or a revoked grant replays nothing), and before the
 budgets, so a replay spends none. The connection gate runs before the budgets
 for the same reason; it reads grants only, no credential.
-Result size, redaction and output validation act on the way back, which is why
+The argument rules (runner/rules.py) read the validated arguments, so they run
+after input validation and before the approval and the broker: a denied call
+never touches a credential, and a rule that asks for a person opens the
+approval with the exact arguments. The result guards (runner/guardrails.py)
+scan what the allowlist let through, before the result budget measures it.
+Result size, guards, redaction and output validation act on the way back, which is why
 they sit outside `execute` in reverse order. A deployment inserts its own
 stages (a cache, a semaphore) by passing its own list to `ToolRunner`.
 
@@ -67,10 +72,13 @@ from runner.errors import (
     ToolFailure,
 )
 from runner.grants import check_connection
+from runner.guardrails import GuardAction, GuardOutcome, guards_for, scan, withheld_message
 from runner.ports import (
+    NO_RULES,
     ApprovalDesk,
     AuditSink,
     AuthorizationPort,
+    CallRules,
     Clock,
     Conflict,
     ConnectionBroker,
@@ -83,9 +91,11 @@ from runner.ports import (
     RateLimited,
     RateLimiter,
     Replay,
+    RuleBook,
     ToolSource,
 )
 from runner.redaction import carries_credential, credential_fragments, redact_content
+from runner.rules import RuleAction, RuleMatch, activation_for, decide
 from runner.schema import canonical_json
 from runner.types import (
     Budgets,
@@ -140,6 +150,9 @@ class Call:
     result_bytes: int | None = None
     audit_ref: str | None = None
     authz_reason: str | None = None
+    rules: CallRules = field(default=NO_RULES, repr=False)
+    rule_match: RuleMatch | None = None
+    guard_outcome: GuardOutcome | None = None
     # (stage name, clock) on entering a stage, (None, clock) on leaving it: runner/observe.py's timing.
     stage_marks: list[tuple[str | None, float]] = field(default_factory=list, repr=False)
 
@@ -247,6 +260,9 @@ class AuditStage:
                 result_bytes=call.result_bytes,
                 audit_ref=call.audit_ref,
                 authz_reason=call.authz_reason,
+                rule_id=call.rule_match.rule_id if call.rule_match is not None else None,
+                rule_action=call.rule_match.action.value if call.rule_match is not None else None,
+                guardrail=call.guard_outcome.audit() if call.guard_outcome is not None else None,
             )
         )
         return result
@@ -433,6 +449,52 @@ class ValidateInputStage:
 
 
 @dataclass(frozen=True, slots=True)
+class RuleStage:
+    """(5a) The argument rules of the caller's scopes, on the validated arguments (runner/rules.py).
+
+    Deny ends the call with the operator's message; require_approval and
+    require_confirmation send it to the approval stage with the rule as the
+    reason; allow (an exception to a broader deny) lets it go on as the policy
+    decided. A call with no rule covering it costs one cached lookup.
+    """
+
+    book: RuleBook
+    grants: GrantStore
+    clock: Clock
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        call.rules = rules = self.book.for_caller(call.ctx)
+        spec = call.bound.spec
+        covering = [rule for rule in rules.arguments if rule.covers(spec)]
+        if not covering:  # no rule for this tool: nothing to evaluate, no variables to build
+            return proceed(call)
+        match = decide(covering, spec, rules.prepare(self._variables(call, rules)))
+        if match is None:
+            return proceed(call)
+        call.rule_match = match
+        if match.action is RuleAction.ALLOW:
+            return proceed(call)
+        if match.action is RuleAction.DENY:
+            call.decision = Decision.DENY
+            return call.fail(ErrorCode.POLICY_DENIED, match.message or f"refused by rule {match.name!r}")
+        call.decision = Decision.REQUIRE_APPROVAL
+        return proceed(call)
+
+    def _variables(self, call: Call, rules: CallRules) -> dict[str, Any]:
+        ctx = call.ctx
+        grant = self.grants.get(ctx.grant_id) if ctx.grant_id and ctx.connection_id else None
+        return activation_for(
+            args=call.raw_args,
+            spec=call.bound.spec,
+            caller=rules.caller,
+            subject_id=ctx.subject_id,
+            connection_id=ctx.connection_id,
+            personal_connection=grant is not None and ctx.connection_id in grant.personal,
+            now=self.clock.now(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalStage:
     """(5b) For a call the policy sends to a person: open, wait on or use its approval.
 
@@ -447,7 +509,15 @@ class ApprovalStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         if call.decision is not Decision.REQUIRE_APPROVAL:
             return proceed(call)
-        verdict = self.approvals.request(call.ctx, call.bound.spec, args_sha256=call.args_sha256, args=call.raw_args)
+        rule = call.rule_match
+        if rule is not None and rule.action in (RuleAction.REQUIRE_APPROVAL, RuleAction.REQUIRE_CONFIRMATION):
+            verdict = self.approvals.request_for_rule(
+                call.ctx, call.bound.spec, args_sha256=call.args_sha256, args=call.raw_args, rule=rule
+            )
+        else:
+            verdict = self.approvals.request(
+                call.ctx, call.bound.spec, args_sha256=call.args_sha256, args=call.raw_args
+            )
         call.decision = verdict.decision
         if verdict.decision is Decision.ALLOW:
             result = proceed(call)
@@ -513,6 +583,38 @@ class ResultSizeStage:
         limit = call.budgets.max_result_bytes or self.default_max_bytes
         if call.result_bytes > limit:
             return call.fail(ErrorCode.RESULT_TOO_LARGE, f"result is {call.result_bytes} bytes; the budget is {limit}")
+        return result
+
+
+class GuardStage:
+    """(10b) The caller's result guards over what the allowlist let through (runner/guardrails.py).
+
+    Redact replaces each secret found; withhold answers a tool error the model
+    can read instead of the result; record only notes it. The audit row keeps
+    what was found (kinds and counts, never the text).
+    """
+
+    def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        result = proceed(call)
+        if not call.rules.guards or not answered(result):
+            return result
+        guards = guards_for(call.rules.guards, call.bound.spec)
+        if not guards:
+            return result
+        # A value that only wraps the blocks (`{"content": [...]}`) is scanned once, as the blocks it is.
+        wraps_content = result.ok and not result.structured and result.content is not None
+        scanned = result.value if result.ok and not wraps_content else None
+        value, content, outcome = scan(guards, scanned, result.content)
+        if wraps_content and content is not None:
+            value = {"content": list(content)}
+        if outcome is None:
+            return result
+        call.guard_outcome = outcome
+        if outcome.action is GuardAction.WITHHOLD:
+            logger.warning("tool call %s: result guard withheld the result", call.ctx.tool_call_id)
+            return call.tool_error(({"type": "text", "text": withheld_message(outcome)},))
+        if outcome.action is GuardAction.REDACT:
+            return replace(result, value=value if result.ok else result.value, content=content)
         return result
 
 
@@ -694,6 +796,7 @@ def default_stages(
     idempotency: IdempotencyStore | None = None,
     approvals: ApprovalDesk | None = None,
     authorization: AuthorizationPort | None = None,
+    rules: RuleBook | None = None,
     default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     loop: BackgroundLoop | None = None,
 ) -> list[Stage]:
@@ -701,6 +804,7 @@ def default_stages(
 
     Without an approval desk, approvals are whatever the policy's `decide` answers with the args' hash.
     Without an authorization port, every call carrying a subject token is refused (no delegation is known).
+    Without a rule book, no argument rule or result guard stage is built.
     """
     return [
         AuditStage(audit, events, clock),
@@ -713,10 +817,12 @@ def default_stages(
         *([IdempotencyStage(idempotency)] if idempotency is not None else []),
         BudgetStage(limiter),
         ValidateInputStage(),
+        *([RuleStage(rules, grants, clock)] if rules is not None else []),
         ApprovalStage(approvals or PolicyApprovalDesk(policy)),
         BrokerStage(broker),
         StartEventStage(events),
         ResultSizeStage(default_max_result_bytes),
+        *([GuardStage()] if rules is not None else []),
         RedactStage(),
         ValidateOutputStage(),
         ExecuteStage(clock, loop),

@@ -6,7 +6,7 @@ runner's tests bind in-memory fakes. Nothing here knows about Django.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +24,8 @@ from runner.types import (
 if TYPE_CHECKING:
     from runner.bound import BoundTool
     from runner.capabilities import AuthCapability
+    from runner.guardrails import ResultGuard
+    from runner.rules import ArgumentRule, RuleMatch
 
 
 class GovernanceView(Protocol):
@@ -88,6 +90,16 @@ class ApprovalDesk(Protocol):
         """
         ...
 
+    def request_for_rule(
+        self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None, args: Any, rule: RuleMatch
+    ) -> PolicyDecision:
+        """As `request`, for a call an argument rule sends to a person (require_approval / require_confirmation).
+
+        The rule, not the policy, is why: the request names it, and a confirmation
+        goes to the person the call is for.
+        """
+        ...
+
     def used(self, approval_id: str) -> None:
         """The approved call executed: its approval is spent."""
         ...
@@ -103,6 +115,11 @@ class PolicyApprovalDesk:
         self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None, args: Any
     ) -> PolicyDecision:
         return self._policy.decide(ctx, spec, args_sha256=args_sha256)
+
+    def request_for_rule(
+        self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None, args: Any, rule: RuleMatch
+    ) -> PolicyDecision:
+        return PolicyDecision(Decision.REQUIRE_APPROVAL, safe_message=rule.message or None)
 
     def used(self, approval_id: str) -> None:
         return None
@@ -171,6 +188,40 @@ class AuthorizationPort(Protocol):
         without a subject token is allowed without any lookup.
         """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallRules:
+    """The argument rules and result guards that may apply to one caller, compiled, with what conditions read.
+
+    `caller` is the `caller` variable of conditions (tenant and service account,
+    by slug/name and id). `prepare` turns the variables into what the compiled
+    conditions take (the adapter's CEL activation), once per call.
+    """
+
+    arguments: tuple[ArgumentRule, ...] = ()
+    guards: tuple[ResultGuard, ...] = ()
+    caller: Mapping[str, Any] = field(default_factory=dict)
+    prepare: Callable[[Mapping[str, Any]], Any] = field(default=lambda variables: variables, repr=False)
+
+
+NO_RULES = CallRules()
+
+
+class RuleBook(Protocol):
+    def for_caller(self, ctx: ToolInvocationContext) -> CallRules:
+        """The active rules and guards of ctx's caller (every scope that covers it), from the governance cache.
+
+        Cheap: no round trip on a warm call; NO_RULES when there are none.
+        """
+        ...
+
+
+class NoRules:
+    """A RuleBook without rules (in-memory runners, tests)."""
+
+    def for_caller(self, ctx: ToolInvocationContext) -> CallRules:
+        return NO_RULES
 
 
 class ConnectionBroker(Protocol):

@@ -260,6 +260,11 @@ class ToolInvocationRecord:
     content: tuple[ContentBlock, ...] | None = None  # the answered blocks, kept to replay them
     audit_ref: str | None = None  # the idempotency claim this record finishes, if any
     authz_reason: str | None = None  # why the authorization stage refused (a category, never a token)
+    # The argument rule that decided the call (runner/rules.py), and its action; None when no rule had a say.
+    rule_id: str | None = None
+    rule_action: str | None = None
+    # What the result guards found and did (runner/guardrails.py): action, guard ids, counts per kind.
+    guardrail: Mapping[str, Any] | None = None
 
     @property
     def duration_ms(self) -> int:

@@ -73,6 +73,9 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "duration_ms": record.duration_ms,
         "lease_expires_at": None,
         "authz_reason": record.authz_reason or "",
+        "rule_id": record.rule_id or "",
+        "rule_action": record.rule_action or "",
+        "guardrail": dict(record.guardrail) if record.guardrail is not None else None,
     }
     if record.audit_ref is not None:
         if _claim_finished(ctx, record.audit_ref, fields):
@@ -238,6 +241,8 @@ EXPORT_FIELDS = (
     "grant_id",
     "subject_id",
     "authz_reason",
+    "rule_id",
+    "rule_action",
     "state",
     "decision",
     "ok",

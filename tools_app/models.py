@@ -94,6 +94,11 @@ class ToolInvocation(models.Model):
     # why the authorization stage refused (a category such as `revoked`; never the token).
     subject_id = models.CharField(max_length=64, blank=True)
     authz_reason = models.CharField(max_length=32, blank=True)
+    # The argument rule that decided the call and its action (policies_app ArgumentRule; blank: none had a say),
+    # and what the result guards found and did: {"action", "guards", "found": {kind: count}}, never the text.
+    rule_id = models.CharField(max_length=64, blank=True)
+    rule_action = models.CharField(max_length=24, blank=True)
+    guardrail = models.JSONField(null=True, blank=True)
     decision = models.CharField(max_length=32, choices=[(d.value, d.value) for d in Decision])
     ok = models.BooleanField(default=False)
     executed = models.BooleanField(default=False)

@@ -26,6 +26,7 @@ from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
     MAX_APPROVAL_TTL_S,
     MIN_APPROVAL_TTL_S,
+    POLICY_APPROVER_CHOICES,
     Approver,
     ServiceAccount,
     Tenant,
@@ -38,6 +39,8 @@ from runner.contracts import tags_problem
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Tool
 from tools_app.registry import code_registry, code_specs
+from tools_app.rule_io import FILE_KEYS as RULE_FILE_KEYS
+from tools_app.rule_io import RulesChecked, rules_apply, rules_export, rules_validate
 from tools_app.selectors import mcp_server_tool_id_prefixes
 from tools_app.services import tool_metadata_set, tool_switch_record, tool_sync
 from tools_app.toolset_io import ToolsetRow, toolsets_apply, toolsets_export, toolsets_validate
@@ -58,7 +61,7 @@ POLICY_FIELDS = (
 # "active" is ours, beyond the contract's shape: without it an export of an
 # inactive policy would come back active. A file without it means active.
 POLICY_KEYS = frozenset({*POLICY_FIELDS, "active"})
-TOP_LEVEL_KEYS = frozenset({"tools", "policies", "toolsets"})
+TOP_LEVEL_KEYS = frozenset({"tools", "policies", "toolsets", *RULE_FILE_KEYS})
 # A tool's metadata: exported for review; on import an upstream MCP tool takes it (the operator's to
 # set), and a code tool's must equal its contract (set in code, so a different value is a mistake).
 TOOL_METADATA_KEYS = ("consequence_level", "requires_confirmation", "tags")
@@ -66,6 +69,7 @@ TOOL_KEYS = frozenset({"enabled", "schema_hash", *TOOL_METADATA_KEYS, "version"}
 SCHEMA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 VALID_EFFECTS = frozenset(effect.value for effect in ToolEffect)
 VALID_LEVELS = tuple(level.value for level in ConsequenceLevel)
+POLICY_APPROVERS = tuple(value for value, _label in POLICY_APPROVER_CHOICES)
 MAX_BUDGET = 2_147_483_647  # PositiveIntegerField's bound on every supported database
 MAX_NAME_LENGTH = ToolPolicy._meta.get_field("name").max_length
 
@@ -98,12 +102,22 @@ class ImportReport:
     toolsets_created: list[str] = field(default_factory=list)
     toolsets_updated: list[str] = field(default_factory=list)
     toolsets_pruned: list[str] = field(default_factory=list)
+    rules_created: list[str] = field(default_factory=list)
+    rules_updated: list[str] = field(default_factory=list)
+    rules_pruned: list[str] = field(default_factory=list)
 
     @property
     def changed_anything(self) -> bool:
         toolsets = self.toolsets_created or self.toolsets_updated or self.toolsets_pruned
+        rules = self.rules_created or self.rules_updated or self.rules_pruned
         return bool(
-            self.created or self.updated or self.pruned or self.tools_enabled or self.tools_disabled or toolsets
+            self.created
+            or self.updated
+            or self.pruned
+            or self.tools_enabled
+            or self.tools_disabled
+            or toolsets
+            or rules
         )
 
 
@@ -145,7 +159,7 @@ def policy_export() -> dict[str, Any]:
         _policy_document(policy)
         for policy in ToolPolicy.objects.select_related("tenant", "service_account").order_by("name")
     ]
-    return {"tools": tools, "policies": policies, "toolsets": toolsets_export()}
+    return {"tools": tools, "policies": policies, "toolsets": toolsets_export(), **rules_export()}
 
 
 def _policy_document(policy: ToolPolicy) -> dict[str, Any]:
@@ -243,6 +257,8 @@ def policy_import(*, document: Any, prune: bool = False) -> ImportReport:
         report.toolsets_created, report.toolsets_updated, report.toolsets_pruned = toolsets_apply(
             checked.toolsets, prune=prune
         )
+    if checked.rules is not None:  # after the policies and switches: a rule's tools are checked against them
+        report.rules_created, report.rules_updated, report.rules_pruned = rules_apply(checked.rules, prune=prune)
     return report
 
 
@@ -322,6 +338,7 @@ class _Checked:
     pins: dict[str, str]
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     toolsets: list[ToolsetRow] | None = None  # None: the file has no "toolsets" list (nothing of them changes)
+    rules: RulesChecked | None = None
 
 
 def _validate(document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool, problems: list[str]) -> _Checked:
@@ -356,7 +373,8 @@ def _validate(document: Any, *, existing: Mapping[str, ToolPolicy], prune: bool,
         if "toolsets" in document
         else None
     )
-    return _Checked(switches=switches, rows=rows, pins=pins, metadata=metadata, toolsets=toolsets)
+    rules = rules_validate(document, problems=problems)
+    return _Checked(switches=switches, rows=rows, pins=pins, metadata=metadata, toolsets=toolsets, rules=rules)
 
 
 def _validate_switches(
@@ -596,8 +614,8 @@ def _validate_approval(
         if tool_id not in known_tools
     ]
     approver = entry.get("approver", Approver.OPERATOR.value)
-    if approver not in Approver.values:
-        problems.append(f"{where}: approver must be one of {', '.join(Approver.values)}")
+    if approver not in POLICY_APPROVERS:
+        problems.append(f"{where}: approver must be one of {', '.join(POLICY_APPROVERS)}")
     ttl = entry.get("approval_ttl_s", DEFAULT_APPROVAL_TTL_S)
     if not (type(ttl) is int and MIN_APPROVAL_TTL_S <= ttl <= MAX_APPROVAL_TTL_S):
         problems.append(

@@ -160,6 +160,8 @@ def test_export_is_the_contract_format_sorted_by_tool_id_and_policy_name(catalog
             },
         ],
         "toolsets": [],
+        "argument_rules": [],
+        "result_guards": [],
     }
     assert list(document["tools"]) == BUILTIN_IDS
     assert policy_document_dumps(document).startswith('{\n  "tools": {\n    "core__get_current_time": {\n')
@@ -293,7 +295,7 @@ def test_invalid_policy_fields_are_refused(catalog, overrides, problem):
         ({}, ['the file has neither "tools" nor "policies": nothing to import']),
         (
             {"tools": {}, "policies": [], "extra": 1},
-            ["unknown top-level key 'extra' (the keys are policies, tools, toolsets)"],
+            ["unknown top-level key 'extra' (the keys are argument_rules, policies, result_guards, tools, toolsets)"],
         ),
         ({"tools": {"core__wait": True}, "policies": []}, ["tools: 'core__wait' must be {\"enabled\": true|false}"]),
         ({"tools": {}, "policies": {}}, ['"policies" must be a list of policy objects']),
@@ -369,7 +371,7 @@ def test_every_problem_of_a_file_is_reported_in_one_run(catalog):
         policy_import(document=document)
 
     assert refused.value.problems == [
-        "unknown top-level key 'extra' (the keys are policies, tools, toolsets)",
+        "unknown top-level key 'extra' (the keys are argument_rules, policies, result_guards, tools, toolsets)",
         "tools: unknown tool id 'core__wiat' (did you mean 'core__wait'?)",
         "tools: 'core__wait' must be {\"enabled\": true|false}",
         "policy 'bad-budget': max_runtime_ms must be a positive integer or null",

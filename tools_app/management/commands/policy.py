@@ -71,6 +71,9 @@ class Command(BaseCommand):
             ("created toolset", report.toolsets_created),
             ("updated toolset", report.toolsets_updated),
             ("pruned toolset", report.toolsets_pruned),
+            ("created rule", report.rules_created),
+            ("updated rule", report.rules_updated),
+            ("pruned rule", report.rules_pruned),
         ):
             for name in names:
                 self.stdout.write(f"{label}: {name}")
