@@ -14,7 +14,14 @@ from policies_app.governance import governance_cache
 from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
 from policies_app.selectors import delegation_for_authz, policy_effective_for, subject_id_of
-from policies_app.services import ApprovalOutcome, ApprovalTerms, approval_check, approval_used
+from policies_app.services import (
+    APPROVER_WORDS,
+    ApprovalOutcome,
+    ApprovalTerms,
+    approval_check,
+    approval_used,
+    approver_for_call,
+)
 from runner.ports import DelegationView, Lease, PolicyDecision, RateLimited
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
 
@@ -79,7 +86,11 @@ class DatabaseApprovalDesk:
                 effect=spec.effect,
                 consequence_level=spec.consequence_level,
                 required_because=reason,
-                approver=policy.approver,
+                approver=approver_for_call(
+                    policy_approver=policy.approver,
+                    requires_confirmation=spec.requires_confirmation,
+                    subject_id=ctx.subject_id,
+                ),
                 ttl_s=policy.approval_ttl_s,
             ),
             seal_args=None
@@ -91,16 +102,13 @@ class DatabaseApprovalDesk:
             case ApprovalOutcome.ALLOW:
                 return PolicyDecision(Decision.ALLOW, budgets=policy.budgets, approval_id=str(approval.pk))
             case ApprovalOutcome.PENDING:
-                who = (
-                    "an operator"
-                    if approval.approver == Approver.OPERATOR
-                    else "an owner of your tenant or an operator"
-                )
+                who = APPROVER_WORDS.get(approval.approver, "an operator")
+                verb = "confirm" if approval.approver == Approver.SUBJECT else "approve"
                 return PolicyDecision(
                     Decision.REQUIRE_APPROVAL,
                     approval_id=str(approval.pk),
                     safe_message=(
-                        f"{who} must approve this call ({reason}); follow it at GET /api/v1/approvals/"
+                        f"{who} must {verb} this call ({reason}); follow it at GET /api/v1/approvals/"
                         f"{approval.pk} and repeat the call with the same tool_call_id once approved"
                     ),
                 )

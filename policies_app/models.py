@@ -25,6 +25,9 @@ class Approver(models.TextChoices):
 
     OPERATOR = "operator", "Operators (admin, manage.py approvals)"
     TENANT_OWNER = "tenant_owner", "The tenant's owners (tenant UI), and operators"
+    # The person a call is made for confirms it themselves (the confirm page an MCP client links to).
+    # A call made for no one has no such person: operators decide it.
+    SUBJECT = "subject", "The person the call is made for (their own confirmation)"
 
 
 class Revocable(models.Model):
@@ -323,7 +326,11 @@ class ApprovalRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "expires_at"], name="approval_status_expires")]
+        indexes = [
+            models.Index(fields=["status", "expires_at"], name="approval_status_expires"),
+            # An MCP client's repeat of a person's call finds its request by binding (approval_open_for_call).
+            models.Index(fields=["service_account", "subject_id", "args_sha256"], name="approval_call_binding"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "tool_call_id"],

@@ -1,0 +1,213 @@
+"""When a call made for a person needs that person: which page, the sealed state, and the retry.
+
+The runner decides that a call waits (`approval_required`); this module, for
+calls made for a person over MCP only, turns that into a `PersonNeeded` that
+`asking.py` renders per era, and finds the waiting request again when the
+client retries (docs/mcp-elicitation.md):
+- **Pages.** `PAGE_OF_KIND` maps what the person must do to the portal page
+  that does it; a new kind (connecting an account) is one page and one entry.
+- **requestState (2026-07-28)** is sealed with the key ring (AES-GCM), bound in
+  its associated data to the service account, and inside to the person, the
+  tool, a digest of the arguments, the tool_call_id and a short expiry. It is
+  single use (a nonce claimed in the shared cache). A forged, expired,
+  replayed, other-caller or other-call state is refused and nothing runs.
+- **A retry without state** (every 2025-11-25 retry, or a model repeating the
+  call) names no tool_call_id: the request is found by the binding the runner
+  checks anyway (`approval_open_for_call`).
+- **Sessions (2025-11-25).** Only `initialize` says whether the client handles
+  URL elicitation; the server keeps no sessions, so the answer is sealed into
+  the `Mcp-Session-Id` it issues (bound to the service account) and read back
+  from every later request. An id that does not open counts as "not declared".
+
+Nothing here runs for an API-key call made for no one: that path is unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from django.core.cache import cache
+from django.urls import reverse
+
+from policies_app.crypto import CredentialError, KeyRing, open_json, seal_json
+from policies_app.models import ApprovalRequest, Approver
+from policies_app.selectors import (
+    Caller,
+    approval_open_for_call,
+    delegation_for_authz,
+    delegation_for_token,
+    subject_id_of,
+)
+from policies_app.services import APPROVER_WORDS
+from runner.pipeline import args_digest
+
+# What the person must do -> the portal page that does it (item 2(a) adds "connect": one page, one entry).
+CONFIRM: Final = "confirm"
+APPROVAL: Final = "approval"
+PAGE_OF_KIND: Final[Mapping[str, str]] = {CONFIRM: "web:call-confirm", APPROVAL: "web:call-status"}
+
+STATE_TTL_S: Final = 600  # long enough for a person to read a page, short enough that a leaked state is stale
+SESSION_TTL_S: Final = 30 * 24 * 3600  # a client re-initializes at least this often (then it is asked afresh)
+_STATE_VERSION: Final = 1
+_USED_STATE_PREFIX: Final = "mcp-state-used:"
+
+BAD_STATE_MESSAGE: Final = (
+    "the requestState is not valid for this call (altered, expired, already used, or for another call "
+    "or person); nothing ran. Call the tool again without it."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a call is for: the service account and the person (`user:<id>`)."""
+
+    service_account_id: str
+    subject_id: str
+
+
+def call_principal(caller: Caller, subject_token: str | None) -> Principal | None:
+    """The person a call is made for (signed in, or named by a subject token), or None when it is for no one.
+
+    The runner authorizes the delegation itself; this reads the same cached row
+    only to know whose page to send, and a delegation of another caller is no one.
+    """
+    delegation_id = caller.delegation_id if subject_token is None else delegation_for_token(token=subject_token)
+    if not delegation_id:
+        return None
+    row = delegation_for_authz(delegation_id=delegation_id)
+    if row is None or row.service_account_id != caller.service_account_id:
+        return None
+    return Principal(service_account_id=caller.service_account_id, subject_id=subject_id_of(row.user_id))
+
+
+def _encode(blob: bytes) -> str:
+    return base64.urlsafe_b64encode(blob).decode().rstrip("=")
+
+
+def _decode(token: str) -> bytes | None:
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _state_binding(service_account_id: str) -> dict[str, str]:
+    return {"mcp_request_state": service_account_id}
+
+
+def request_state_seal(*, principal: Principal, tool_id: str, args: Any, tool_call_id: str) -> str:
+    """A `requestState` that resumes exactly this call, for this person, once, within STATE_TTL_S."""
+    claims = {
+        "v": _STATE_VERSION,
+        "sub": principal.subject_id,
+        "tool": tool_id,
+        "args": args_digest(args) or "",
+        "call": tool_call_id,
+        "exp": int(time.time()) + STATE_TTL_S,
+        "nonce": secrets.token_urlsafe(16),
+    }
+    sealed = seal_json(claims, binding=_state_binding(principal.service_account_id), ring=KeyRing.from_settings())
+    return _encode(sealed.blob)
+
+
+def request_state_open(token: str, *, principal: Principal, tool_id: str, args: Any) -> str | None:
+    """The tool_call_id an echoed state resumes, or None for anything forged, stale, replayed or misbound.
+
+    The nonce is claimed last, so a state refused for another reason is not
+    spent by the attempt; a state claimed twice (a replay) fails the second time.
+    """
+    blob = _decode(token) if len(token) <= 4096 else None
+    if blob is None:
+        return None
+    try:
+        claims = open_json(blob, binding=_state_binding(principal.service_account_id), ring=KeyRing.from_settings())
+    except (CredentialError, ValueError):
+        return None
+    bound = (
+        claims.get("v") == _STATE_VERSION
+        and claims.get("sub") == principal.subject_id
+        and claims.get("tool") == tool_id
+        and claims.get("args") == (args_digest(args) or "")
+        and isinstance(claims.get("exp"), int)
+        and claims["exp"] > time.time()  # type: ignore[operator]
+        and isinstance(claims.get("call"), str)
+        and isinstance(claims.get("nonce"), str)
+    )
+    if not bound:
+        return None
+    if not cache.add(f"{_USED_STATE_PREFIX}{claims['nonce']}", 1, timeout=STATE_TTL_S + 60):
+        return None  # already used once
+    return str(claims["call"])
+
+
+def waiting_call_id(*, principal: Principal, tool_id: str, args: Any) -> str | None:
+    """The tool_call_id of this person's waiting (or just decided) request for this exact call, if any."""
+    digest = args_digest(args)
+    if digest is None:
+        return None
+    approval = approval_open_for_call(
+        service_account_id=principal.service_account_id,
+        subject_id=principal.subject_id,
+        tool_id=tool_id,
+        args_sha256=digest,
+    )
+    return None if approval is None else approval.tool_call_id
+
+
+def page_kind(approval: ApprovalRequest) -> str:
+    """Which page a request sends its person to: their own confirmation, or the status of others' approval."""
+    return CONFIRM if approval.approver == Approver.SUBJECT else APPROVAL
+
+
+def page_url(*, site_url: str, approval: ApprovalRequest) -> str:
+    """The page's absolute URL: the approval's id and nothing else (the page checks who opens it)."""
+    return site_url.rstrip("/") + reverse(PAGE_OF_KIND[page_kind(approval)], args=[approval.pk])
+
+
+def asking_message(approval: ApprovalRequest, *, waiting: bool) -> str:
+    """What the client shows the person (and a model reads in the text fallback); nothing secret."""
+    if approval.approver == Approver.SUBJECT:
+        if waiting:
+            return f"{approval.tool_id} still waits for your confirmation: open the page, then call it again."
+        return f"Confirm or decline {approval.tool_id} with these exact arguments on the page that opens."
+    who = APPROVER_WORDS.get(approval.approver, "an operator")
+    if waiting:
+        return f"{approval.tool_id} still waits for {who} to approve it; the page shows where it stands."
+    return f"{who.capitalize()} must approve {approval.tool_id}; they have been told. The page shows where it stands."
+
+
+DECLINED_MESSAGE: Final = (
+    "The person declined this call of {tool}; it did not run. Do not repeat it unless they ask again."
+)
+
+
+class SealedSessions:
+    """`Mcp-Session-Id`s that carry what a handshake-era client declared, sealed to one service account."""
+
+    def __init__(self, service_account_id: str) -> None:
+        self._binding = {"mcp_session": service_account_id}
+
+    def issue(self, *, url_elicitation: bool) -> str | None:
+        if not url_elicitation:
+            return None  # nothing to remember: the client gets no session id, as before
+        claims = {"url": True, "exp": int(time.time()) + SESSION_TTL_S}
+        return _encode(seal_json(claims, binding=self._binding, ring=KeyRing.from_settings()).blob)
+
+    def url_elicitation(self, session_id: str | None) -> bool:
+        if not session_id or len(session_id) > 1024:
+            return False
+        blob = _decode(session_id)
+        if blob is None:
+            return False
+        try:
+            claims = open_json(blob, binding=self._binding, ring=KeyRing.from_settings())
+        except (CredentialError, ValueError):
+            return False
+        expiry = claims.get("exp")
+        return claims.get("url") is True and isinstance(expiry, int) and expiry > time.time()
