@@ -30,7 +30,7 @@ from policies_app.services import approval_decide
 from policies_app.services import delegation_create as delegation_make
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.api import enable_tools
-from tools_app.mcp_server import person
+from tools_app import elicitation as person
 from tools_app.models import ToolInvocation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -133,7 +133,8 @@ def call_expecting_elicitation(client: Client) -> Awaitable[Any]:
         with pytest.raises(MCPError) as raised:
             await client.call_tool(TIME, {})
         error = leaf(raised.value)
-        assert isinstance(error, MCPError) and error.error.code == URL_ELICITATION_REQUIRED
+        assert isinstance(error, MCPError)
+        assert error.error.code == URL_ELICITATION_REQUIRED
         return error.error.data
 
     return run()
@@ -174,7 +175,8 @@ def test_a_person_confirms_in_their_browser_and_the_retry_runs_the_call_once(wor
     if mode == "legacy":
         data = mcp(world, mode, call_expecting_elicitation, on_page=lambda url: "accept")
         (elicitation,) = data["elicitations"]
-        assert elicitation["mode"] == "url" and elicitation["elicitationId"] == str(only_approval().pk)
+        assert elicitation["mode"] == "url"
+        assert elicitation["elicitationId"] == str(only_approval().pk)
         assert elicitation["url"] == confirm_url(world, only_approval())
         assert executions() == 0
         person_acts(world, "alice", "confirm")(elicitation["url"])
@@ -195,10 +197,12 @@ def test_a_person_confirms_in_their_browser_and_the_retry_runs_the_call_once(wor
     change = Change.objects.get(action="approval.approved")
     assert (change.actor_kind, change.actor_label) == ("user", "alice")
     row = ToolInvocation.objects.get(tool_id=TIME, executed=True)
-    assert row.tool_call_id == approval.tool_call_id and row.subject_id == f"user:{world['alice'].pk}"
+    assert row.tool_call_id == approval.tool_call_id
+    assert row.subject_id == f"user:{world['alice'].pk}"
     # a repeat of the same call asks again: the confirmation was for one run
     again = mcp(world, mode, call)
-    assert again.is_error is True and "approval_required" in text_of(again)
+    assert again.is_error is True
+    assert "approval_required" in text_of(again)
     assert executions() == 1
 
 
@@ -255,9 +259,11 @@ def test_an_approval_by_an_owner_pending_then_decided(world, mode):
     assert pending.meta["toolgate/page_url"] == status_url
     assert executions() == 0
     page = Browser(world["url"], world["alice"]).open(status_url)
-    assert page.status_code == 200 and "Waiting for a decision" in page.text
+    assert page.status_code == 200
+    assert "Waiting for a decision" in page.text
     owner_page = Browser(world["url"], world["owner"]).open(status_url)
-    assert owner_page.status_code == 200 and f"/approvals/{approval.pk}/" in owner_page.text
+    assert owner_page.status_code == 200
+    assert f"/approvals/{approval.pk}/" in owner_page.text
     assert Browser(world["url"], world["bob"]).open(status_url).status_code == 404
 
     # when an owner approves it, and the model repeats the call
@@ -300,7 +306,8 @@ def test_a_page_opened_by_another_person_is_not_found_and_decides_nothing(world)
     csrf_page = Browser(world["url"], world["bob"])
     assert csrf_page.http.post(url, data={"decision": "confirm"}).status_code in (403, 404)
     anonymous = httpx.get(url)
-    assert anonymous.status_code == 302 and anonymous.headers["location"].startswith("/accounts/login/?next=/calls/")
+    assert anonymous.status_code == 302
+    assert anonymous.headers["location"].startswith("/accounts/login/?next=/calls/")
     approval.refresh_from_db()
     assert approval.status == "pending"
     alice_page = Browser(world["url"], world["alice"]).open(url)
@@ -324,20 +331,24 @@ def _retry_with(state: str) -> Callable[[Client], Awaitable[Any]]:
 def test_a_forged_request_state_runs_nothing(world):
     result = mcp(world, "2026-07-28", _retry_with("forged-state"), on_page=lambda url: "accept")
 
-    assert result.is_error is True and person.BAD_STATE_MESSAGE in text_of(result)
-    assert executions() == 0 and ApprovalRequest.objects.count() == 0
+    assert result.is_error is True
+    assert person.BAD_STATE_MESSAGE in text_of(result)
+    assert executions() == 0
+    assert ApprovalRequest.objects.count() == 0
 
 
 def test_a_replayed_request_state_runs_nothing_more(world):
     first = mcp(world, "2026-07-28", _first_round, on_page=lambda url: "accept")
-    assert first.result_type == "input_required" and first.request_state
+    assert first.result_type == "input_required"
+    assert first.request_state
     person_acts(world, "alice", "confirm")(confirm_url(world, only_approval()))
 
     ran = mcp(world, "2026-07-28", _retry_with(first.request_state), on_page=lambda url: "accept")
     replayed = mcp(world, "2026-07-28", _retry_with(first.request_state), on_page=lambda url: "accept")
 
     assert ran.is_error is False
-    assert replayed.is_error is True and person.BAD_STATE_MESSAGE in text_of(replayed)
+    assert replayed.is_error is True
+    assert person.BAD_STATE_MESSAGE in text_of(replayed)
     assert executions() == 1
 
 
@@ -348,7 +359,8 @@ def test_an_expired_request_state_runs_nothing(world, monkeypatch):
 
     result = mcp(world, "2026-07-28", _retry_with(first.request_state), on_page=lambda url: "accept")
 
-    assert result.is_error is True and person.BAD_STATE_MESSAGE in text_of(result)
+    assert result.is_error is True
+    assert person.BAD_STATE_MESSAGE in text_of(result)
     assert executions() == 0
     assert only_approval().status == "approved"  # still usable by the person's own retry
 
@@ -361,6 +373,7 @@ def test_another_persons_request_state_runs_nothing(world):
         world, "2026-07-28", _retry_with(first.request_state), token=world["bob_token"], on_page=lambda url: "accept"
     )
 
-    assert as_bob.is_error is True and person.BAD_STATE_MESSAGE in text_of(as_bob)
+    assert as_bob.is_error is True
+    assert person.BAD_STATE_MESSAGE in text_of(as_bob)
     assert executions() == 0
     assert only_approval().status == "approved"

@@ -1,10 +1,10 @@
 """A call that waits on its person, in MCP's shapes: URL-mode elicitation in both eras, or plain text.
 
-Pure functions and values (no Django): `person.py` decides *that* a person must
-act and *where* (a portal page); this module says how each kind of client is
-told (docs/mcp-elicitation.md):
+Pure functions and values (no Django): tools_app/elicitation.py decides *that*
+a person must act and *where* (a portal page); this module says how each kind
+of client is told (docs/elicitation.md):
 - 2025-11-25 with `elicitation.url` declared at `initialize` (carried by the
-  sealed session id, `person.SealedSessions`): the JSON-RPC error -32042
+  sealed session id, `elicitation.SealedSessions`): the JSON-RPC error -32042
   `URLElicitationRequiredError`, whose `data.elicitations[]` names the page;
 - 2026-07-28 with `elicitation.url` in the request's `_meta` capabilities: an
   `InputRequiredResult` holding one URL-mode `elicitation/create` request and
@@ -16,27 +16,19 @@ told (docs/mcp-elicitation.md):
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, URL_ELICITATION_REQUIRED
 
+from tools_app.elicitation import Asking, PersonNeeded
 from tools_app.mcp_server.wire import APPROVAL_ID_META, ERROR_CODE_META, TOOL_CALL_ID_META
 
 PAGE_URL_META: Final = "toolgate/page_url"
 DECLINED_META: Final = "toolgate/declined"
 # The one input request of an InputRequiredResult (keys are the server's to choose).
 INPUT_REQUEST_KEY: Final = "toolgate_person"
-
-
-class Asking(enum.Enum):
-    """Where the person stands on a call that needs them."""
-
-    ASK = "ask"  # first sight: ask the client to send the person to the page
-    WAITING = "waiting"  # asked before and still undecided: say so and give the page again
-    DECLINED = "declined"  # the person said no: a result the model reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,22 +41,6 @@ class CallEnvelope:
 
 
 PLAIN_CALL: Final = CallEnvelope()
-
-
-@dataclass(frozen=True, slots=True)
-class PersonNeeded:
-    """A call that cannot go on until its person (or an approver) acts on a portal page.
-
-    `message` and `url` carry nothing secret: the URL names an approval id and
-    the page checks who opens it (never pre-authenticated).
-    """
-
-    asking: Asking
-    tool_call_id: str
-    approval_id: str
-    url: str
-    message: str
-    request_state: str | None = None
 
 
 def client_declares_url_elicitation(capabilities: Any) -> bool:

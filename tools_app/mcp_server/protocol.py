@@ -2,8 +2,9 @@
 
 Eras (see the protocol specification, docs/specification/<revision>/ of modelcontextprotocol):
 - handshake (2025-06-18, 2025-11-25): `initialize` negotiates the version, then
-  every request carries `MCP-Protocol-Version`. No session is ever issued, so
-  a stateless server is simply one that never sends `Mcp-Session-Id`. A request
+  every request carries `MCP-Protocol-Version`. No server session exists; the
+  only `Mcp-Session-Id` ever issued is self-contained (`Sessions`: what the
+  client declared at `initialize`, sealed) and any process reads it. A request
   without the header is taken for this era, as the SDK's own server does.
 - modern (2026-07-28): no handshake; every request carries the version and the
   client's capabilities in `params._meta`, and the headers `MCP-Protocol-Version`,
@@ -46,10 +47,10 @@ from mcp_types import (
 
 from runner.types import ToolExecResult, ToolSpec
 from runner.wording import JSON_STRING_HINT, is_json_object_text
+from tools_app.elicitation import PersonNeeded
 from tools_app.mcp_server.asking import (
     PLAIN_CALL,
     CallEnvelope,
-    PersonNeeded,
     UrlElicitationRequired,
     client_declares_url_elicitation,
     modern_url_elicitation,

@@ -30,7 +30,8 @@ from dataclasses import replace
 from typing import Any
 
 from runner.types import ErrorCode, FieldError, ToolEffect, ToolExecResult, ToolSpec
-from tools_app.mcp_server.asking import PLAIN_CALL, CallEnvelope, PersonNeeded
+from tools_app.elicitation import PersonNeeded
+from tools_app.mcp_server.asking import PLAIN_CALL, CallEnvelope
 from tools_app.mcp_server.views import CallerBackend
 from tools_app.mcp_server.wire import META_PREFIX, tool_entry
 from tools_app.search import SEARCH_TOOL, unknown_tool_refusal

@@ -46,24 +46,21 @@ from policies_app.authentication import (
 )
 from policies_app.errors import AppError
 from policies_app.outages import OUTAGE_ERRORS
-from policies_app.selectors import Caller, approval_by_id, approval_declined_by_person
+from policies_app.selectors import Caller
 from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
 from runner.types import ErrorCode, FieldError, ToolExecResult, ToolSpec
 from tools_app.api.serializers import ExecInputSerializer
 from tools_app.api.views import ToolRuntime
-from tools_app.mcp_server.asking import PLAIN_CALL, Asking, CallEnvelope, PersonNeeded
-from tools_app.mcp_server.person import (
+from tools_app.elicitation import (
     BAD_STATE_MESSAGE,
-    DECLINED_MESSAGE,
-    Principal,
+    PersonNeeded,
     SealedSessions,
-    asking_message,
     call_principal,
-    page_url,
+    person_needed,
     request_state_open,
-    request_state_seal,
     waiting_call_id,
 )
+from tools_app.mcp_server.asking import PLAIN_CALL, CallEnvelope
 from tools_app.mcp_server.protocol import (
     SESSION_HEADER,
     Backend,
@@ -330,56 +327,20 @@ class CallerBackend:
             tool_scope=self.tool_scope,
         )
         if principal is not None and not result.ok:
-            needed = self._person_needed(result, principal, arguments, envelope, resumed=resumed)
+            needed = person_needed(
+                result,
+                principal=principal,
+                tenant_id=self._caller.tenant_id,
+                arguments=arguments,
+                resumed=resumed,
+                seal_state=envelope.modern and envelope.url_elicitation,
+                site_url=self._site_url,
+            )
             if needed is not None:
                 return needed
         if not result.ok and result.error_code in HIDDEN_REFUSALS and not self._in_own_catalog(name):
             return None
         return result
-
-    def _person_needed(
-        self,
-        result: ToolExecResult,
-        principal: Principal,
-        arguments: dict[str, Any],
-        envelope: CallEnvelope,
-        *,
-        resumed: bool,
-    ) -> PersonNeeded | None:
-        """A refusal that the person can act on (a pending request, their own "no"), as what to tell them."""
-        if result.error_code is ErrorCode.APPROVAL_REQUIRED and result.approval_id is not None:
-            approval = approval_by_id(approval_id=result.approval_id)
-        elif result.error_code is ErrorCode.POLICY_DENIED and resumed:
-            approval = approval_declined_by_person(
-                tenant_id=self._caller.tenant_id, tool_call_id=result.tool_call_id, subject_id=principal.subject_id
-            )
-            if approval is None:  # denied by others, expired, or misbound: the runner's refusal says which
-                return None
-            return PersonNeeded(
-                asking=Asking.DECLINED,
-                tool_call_id=result.tool_call_id,
-                approval_id=str(approval.pk),
-                url=page_url(site_url=self._site_url, approval=approval),
-                message=DECLINED_MESSAGE.format(tool=approval.tool_id),
-            )
-        else:
-            return None
-        if approval is None:
-            return None
-        asking = Asking.WAITING if resumed else Asking.ASK
-        state = None
-        if asking is Asking.ASK and envelope.modern and envelope.url_elicitation:
-            state = request_state_seal(
-                principal=principal, tool_id=approval.tool_id, args=arguments, tool_call_id=result.tool_call_id
-            )
-        return PersonNeeded(
-            asking=asking,
-            tool_call_id=result.tool_call_id,
-            approval_id=str(approval.pk),
-            url=page_url(site_url=self._site_url, approval=approval),
-            message=asking_message(approval, waiting=resumed),
-            request_state=state,
-        )
 
     def _in_own_catalog(self, name: str) -> bool:
         """Whether the caller's own catalog (its policy and toolset, no person's delegation) lists `name`."""

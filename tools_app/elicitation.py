@@ -1,9 +1,11 @@
 """When a call made for a person needs that person: which page, the sealed state, and the retry.
 
 The runner decides that a call waits (`approval_required`); this module, for
-calls made for a person over MCP only, turns that into a `PersonNeeded` that
-`asking.py` renders per era, and finds the waiting request again when the
-client retries (docs/mcp-elicitation.md):
+calls made for a person over MCP, turns that into a `PersonNeeded` that the MCP
+interface renders per era (tools_app/mcp_server/asking.py), and finds the
+waiting request again when the client retries (docs/elicitation.md). It is the
+MCP interface's one door to approvals, sealing and pages, as `tool_exec` is
+its door to the runner:
 - **Pages.** `PAGE_OF_KIND` maps what the person must do to the portal page
   that does it; a new kind (connecting an account) is one page and one entry.
 - **requestState (2026-07-28)** is sealed with the key ring (AES-GCM), bound in
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import secrets
 import time
 from collections.abc import Mapping
@@ -39,6 +42,8 @@ from policies_app.crypto import CredentialError, KeyRing, open_json, seal_json
 from policies_app.models import ApprovalRequest, Approver
 from policies_app.selectors import (
     Caller,
+    approval_by_id,
+    approval_declined_by_person,
     approval_open_for_call,
     delegation_for_authz,
     delegation_for_token,
@@ -46,6 +51,7 @@ from policies_app.selectors import (
 )
 from policies_app.services import APPROVER_WORDS
 from runner.pipeline import args_digest
+from runner.types import ErrorCode, ToolExecResult
 
 # What the person must do -> the portal page that does it (item 2(a) adds "connect": one page, one entry).
 CONFIRM: Final = "confirm"
@@ -61,6 +67,30 @@ BAD_STATE_MESSAGE: Final = (
     "the requestState is not valid for this call (altered, expired, already used, or for another call "
     "or person); nothing ran. Call the tool again without it."
 )
+
+
+class Asking(enum.Enum):
+    """Where the person stands on a call that needs them."""
+
+    ASK = "ask"  # first sight: ask the client to send the person to the page
+    WAITING = "waiting"  # asked before and still undecided: say so and give the page again
+    DECLINED = "declined"  # the person said no: a result the model reads
+
+
+@dataclass(frozen=True, slots=True)
+class PersonNeeded:
+    """A call that cannot go on until its person (or an approver) acts on a portal page.
+
+    `message` and `url` carry nothing secret: the URL names an approval id and
+    the page checks who opens it (never pre-authenticated).
+    """
+
+    asking: Asking
+    tool_call_id: str
+    approval_id: str
+    url: str
+    message: str
+    request_state: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,3 +241,53 @@ class SealedSessions:
             return False
         expiry = claims.get("exp")
         return claims.get("url") is True and isinstance(expiry, int) and expiry > time.time()
+
+
+def person_needed(
+    result: ToolExecResult,
+    *,
+    principal: Principal,
+    tenant_id: int,
+    arguments: Any,
+    resumed: bool,
+    seal_state: bool,
+    site_url: str,
+) -> PersonNeeded | None:
+    """A refusal the person can act on (a pending request, their own "no"), as what to tell them; else None.
+
+    `resumed`: this call resumed a request (sealed state, or found by binding),
+    so a pending one is said to wait rather than asked again. `seal_state`: the
+    client will echo a requestState (2026-07-28 with URL elicitation).
+    """
+    if result.error_code is ErrorCode.POLICY_DENIED and resumed:
+        declined = approval_declined_by_person(
+            tenant_id=tenant_id, tool_call_id=result.tool_call_id, subject_id=principal.subject_id
+        )
+        if declined is None:  # denied by others, expired, or misbound: the runner's refusal says which
+            return None
+        return PersonNeeded(
+            asking=Asking.DECLINED,
+            tool_call_id=result.tool_call_id,
+            approval_id=str(declined.pk),
+            url=page_url(site_url=site_url, approval=declined),
+            message=DECLINED_MESSAGE.format(tool=declined.tool_id),
+        )
+    if result.error_code is not ErrorCode.APPROVAL_REQUIRED or result.approval_id is None:
+        return None
+    approval = approval_by_id(approval_id=result.approval_id)
+    if approval is None:
+        return None
+    asking = Asking.WAITING if resumed else Asking.ASK
+    state = None
+    if asking is Asking.ASK and seal_state:
+        state = request_state_seal(
+            principal=principal, tool_id=approval.tool_id, args=arguments, tool_call_id=result.tool_call_id
+        )
+    return PersonNeeded(
+        asking=asking,
+        tool_call_id=result.tool_call_id,
+        approval_id=str(approval.pk),
+        url=page_url(site_url=site_url, approval=approval),
+        message=asking_message(approval, waiting=resumed),
+        request_state=state,
+    )
