@@ -11,13 +11,11 @@ decided.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
 import pytest
-from django.test import Client as DjangoClient
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -25,11 +23,14 @@ from mcp_types import URL_ELICITATION_REQUIRED, ElicitResult
 
 from changes_app.models import Change
 from policies_app.governance import governance_bump
-from policies_app.models import ApprovalRequest, Approver
+from policies_app.models import ApprovalRequest, Approver, ToolPolicy
 from policies_app.services import approval_decide
 from policies_app.services import delegation_create as delegation_make
+from tests.connections_app.test_signin_sdk import MemoryStorage, PlainBrowser, provider
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.api import enable_tools
+from tests.support.portal import Browser
+from tests.support.signin import signin_tenant
 from tools_app import elicitation as person
 from tools_app.models import ToolInvocation
 
@@ -38,25 +39,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TIME = "core__get_current_time"
 SDK_MODES = ("legacy", "2026-07-28")
 T = TypeVar("T")
-
-
-class Browser:
-    """A person's browser on the portal: their own session cookie, the page's CSRF token on each form."""
-
-    def __init__(self, base_url: str, user: Any) -> None:
-        django = DjangoClient()
-        django.force_login(user)
-        self.http = httpx.Client(base_url=base_url, cookies={"sessionid": django.cookies["sessionid"].value})
-
-    def open(self, url: str) -> httpx.Response:
-        return self.http.get(url)
-
-    def press(self, url: str, decision: str) -> httpx.Response:
-        page = self.http.get(url)
-        assert page.status_code == 200, page.text
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        assert token is not None, "the form carries a CSRF token"
-        return self.http.post(url, data={"csrfmiddlewaretoken": token.group(1), "decision": decision})
 
 
 @pytest.fixture
@@ -377,3 +359,45 @@ def test_another_persons_request_state_runs_nothing(world):
     assert person.BAD_STATE_MESSAGE in text_of(as_bob)
     assert executions() == 0
     assert only_approval().status == "approved"
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_signed_in_person_confirms_a_call_their_client_makes(live_server, mode):
+    """The SDK's OAuthClientProvider signs ada in (no API key, no subject token); she confirms in her browser."""
+    tenant, ada, _account, _key = signin_tenant()
+    ToolPolicy.objects.filter(tenant=tenant).update(require_approval_for_tools=[TIME], approver=Approver.SUBJECT)
+    governance_bump()
+    signin = PlainBrowser("ada")
+    portal = Browser(live_server.url, ada)
+    pages: list[str] = []
+
+    def confirm(url: str) -> str:
+        pages.append(url)
+        assert portal.press(url, "confirm").status_code == 302
+        return "accept"
+
+    async def elicited(context: Any, params: Any) -> ElicitResult:
+        return ElicitResult(action=confirm(params.url))
+
+    async def run() -> Any:
+        http = create_mcp_http_client(auth=provider(live_server.url, signin, MemoryStorage()))
+        async with Client(
+            streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode=mode, elicitation_callback=elicited
+        ) as client:
+            if mode == "legacy":
+                with pytest.raises(MCPError) as raised:
+                    await client.call_tool(TIME, {"timezone": "UTC"})
+                error = leaf(raised.value)
+                assert isinstance(error, MCPError)
+                assert error.error.code == URL_ELICITATION_REQUIRED
+                confirm(error.error.data["elicitations"][0]["url"])
+            return await client.call_tool(TIME, {"timezone": "UTC"})
+
+    result = asyncio.run(run())
+
+    assert result.is_error is False, text_of(result)
+    approval = only_approval()
+    assert pages == [f"{live_server.url}/calls/{approval.pk}/confirm/"]
+    assert (approval.status, approval.decided_by, approval.subject_id) == ("consumed", ada, f"user:{ada.pk}")
+    assert executions() == 1
+    assert ToolInvocation.objects.get(executed=True).subject_id == f"user:{ada.pk}"
