@@ -159,13 +159,14 @@ def request_state_open(token: str, *, principal: Principal, tool_id: str, args: 
         claims = open_json(blob, binding=_state_binding(principal.service_account_id), ring=KeyRing.from_settings())
     except (CredentialError, ValueError):
         return None
+    expiry = claims.get("exp")
     bound = (
         claims.get("v") == _STATE_VERSION
         and claims.get("sub") == principal.subject_id
         and claims.get("tool") == tool_id
         and claims.get("args") == (args_digest(args) or "")
-        and isinstance(claims.get("exp"), int)
-        and claims["exp"] > time.time()  # type: ignore[operator]
+        and isinstance(expiry, int)
+        and expiry > time.time()
         and isinstance(claims.get("call"), str)
         and isinstance(claims.get("nonce"), str)
     )

@@ -78,11 +78,11 @@ def call_status(request: HttpRequest, approval_id: UUID) -> HttpResponse:
     """Where a call that others approve stands, for its person; an owner who may decide it gets a link."""
     approval = approval_for_person(approval_id=approval_id, user_id=request.user.pk)
     may_decide = False
-    if approval is None:
+    if approval is None:  # not the person's call: an owner who may decide it sees it too, nobody else
         approval = approval_by_id(approval_id=str(approval_id))
-        may_decide = approval is not None and tenant_owner_may_decide(approval=approval, user_id=request.user.pk)
-        if not may_decide:
+        if approval is None or not tenant_owner_may_decide(approval=approval, user_id=request.user.pk):
             raise Http404("no such call")
+        may_decide = True
     elif approval.approver == Approver.SUBJECT:
         return redirect("web:call-confirm", approval_id=approval.pk)
     return render(
@@ -93,6 +93,6 @@ def call_status(request: HttpRequest, approval_id: UUID) -> HttpResponse:
             "status": approval.status_at(timezone.now()),
             "who": APPROVER_WORDS.get(approval.approver, "an operator"),
             "may_decide": may_decide,
-            "pending": ApprovalRequest.Status.PENDING.value,
+            "pending": ApprovalRequest.Status.PENDING,
         },
     )

@@ -91,7 +91,7 @@ class SearchModeBackend:
             return self._call(arguments, meta, envelope)
         return None  # everything else is unknown here: JSON-RPC -32602
 
-    def _search(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+    def _search(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | PersonNeeded | None:
         """The search tool's own call (None: refused as a tool outside the catalog is), its matches shown in full."""
         result = self._search_backend.run_tool(SEARCH_TOOL, arguments, meta)
         if not isinstance(result, ToolExecResult) or not result.ok:
