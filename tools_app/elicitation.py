@@ -33,6 +33,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from django.core.cache import cache
@@ -253,12 +254,15 @@ def person_needed(
     resumed: bool,
     seal_state: bool,
     site_url: str,
+    call_began: datetime,
 ) -> PersonNeeded | None:
     """A refusal the person can act on (a pending request, their own "no"), as what to tell them; else None.
 
-    `resumed`: this call resumed a request (sealed state, or found by binding),
-    so a pending one is said to wait rather than asked again. `seal_state`: the
-    client will echo a requestState (2026-07-28 with URL elicitation).
+    `resumed`: this call resumed a request (sealed state, or found by binding);
+    a request opened before `call_began` (a repeated `toolgate/tool_call_id`)
+    counts as resumed too. A pending one is then said to wait rather than asked
+    again, so a client's retries never turn into rounds of the same question.
+    `seal_state`: the client will echo a requestState (2026-07-28 with URL elicitation).
     """
     if result.error_code is ErrorCode.POLICY_DENIED and resumed:
         declined = approval_declined_by_person(
@@ -278,6 +282,7 @@ def person_needed(
     approval = approval_by_id(approval_id=result.approval_id)
     if approval is None:
         return None
+    resumed = resumed or approval.created_at < call_began
     asking = Asking.WAITING if resumed else Asking.ASK
     state = None
     if asking is Asking.ASK and seal_state:

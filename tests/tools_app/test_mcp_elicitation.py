@@ -401,3 +401,35 @@ def test_a_signed_in_person_confirms_a_call_their_client_makes(live_server, mode
     assert (approval.status, approval.decided_by, approval.subject_id) == ("consumed", ada, f"user:{ada.pk}")
     assert executions() == 1
     assert ToolInvocation.objects.get(executed=True).subject_id == f"user:{ada.pk}"
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_client_that_repeats_its_tool_call_id_is_asked_once_then_told_it_waits(world, mode):
+    asked: list[str] = []
+
+    def nobody_acts(url: str) -> str:
+        asked.append(url)
+        return "accept"
+
+    async def twice(client: Client) -> Any:
+        meta = {"toolgate/tool_call_id": f"desk-{mode}"}
+        if mode == "legacy":
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool(TIME, {}, meta=meta)
+            error = leaf(raised.value)
+            assert isinstance(error, MCPError)
+            assert error.error.code == URL_ELICITATION_REQUIRED
+        return await client.call_tool(TIME, {}, meta=meta)
+
+    result = mcp(world, mode, twice, on_page=nobody_acts)
+
+    approval = only_approval()
+    assert approval.tool_call_id == f"desk-{mode}"
+    assert asked == ([] if mode == "legacy" else [confirm_url(world, approval)])  # one question, no rounds of it
+    assert result.is_error is True
+    assert text_of(result).startswith(f"approval_required: {TIME} still waits for your confirmation")
+    assert executions() == 0
+    person_acts(world, "alice", "confirm")(confirm_url(world, approval))
+    done = mcp(world, mode, lambda client: client.call_tool(TIME, {}, meta={"toolgate/tool_call_id": f"desk-{mode}"}))
+    assert done.is_error is False
+    assert executions() == 1

@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -308,6 +309,7 @@ class CallerBackend:
         if self._caller.delegation_id is not None or subject_token is not None:
             principal = call_principal(self._caller, subject_token)
         resumed = False
+        call_began = datetime.now(UTC)
         if principal is not None and request.tool_call_id is None:
             if envelope.request_state is not None:
                 resumed_id = request_state_open(
@@ -335,6 +337,7 @@ class CallerBackend:
                 resumed=resumed,
                 seal_state=envelope.modern and envelope.url_elicitation,
                 site_url=self._site_url,
+                call_began=call_began,
             )
             if needed is not None:
                 return needed
