@@ -13,9 +13,16 @@ from policies_app.fairness import fairness_check
 from policies_app.governance import governance_cache
 from policies_app.models import Approver
 from policies_app.outages import OUTAGE_ERRORS, outage_guard
-from policies_app.rules import confirmation_approver, rules_for_caller
+from policies_app.rules import rules_for_caller
 from policies_app.selectors import EffectivePolicy, delegation_for_authz, policy_effective_for, subject_id_of
-from policies_app.services import ApprovalOutcome, ApprovalTerms, approval_check, approval_used
+from policies_app.services import (
+    APPROVER_WORDS,
+    ApprovalOutcome,
+    ApprovalTerms,
+    approval_check,
+    approval_used,
+    approver_for_call,
+)
 from runner.ports import CallRules, DelegationView, Lease, PolicyDecision, RateLimited
 from runner.rules import RuleAction, RuleMatch
 from runner.types import Budgets, Decision, ToolInvocationContext, ToolSpec
@@ -85,7 +92,7 @@ class DatabaseApprovalDesk:
                 "and this call is made for no one; call it on a person's behalf (a subject token)",
             )
         reason = f"rule {rule.name}: {rule.message}" if rule.message else f"rule {rule.name}"
-        approver = confirmation_approver() if confirmation else policy.approver
+        approver = Approver.SUBJECT if confirmation else policy.approver
         return self._ask(
             ctx, spec, args_sha256=args_sha256, args=args, policy=policy, reason=reason[:200], approver=approver
         )
@@ -115,7 +122,12 @@ class DatabaseApprovalDesk:
                 effect=spec.effect,
                 consequence_level=spec.consequence_level,
                 required_because=reason,
-                approver=approver or policy.approver,
+                approver=approver
+                or approver_for_call(
+                    policy_approver=policy.approver,
+                    requires_confirmation=spec.requires_confirmation,
+                    subject_id=ctx.subject_id,
+                ),
                 ttl_s=policy.approval_ttl_s,
             ),
             seal_args=None
@@ -127,15 +139,13 @@ class DatabaseApprovalDesk:
             case ApprovalOutcome.ALLOW:
                 return PolicyDecision(Decision.ALLOW, budgets=policy.budgets, approval_id=str(approval.pk))
             case ApprovalOutcome.PENDING:
-                who = {
-                    Approver.OPERATOR: "an operator",
-                    Approver.SUBJECT: "the person this call is for (or an operator)",
-                }.get(approval.approver, "an owner of your tenant or an operator")
+                who = APPROVER_WORDS.get(approval.approver, "an operator")
+                verb = "confirm" if approval.approver == Approver.SUBJECT else "approve"
                 return PolicyDecision(
                     Decision.REQUIRE_APPROVAL,
                     approval_id=str(approval.pk),
                     safe_message=(
-                        f"{who} must approve this call ({reason}); follow it at GET /api/v1/approvals/"
+                        f"{who} must {verb} this call ({reason}); follow it at GET /api/v1/approvals/"
                         f"{approval.pk} and repeat the call with the same tool_call_id once approved"
                     ),
                 )

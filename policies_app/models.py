@@ -25,15 +25,9 @@ class Approver(models.TextChoices):
 
     OPERATOR = "operator", "Operators (admin, manage.py approvals)"
     TENANT_OWNER = "tenant_owner", "The tenant's owners (tenant UI), and operators"
-    # A confirmation an argument rule asks for (policies_app/rules.py `confirmation_approver`).
-    SUBJECT = "subject", "The person the call is for, and operators"
-
-
-# Who a policy may name as its approvers: a confirmation by the person is asked by argument rules, not policies.
-POLICY_APPROVER_CHOICES = [
-    (Approver.OPERATOR.value, Approver.OPERATOR.label),
-    (Approver.TENANT_OWNER.value, Approver.TENANT_OWNER.label),
-]
+    # The person a call is made for confirms it themselves (the confirm page an MCP client links to).
+    # A call made for no one has no such person: operators decide it.
+    SUBJECT = "subject", "The person the call is made for (their own confirmation)"
 
 
 class Revocable(models.Model):
@@ -227,7 +221,7 @@ class ToolPolicy(models.Model):
         max_length=8, choices=CONSEQUENCE_CHOICES, blank=True, help_text="Blank: consequence levels ask for nothing."
     )
     require_approval_for_tools = models.JSONField(default=list, blank=True)
-    approver = models.CharField(max_length=16, choices=POLICY_APPROVER_CHOICES, default=Approver.OPERATOR)
+    approver = models.CharField(max_length=16, choices=Approver.choices, default=Approver.OPERATOR)
     approval_ttl_s = models.PositiveIntegerField(
         default=DEFAULT_APPROVAL_TTL_S,
         validators=[MinValueValidator(MIN_APPROVAL_TTL_S), MaxValueValidator(MAX_APPROVAL_TTL_S)],
@@ -332,7 +326,11 @@ class ApprovalRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "expires_at"], name="approval_status_expires")]
+        indexes = [
+            models.Index(fields=["status", "expires_at"], name="approval_status_expires"),
+            # An MCP client's repeat of a person's call finds its request by binding (approval_open_for_call).
+            models.Index(fields=["service_account", "subject_id", "args_sha256"], name="approval_call_binding"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "tool_call_id"],

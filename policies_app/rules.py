@@ -23,7 +23,6 @@ from policies_app.catalog import tool_ids_known, tool_server_prefixes
 from policies_app.cel import ConditionInvalid, activation, condition_compile, condition_evaluate
 from policies_app.governance import governance_cache
 from policies_app.models import (
-    Approver,
     ArgumentRule,
     ResultGuard,
     ScopedRule,
@@ -57,15 +56,6 @@ BUILTIN_DETECTORS: dict[str, tuple[str, str]] = {
         r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
     ),
 }
-
-
-def confirmation_approver() -> str:
-    """Who decides a confirmation a rule asks for: the person the call is for (operators can always decide).
-
-    One place, so the person-in-the-loop work (its own approver kind and pages)
-    changes this line only.
-    """
-    return Approver.SUBJECT
 
 
 def _re2_options() -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -269,6 +269,68 @@ def approval_for_tenant(*, tenant_id: int, approval_id: object, visible: Q | Non
     if visible is not None:
         rows = rows.filter(visible)
     return rows.first()
+
+
+# How long a person's "no" answers the same call repeated without a tool_call_id (then it asks afresh).
+DECLINE_REMEMBERED = timedelta(minutes=10)
+
+
+def approval_open_for_call(
+    *, service_account_id: str, subject_id: str, tool_id: str, args_sha256: str
+) -> ApprovalRequest | None:
+    """The request an MCP client's repeat of a person's call stands on, when the repeat names no tool_call_id.
+
+    A 2025-11-25 client retries after a URL elicitation with the same request,
+    and a model repeats a call with the same arguments; neither carries the id
+    the runner generated. The binding the runner checks anyway (caller, person,
+    tool, args) finds it: open and unexpired, consumed-not-yet (approved), or
+    declined recently (so the retry learns of the "no" instead of asking again).
+    """
+    now = timezone.now()
+    rows = ApprovalRequest.objects.filter(
+        service_account_id=service_account_id, subject_id=subject_id, tool_id=tool_id, args_sha256=args_sha256
+    )
+    return (
+        rows.filter(
+            Q(status__in=[ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED], expires_at__gt=now)
+            | Q(status=ApprovalRequest.Status.DENIED, decided_at__gt=now - DECLINE_REMEMBERED)
+        )
+        .order_by("-created_at")
+        .first()
+    )
+
+
+def approval_by_id(*, approval_id: str) -> ApprovalRequest | None:
+    """The request the runner just named (its id came from the runner, not from a client)."""
+    pk = uuid_or_none(approval_id)
+    return None if pk is None else ApprovalRequest.objects.filter(pk=pk).first()
+
+
+def approval_declined_by_person(*, tenant_id: int, tool_call_id: str, subject_id: str) -> ApprovalRequest | None:
+    """The request of this call that its own person declined (the confirm page's "Decline"), if it is one."""
+    return (
+        ApprovalRequest.objects.filter(
+            tenant_id=tenant_id,
+            tool_call_id=tool_call_id,
+            subject_id=subject_id,
+            status=ApprovalRequest.Status.DENIED,
+            approver=Approver.SUBJECT,
+        )
+        .order_by("-created_at")
+        .first()
+    )
+
+
+def approval_for_person(*, approval_id: object, user_id: int) -> ApprovalRequest | None:
+    """A request of a call made for this person (any tenant); anyone else's, or a malformed id, is None."""
+    pk = uuid_or_none(approval_id)
+    if pk is None:
+        return None
+    return (
+        ApprovalRequest.objects.filter(pk=pk, subject_id=subject_id_of(user_id))
+        .select_related("service_account", "tenant", "decided_by")
+        .first()
+    )
 
 
 def tenant_owner_may_decide(*, approval: ApprovalRequest, user_id: int | None) -> bool:

@@ -33,6 +33,7 @@ from policies_app.keys import consent_code_generate, key_digest, key_generate, p
 from policies_app.metrics import APPROVALS_REQUESTED
 from policies_app.models import (
     ApprovalRequest,
+    Approver,
     ArgumentRule,
     ConsentCode,
     Delegation,
@@ -45,7 +46,7 @@ from policies_app.models import (
     ToolPolicy,
 )
 from policies_app.rules import guard_problems, rule_problems
-from policies_app.selectors import tenant_owner_may_decide
+from policies_app.selectors import subject_id_of, tenant_owner_may_decide
 from policies_app.signals import row_changed
 from runner.types import ConsequenceLevel, FieldError, ToolEffect
 
@@ -266,6 +267,30 @@ class ApprovalTerms:
     required_because: str
     approver: str
     ttl_s: int
+
+
+# How a refusal names who must act on a pending request (the text a caller or a model reads).
+APPROVER_WORDS: dict[str, str] = {
+    Approver.OPERATOR: "an operator",
+    Approver.TENANT_OWNER: "an owner of your tenant or an operator",
+    Approver.SUBJECT: "the person this call is made for",
+}
+
+
+def approver_for_call(*, policy_approver: str, requires_confirmation: bool, subject_id: str | None) -> str:
+    """Who decides a call that needs a person: the call's own person when there is one and the rule is theirs.
+
+    A `requires_confirmation` tool asks for confirmation of the call; when the
+    call is made for a person, that person is the one who can confirm what
+    they asked for. A policy naming `subject` as approver means the same. A
+    call made for no one has no person to ask: operators decide it (and a
+    `subject` policy without a person falls back to them too).
+    """
+    if subject_id and (requires_confirmation or policy_approver == Approver.SUBJECT):
+        return Approver.SUBJECT
+    if policy_approver == Approver.SUBJECT:
+        return Approver.OPERATOR
+    return policy_approver
 
 
 # Seals the call's args for the approver, given the new request's id and tenant: (blob or None, size in bytes).
@@ -491,6 +516,20 @@ def approval_decide_as_tenant_owner(
         raise AppError(
             "only an owner of this tenant may decide this request, and only when its policy says so", code=FORBIDDEN
         )
+    return approval_decide(approval=approval, approve=approve, decided_by=user, reason=reason)
+
+
+def approval_decide_as_subject(*, approval: ApprovalRequest, user: AbstractBaseUser, approve: bool) -> bool:
+    """The person's own confirmation (or refusal) of a call made for them; else a `forbidden` AppError.
+
+    Only the request's own person decides it, and only when it asks for their
+    confirmation (approver `subject`): the spec's URL-elicitation rule that the
+    one who completes the page is the one the request was for. The decision is
+    recorded under their name like any other. False when no longer pending.
+    """
+    if approval.approver != Approver.SUBJECT or approval.subject_id != subject_id_of(user.pk):
+        raise AppError("only the person this call is made for may confirm it", code=FORBIDDEN)
+    reason = "" if approve else "the person declined"
     return approval_decide(approval=approval, approve=approve, decided_by=user, reason=reason)
 
 

@@ -26,7 +26,6 @@ from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
     MAX_APPROVAL_TTL_S,
     MIN_APPROVAL_TTL_S,
-    POLICY_APPROVER_CHOICES,
     Approver,
     ServiceAccount,
     Tenant,
@@ -69,7 +68,7 @@ TOOL_KEYS = frozenset({"enabled", "schema_hash", *TOOL_METADATA_KEYS, "version"}
 SCHEMA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 VALID_EFFECTS = frozenset(effect.value for effect in ToolEffect)
 VALID_LEVELS = tuple(level.value for level in ConsequenceLevel)
-POLICY_APPROVERS = tuple(value for value, _label in POLICY_APPROVER_CHOICES)
+POLICY_APPROVERS = tuple(Approver.values)
 MAX_BUDGET = 2_147_483_647  # PositiveIntegerField's bound on every supported database
 MAX_NAME_LENGTH = ToolPolicy._meta.get_field("name").max_length
 

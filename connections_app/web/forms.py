@@ -284,3 +284,9 @@ class RedirectUrisForm(UIForm):
 
     def clean_redirect_uris(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["redirect_uris"].splitlines() if line.strip()]
+
+
+class CallConfirmForm(UIForm):
+    """The person's own answer to a call made for them: the Confirm or Decline button they pressed."""
+
+    decision = forms.ChoiceField(choices=[("confirm", "Confirm"), ("decline", "Decline")])

@@ -3,7 +3,7 @@
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from connections_app.web import delegations, oauth, toolsets, views
+from connections_app.web import calls, delegations, oauth, toolsets, views
 
 app_name = "web"
 
@@ -45,6 +45,9 @@ urlpatterns = [
     path("approvals/", views.approvals, name="approval-list"),
     path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
     path("approvals/webhook/", views.webhook, name="webhook"),
+    # Where an MCP client sends a person whose call needs them (tools_app/mcp_server/person.py PAGE_OF_KIND).
+    path("calls/<uuid:approval_id>/", calls.call_status, name="call-status"),
+    path("calls/<uuid:approval_id>/confirm/", calls.call_confirm, name="call-confirm"),
     path("toolsets/", toolsets.toolsets, name="toolset-list"),
     path("toolsets/new/", toolsets.toolset_edit, name="toolset-new"),
     path("toolsets/<int:toolset_id>/", toolsets.toolset_edit, name="toolset-edit"),

@@ -414,6 +414,16 @@ MCP_ALLOWED_NAMES = frozenset(
         "tools_app.toolsets.toolset_scope",
         "tools_app.toolsets.UNKNOWN_TOOLSET",
         "tools_app.search.unknown_tool_refusal",
+        # a call made for a person that needs them (URL elicitation): one service module is the door to
+        # approvals, sealed state and pages, as tool_exec is to the runner
+        "tools_app.elicitation.BAD_STATE_MESSAGE",
+        "tools_app.elicitation.Asking",
+        "tools_app.elicitation.PersonNeeded",
+        "tools_app.elicitation.SealedSessions",
+        "tools_app.elicitation.call_principal",
+        "tools_app.elicitation.person_needed",
+        "tools_app.elicitation.request_state_open",
+        "tools_app.elicitation.waiting_call_id",
         "tools_app.search.SEARCH_TOOL",
     }
 )

@@ -582,7 +582,7 @@ def test_import_sets_the_approval_keys_and_an_export_gives_them_back(catalog):
             "require_approval_for_tools names unknown tool id 'nope__tool'",
         ),
         ({"require_approval_for_tools": "core__wait"}, "require_approval_for_tools must be a list of strings"),
-        ({"approver": "anyone"}, "approver must be one of operator, tenant_owner"),
+        ({"approver": "anyone"}, "approver must be one of operator, tenant_owner, subject"),
         ({"approval_ttl_s": 10}, "approval_ttl_s must be whole seconds from 60 to 604800"),
         ({"approval_ttl_s": "3600"}, "approval_ttl_s must be whole seconds from 60 to 604800"),
     ],

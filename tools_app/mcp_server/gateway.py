@@ -46,10 +46,15 @@ class McpGatewayView(McpView):
             if scope is None:
                 raise exceptions.NotFound(UNKNOWN_TOOLSET)
         subject_token = request_subject_token(request)
+        site_url = request.build_absolute_uri("/")
 
         def backend(tool_scope: frozenset[str] | None) -> CallerBackend:
             return CallerBackend(
-                runtime=self.runtime(), caller=caller, subject_token=subject_token, tool_scope=tool_scope
+                runtime=self.runtime(),
+                caller=caller,
+                subject_token=subject_token,
+                tool_scope=tool_scope,
+                site_url=site_url,
             )
 
         inner = backend(scope)

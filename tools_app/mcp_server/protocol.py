@@ -2,8 +2,9 @@
 
 Eras (see the protocol specification, docs/specification/<revision>/ of modelcontextprotocol):
 - handshake (2025-06-18, 2025-11-25): `initialize` negotiates the version, then
-  every request carries `MCP-Protocol-Version`. No session is ever issued, so
-  a stateless server is simply one that never sends `Mcp-Session-Id`. A request
+  every request carries `MCP-Protocol-Version`. No server session exists; the
+  only `Mcp-Session-Id` ever issued is self-contained (`Sessions`: what the
+  client declared at `initialize`, sealed) and any process reads it. A request
   without the header is taken for this era, as the SDK's own server does.
 - modern (2026-07-28): no handshake; every request carries the version and the
   client's capabilities in `params._meta`, and the headers `MCP-Protocol-Version`,
@@ -46,6 +47,15 @@ from mcp_types import (
 
 from runner.types import ToolExecResult, ToolSpec
 from runner.wording import JSON_STRING_HINT, is_json_object_text
+from tools_app.elicitation import PersonNeeded
+from tools_app.mcp_server.asking import (
+    PLAIN_CALL,
+    CallEnvelope,
+    UrlElicitationRequired,
+    client_declares_url_elicitation,
+    modern_url_elicitation,
+    person_needed_answer,
+)
 from tools_app.mcp_server.wire import (
     CALL_META_FIELDS,
     META_PREFIX,
@@ -68,6 +78,8 @@ INSTRUCTIONS: Final = (
 PAGE_SIZE = 100  # tools per tools/list page
 MAX_ID_LENGTH: Final = 256  # a JSON-RPC id is echoed back: bound what we echo
 
+SESSION_HEADER: Final = "mcp-session-id"
+
 OK: Final = 200
 ACCEPTED: Final = 202
 BAD_REQUEST: Final = 400
@@ -89,8 +101,29 @@ class Backend(Protocol):
         """The caller's catalog, exactly as `GET /api/v1/tools` derives it (`meta`: the list's toolgate/ keys)."""
         ...
 
-    def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
-        """Run one call through the runner; None when `name` is not in the caller's catalog."""
+    def run_tool(
+        self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any], envelope: CallEnvelope = PLAIN_CALL
+    ) -> ToolExecResult | PersonNeeded | None:
+        """Run one call through the runner; None when `name` is not in the caller's catalog.
+
+        `PersonNeeded` when the call waits on its person (a confirmation, an approval).
+        """
+        ...
+
+
+class Sessions(Protocol):
+    """Self-contained session ids: what a handshake-era client declared at `initialize`, sealed.
+
+    The server keeps no sessions, yet only `initialize` carries the client's
+    capabilities in 2025-11-25; the id hands them back on every later request.
+    """
+
+    def issue(self, *, url_elicitation: bool) -> str | None:
+        """The `Mcp-Session-Id` for a client that declared this (None: no id needed)."""
+        ...
+
+    def url_elicitation(self, session_id: str | None) -> bool:
+        """Whether the id is one of ours, for this caller, saying the client declared URL elicitation."""
         ...
 
 
@@ -137,10 +170,13 @@ def not_a_request_reply(message: str) -> Reply:
     return error_reply(BAD_REQUEST, INVALID_REQUEST, message)
 
 
-def handle(message: Mapping[str, Any], headers: Mapping[str, str], backend: Backend) -> Reply:
+def handle(
+    message: Mapping[str, Any], headers: Mapping[str, str], backend: Backend, sessions: Sessions | None = None
+) -> Reply:
     """Answer one JSON-RPC message (already parsed to an object).
 
-    `headers` maps lower-case names to values (at least the MCP routing headers).
+    `headers` maps lower-case names to values (at least the MCP routing headers
+    and `mcp-session-id`); `sessions` seals what a handshake-era client declared.
     """
     envelope_problem = _envelope_problem(message)
     if envelope_problem is not None:
@@ -163,14 +199,32 @@ def handle(message: Mapping[str, Any], headers: Mapping[str, str], backend: Back
             return error_reply(status, verdict.code, verdict.message, request_id=request_id, data=verdict.data)
     elif version_header is not None and version_header not in HANDSHAKE_VERSIONS and method != "initialize":
         return _unsupported(version_header, request_id)
+    if modern:
+        envelope = CallEnvelope(
+            modern=True, url_elicitation=modern_url_elicitation(meta), request_state=_request_state(params)
+        )
+    else:
+        url_elicitation = sessions is not None and sessions.url_elicitation(headers.get(SESSION_HEADER))
+        envelope = CallEnvelope(url_elicitation=url_elicitation)
+    reply_headers: dict[str, str] = {}
     try:
-        result = _dispatch(method, params, backend, modern=modern)
+        result = _dispatch(method, params, backend, envelope)
     except _Refused as refused:
         status = ERROR_CODE_HTTP_STATUS.get(refused.code, OK) if modern else OK
         return error_reply(status, refused.code, refused.message, request_id=request_id, data=refused.data)
+    if method == "initialize" and sessions is not None:
+        session_id = sessions.issue(url_elicitation=client_declares_url_elicitation(params.get("capabilities")))
+        if session_id is not None:
+            reply_headers["Mcp-Session-Id"] = session_id
     if modern:
-        result = {**result, "resultType": "complete"}
-    return Reply(OK, {"jsonrpc": "2.0", "id": request_id, "result": result})
+        result = {"resultType": "complete", **result}  # an InputRequiredResult keeps its own
+    return Reply(OK, {"jsonrpc": "2.0", "id": request_id, "result": result}, reply_headers)
+
+
+def _request_state(params: Mapping[str, Any]) -> str | None:
+    """The echoed `requestState` of a 2026-07-28 retry; anything but a string is no state."""
+    state = params.get("requestState")
+    return state if isinstance(state, str) else None
 
 
 def _envelope_problem(message: Mapping[str, Any]) -> str | None:
@@ -205,13 +259,14 @@ def _unsupported(requested: str, request_id: Any) -> Reply:
     )
 
 
-def _dispatch(method: str, params: Mapping[str, Any], backend: Backend, *, modern: bool) -> dict[str, Any]:
+def _dispatch(method: str, params: Mapping[str, Any], backend: Backend, envelope: CallEnvelope) -> dict[str, Any]:
+    modern = envelope.modern
     if method == "ping":
         return {}
     if method == "tools/list":
         return _list_tools(params, backend, modern=modern)
     if method == "tools/call":
-        return _call_tool(params, backend)
+        return _call_tool(params, backend, envelope)
     if method == "initialize" and not modern:
         return _initialize(params)
     if method == "server/discover" and modern:
@@ -261,7 +316,7 @@ def _list_tools(params: Mapping[str, Any], backend: Backend, *, modern: bool) ->
     return result
 
 
-def _call_tool(params: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
+def _call_tool(params: Mapping[str, Any], backend: Backend, envelope: CallEnvelope) -> dict[str, Any]:
     name = params.get("name")
     if not isinstance(name, str) or not name:
         raise _Refused(INVALID_PARAMS, "name must be a non-empty string")
@@ -278,7 +333,12 @@ def _call_tool(params: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
     if not isinstance(meta, Mapping):
         raise _Refused(INVALID_PARAMS, "_meta must be an object")
     toolgate_meta = {key: value for key, value in meta.items() if key.startswith(META_PREFIX)}
-    result = backend.run_tool(name, arguments, toolgate_meta)
+    result = backend.run_tool(name, arguments, toolgate_meta, envelope)
     if result is None:
         raise _Refused(INVALID_PARAMS, "unknown tool")
+    if isinstance(result, PersonNeeded):
+        try:
+            return person_needed_answer(result, envelope)
+        except UrlElicitationRequired as required:
+            raise _Refused(required.code, required.message, required.data) from None
     return call_result(result)

@@ -30,6 +30,8 @@ from dataclasses import replace
 from typing import Any
 
 from runner.types import ErrorCode, FieldError, ToolEffect, ToolExecResult, ToolSpec
+from tools_app.elicitation import PersonNeeded
+from tools_app.mcp_server.asking import PLAIN_CALL, CallEnvelope
 from tools_app.mcp_server.views import CallerBackend
 from tools_app.mcp_server.wire import META_PREFIX, tool_entry
 from tools_app.search import SEARCH_TOOL, unknown_tool_refusal
@@ -80,17 +82,19 @@ class SearchModeBackend:
                 specs.append(replace(spec, output_schema=None))
         return specs
 
-    def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+    def run_tool(
+        self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any], envelope: CallEnvelope = PLAIN_CALL
+    ) -> ToolExecResult | PersonNeeded | None:
         if name == SEARCH_TOOL:
             return self._search(arguments, meta)
         if name == CALL_TOOL:
-            return self._call(arguments, meta)
+            return self._call(arguments, meta, envelope)
         return None  # everything else is unknown here: JSON-RPC -32602
 
-    def _search(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+    def _search(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | PersonNeeded | None:
         """The search tool's own call (None: refused as a tool outside the catalog is), its matches shown in full."""
         result = self._search_backend.run_tool(SEARCH_TOOL, arguments, meta)
-        if result is None or not result.ok:
+        if not isinstance(result, ToolExecResult) or not result.ok:
             return result
         # The same caller's catalog on this endpoint: a match is shown only if it is in it (a policy
         # change between the two looks drops it rather than showing more).
@@ -98,7 +102,9 @@ class SearchModeBackend:
         matches = [listed[found["name"]] for found in result.value["tools"] if found["name"] in listed]
         return replace(result, value={"tools": [_found_entry(spec) for spec in matches]}, content=None)
 
-    def _call(self, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+    def _call(
+        self, arguments: dict[str, Any], meta: Mapping[str, Any], envelope: CallEnvelope
+    ) -> ToolExecResult | PersonNeeded | None:
         """A pass-through: the target's own call through the runner (its audit row has the target's id)."""
         errors = _call_errors(arguments)
         tool_call_id = meta.get(f"{META_PREFIX}tool_call_id")
@@ -113,7 +119,8 @@ class SearchModeBackend:
                 errors=tuple(errors),
             )
         tool_id: str = arguments["tool_id"]
-        result = self._inner.run_tool(tool_id, arguments.get("arguments") or {}, meta)
+        # The target's person is asked as for a direct call (its confirmation names the target tool).
+        result = self._inner.run_tool(tool_id, arguments.get("arguments") or {}, meta, envelope)
         if result is not None:
             return result
         # Outside the catalog: the runner has audited the attempt; the answer is an unknown id's.

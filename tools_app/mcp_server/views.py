@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,7 +52,18 @@ from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
 from runner.types import ErrorCode, FieldError, ToolExecResult, ToolSpec
 from tools_app.api.serializers import ExecInputSerializer
 from tools_app.api.views import ToolRuntime
+from tools_app.elicitation import (
+    BAD_STATE_MESSAGE,
+    PersonNeeded,
+    SealedSessions,
+    call_principal,
+    person_needed,
+    request_state_open,
+    waiting_call_id,
+)
+from tools_app.mcp_server.asking import PLAIN_CALL, CallEnvelope
 from tools_app.mcp_server.protocol import (
+    SESSION_HEADER,
     Backend,
     Reply,
     error_reply,
@@ -66,7 +79,9 @@ logger = logging.getLogger(__name__)
 
 ROUTING_HEADERS = (MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER)
 # Where the WSGI/ASGI request keeps each (read from META: no HttpHeaders view built per message).
-ROUTING_META_KEYS = tuple((name, "HTTP_" + name.upper().replace("-", "_")) for name in ROUTING_HEADERS)
+ROUTING_META_KEYS = tuple(
+    (name, "HTTP_" + name.upper().replace("-", "_")) for name in (*ROUTING_HEADERS, SESSION_HEADER)
+)
 # The person a call is made for: their subject token, beside the caller's key (never in `arguments`).
 SUBJECT_META_KEY = f"{META_PREFIX}subject"
 MCP_PATH_OF_FIELD: Mapping[str, str] = {
@@ -213,12 +228,16 @@ class McpView(APIView):
         message = request.data
         meta = request.META
         headers = {name: meta[key] for name, key in ROUTING_META_KEYS if key in meta}
-        return _response(handle(message, headers, self.backend_for(request, **kwargs)))
+        sessions = SealedSessions(request_caller(request).service_account_id)
+        return _response(handle(message, headers, self.backend_for(request, **kwargs), sessions))
 
     def backend_for(self, request: Request, **kwargs: Any) -> Backend:
         """The caller's backend; a subclass narrows it (`/mcp/t/<toolset>`) or swaps it (`?mode=search`)."""
         return CallerBackend(
-            runtime=self.runtime(), caller=request_caller(request), subject_token=request_subject_token(request)
+            runtime=self.runtime(),
+            caller=request_caller(request),
+            subject_token=request_subject_token(request),
+            site_url=request.build_absolute_uri("/"),
         )
 
     def handle_exception(self, exc: Exception) -> Response:
@@ -242,11 +261,13 @@ class CallerBackend:
         caller: Caller,
         subject_token: str | None = None,
         tool_scope: frozenset[str] | None = None,
+        site_url: str = "",
     ) -> None:
         self._runtime = runtime
         self._caller = caller
         self._subject_token = subject_token
         self.tool_scope = tool_scope  # a toolset's ids (`/mcp/t/<name>`): lists and calls see only these
+        self._site_url = site_url  # where the portal's pages are, for a call that waits on its person
 
     def list_tools(self, meta: Mapping[str, Any] | None = None) -> list[ToolSpec]:
         return tool_catalog(
@@ -263,8 +284,14 @@ class CallerBackend:
         subject = meta[SUBJECT_META_KEY]
         return None if subject is None else subject if isinstance(subject, str) else ""
 
-    def run_tool(self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ToolExecResult | None:
+    def run_tool(
+        self, name: str, arguments: dict[str, Any], meta: Mapping[str, Any], envelope: CallEnvelope = PLAIN_CALL
+    ) -> ToolExecResult | PersonNeeded | None:
         """Run the call like `POST /api/v1/tools/exec`; None hides a refused tool outside the catalog.
+
+        A call made for a person that waits on them answers `PersonNeeded`
+        (person.py): its retry, with the sealed requestState or without any id,
+        resumes the same request, so the call runs once when the person acted.
 
         The call goes through the runner even then, so it is audited like any
         refused call; only the answer is the one an unknown tool gets. A tool
@@ -277,13 +304,43 @@ class CallerBackend:
         request = exec_request_of(name, arguments, meta)
         if isinstance(request, ToolExecResult):
             return request
+        subject_token = self._subject(meta)
+        principal = None
+        if self._caller.delegation_id is not None or subject_token is not None:
+            principal = call_principal(self._caller, subject_token)
+        resumed = False
+        call_began = datetime.now(UTC)
+        if principal is not None and request.tool_call_id is None:
+            if envelope.request_state is not None:
+                resumed_id = request_state_open(
+                    envelope.request_state, principal=principal, tool_id=name, args=arguments
+                )
+                if resumed_id is None:
+                    return _bad_state(name)
+            else:
+                resumed_id = waiting_call_id(principal=principal, tool_id=name, args=arguments)
+            if resumed_id is not None:
+                request, resumed = replace(request, tool_call_id=resumed_id), True
         result = tool_exec(
             runner=self._runtime.runner,
             caller=self._caller,
             request=request,
-            subject_token=self._subject(meta),
+            subject_token=subject_token,
             tool_scope=self.tool_scope,
         )
+        if principal is not None and not result.ok:
+            needed = person_needed(
+                result,
+                principal=principal,
+                tenant_id=self._caller.tenant_id,
+                arguments=arguments,
+                resumed=resumed,
+                seal_state=envelope.modern and envelope.url_elicitation,
+                site_url=self._site_url,
+                call_began=call_began,
+            )
+            if needed is not None:
+                return needed
         if not result.ok and result.error_code in HIDDEN_REFUSALS and not self._in_own_catalog(name):
             return None
         return result
@@ -294,6 +351,18 @@ class CallerBackend:
             source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
         )
         return any(spec.name == name for spec in own_catalog)
+
+
+def _bad_state(name: str) -> ToolExecResult:
+    """A forged, stale, replayed or misbound requestState: refused before the runner, so nothing runs."""
+    return ToolExecResult(
+        tool_call_id="",
+        tool_id=name,
+        ok=False,
+        error_code=ErrorCode.VALIDATION,
+        safe_message=BAD_STATE_MESSAGE,
+        errors=(FieldError(path="requestState", message="not valid for this call"),),
+    )
 
 
 def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any]) -> ExecRequest | ToolExecResult:

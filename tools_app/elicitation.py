@@ -1,0 +1,299 @@
+"""When a call made for a person needs that person: which page, the sealed state, and the retry.
+
+The runner decides that a call waits (`approval_required`); this module, for
+calls made for a person over MCP, turns that into a `PersonNeeded` that the MCP
+interface renders per era (tools_app/mcp_server/asking.py), and finds the
+waiting request again when the client retries (docs/elicitation.md). It is the
+MCP interface's one door to approvals, sealing and pages, as `tool_exec` is
+its door to the runner:
+- **Pages.** `PAGE_OF_KIND` maps what the person must do to the portal page
+  that does it; a new kind (connecting an account) is one page and one entry.
+- **requestState (2026-07-28)** is sealed with the key ring (AES-GCM), bound in
+  its associated data to the service account, and inside to the person, the
+  tool, a digest of the arguments, the tool_call_id and a short expiry. It is
+  single use (a nonce claimed in the shared cache). A forged, expired,
+  replayed, other-caller or other-call state is refused and nothing runs.
+- **A retry without state** (every 2025-11-25 retry, or a model repeating the
+  call) names no tool_call_id: the request is found by the binding the runner
+  checks anyway (`approval_open_for_call`).
+- **Sessions (2025-11-25).** Only `initialize` says whether the client handles
+  URL elicitation; the server keeps no sessions, so the answer is sealed into
+  the `Mcp-Session-Id` it issues (bound to the service account) and read back
+  from every later request. An id that does not open counts as "not declared".
+
+Nothing here runs for an API-key call made for no one: that path is unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from django.core.cache import cache
+from django.urls import reverse
+
+from policies_app.crypto import CredentialError, KeyRing, open_json, seal_json
+from policies_app.models import ApprovalRequest, Approver
+from policies_app.selectors import (
+    Caller,
+    approval_by_id,
+    approval_declined_by_person,
+    approval_open_for_call,
+    delegation_for_authz,
+    delegation_for_token,
+    subject_id_of,
+)
+from policies_app.services import APPROVER_WORDS
+from runner.pipeline import args_digest
+from runner.types import ErrorCode, ToolExecResult
+
+# What the person must do -> the portal page that does it (item 2(a) adds "connect": one page, one entry).
+CONFIRM: Final = "confirm"
+APPROVAL: Final = "approval"
+PAGE_OF_KIND: Final[Mapping[str, str]] = {CONFIRM: "web:call-confirm", APPROVAL: "web:call-status"}
+
+STATE_TTL_S: Final = 600  # long enough for a person to read a page, short enough that a leaked state is stale
+SESSION_TTL_S: Final = 30 * 24 * 3600  # a client re-initializes at least this often (then it is asked afresh)
+_STATE_VERSION: Final = 1
+_USED_STATE_PREFIX: Final = "mcp-state-used:"
+
+BAD_STATE_MESSAGE: Final = (
+    "the requestState is not valid for this call (altered, expired, already used, or for another call "
+    "or person); nothing ran. Call the tool again without it."
+)
+
+
+class Asking(enum.Enum):
+    """Where the person stands on a call that needs them."""
+
+    ASK = "ask"  # first sight: ask the client to send the person to the page
+    WAITING = "waiting"  # asked before and still undecided: say so and give the page again
+    DECLINED = "declined"  # the person said no: a result the model reads
+
+
+@dataclass(frozen=True, slots=True)
+class PersonNeeded:
+    """A call that cannot go on until its person (or an approver) acts on a portal page.
+
+    `message` and `url` carry nothing secret: the URL names an approval id and
+    the page checks who opens it (never pre-authenticated).
+    """
+
+    asking: Asking
+    tool_call_id: str
+    approval_id: str
+    url: str
+    message: str
+    request_state: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a call is for: the service account and the person (`user:<id>`)."""
+
+    service_account_id: str
+    subject_id: str
+
+
+def call_principal(caller: Caller, subject_token: str | None) -> Principal | None:
+    """The person a call is made for (signed in, or named by a subject token), or None when it is for no one.
+
+    The runner authorizes the delegation itself; this reads the same cached row
+    only to know whose page to send, and a delegation of another caller is no one.
+    """
+    delegation_id = caller.delegation_id if subject_token is None else delegation_for_token(token=subject_token)
+    if not delegation_id:
+        return None
+    row = delegation_for_authz(delegation_id=delegation_id)
+    if row is None or row.service_account_id != caller.service_account_id:
+        return None
+    return Principal(service_account_id=caller.service_account_id, subject_id=subject_id_of(row.user_id))
+
+
+def _encode(blob: bytes) -> str:
+    return base64.urlsafe_b64encode(blob).decode().rstrip("=")
+
+
+def _decode(token: str) -> bytes | None:
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _state_binding(service_account_id: str) -> dict[str, str]:
+    return {"mcp_request_state": service_account_id}
+
+
+def request_state_seal(*, principal: Principal, tool_id: str, args: Any, tool_call_id: str) -> str:
+    """A `requestState` that resumes exactly this call, for this person, once, within STATE_TTL_S."""
+    claims = {
+        "v": _STATE_VERSION,
+        "sub": principal.subject_id,
+        "tool": tool_id,
+        "args": args_digest(args) or "",
+        "call": tool_call_id,
+        "exp": int(time.time()) + STATE_TTL_S,
+        "nonce": secrets.token_urlsafe(16),
+    }
+    sealed = seal_json(claims, binding=_state_binding(principal.service_account_id), ring=KeyRing.from_settings())
+    return _encode(sealed.blob)
+
+
+def request_state_open(token: str, *, principal: Principal, tool_id: str, args: Any) -> str | None:
+    """The tool_call_id an echoed state resumes, or None for anything forged, stale, replayed or misbound.
+
+    The nonce is claimed last, so a state refused for another reason is not
+    spent by the attempt; a state claimed twice (a replay) fails the second time.
+    """
+    blob = _decode(token) if len(token) <= 4096 else None
+    if blob is None:
+        return None
+    try:
+        claims = open_json(blob, binding=_state_binding(principal.service_account_id), ring=KeyRing.from_settings())
+    except (CredentialError, ValueError):
+        return None
+    expiry = claims.get("exp")
+    bound = (
+        claims.get("v") == _STATE_VERSION
+        and claims.get("sub") == principal.subject_id
+        and claims.get("tool") == tool_id
+        and claims.get("args") == (args_digest(args) or "")
+        and isinstance(expiry, int)
+        and expiry > time.time()
+        and isinstance(claims.get("call"), str)
+        and isinstance(claims.get("nonce"), str)
+    )
+    if not bound:
+        return None
+    if not cache.add(f"{_USED_STATE_PREFIX}{claims['nonce']}", 1, timeout=STATE_TTL_S + 60):
+        return None  # already used once
+    return str(claims["call"])
+
+
+def waiting_call_id(*, principal: Principal, tool_id: str, args: Any) -> str | None:
+    """The tool_call_id of this person's waiting (or just decided) request for this exact call, if any."""
+    digest = args_digest(args)
+    if digest is None:
+        return None
+    approval = approval_open_for_call(
+        service_account_id=principal.service_account_id,
+        subject_id=principal.subject_id,
+        tool_id=tool_id,
+        args_sha256=digest,
+    )
+    return None if approval is None else approval.tool_call_id
+
+
+def page_kind(approval: ApprovalRequest) -> str:
+    """Which page a request sends its person to: their own confirmation, or the status of others' approval."""
+    return CONFIRM if approval.approver == Approver.SUBJECT else APPROVAL
+
+
+def page_url(*, site_url: str, approval: ApprovalRequest) -> str:
+    """The page's absolute URL: the approval's id and nothing else (the page checks who opens it)."""
+    return site_url.rstrip("/") + reverse(PAGE_OF_KIND[page_kind(approval)], args=[approval.pk])
+
+
+def asking_message(approval: ApprovalRequest, *, waiting: bool) -> str:
+    """What the client shows the person (and a model reads in the text fallback); nothing secret."""
+    if approval.approver == Approver.SUBJECT:
+        if waiting:
+            return f"{approval.tool_id} still waits for your confirmation: open the page, then call it again."
+        return f"Confirm or decline {approval.tool_id} with these exact arguments on the page that opens."
+    who = APPROVER_WORDS.get(approval.approver, "an operator")
+    if waiting:
+        return f"{approval.tool_id} still waits for {who} to approve it; the page shows where it stands."
+    return f"{who.capitalize()} must approve {approval.tool_id}; they have been told. The page shows where it stands."
+
+
+DECLINED_MESSAGE: Final = (
+    "The person declined this call of {tool}; it did not run. Do not repeat it unless they ask again."
+)
+
+
+class SealedSessions:
+    """`Mcp-Session-Id`s that carry what a handshake-era client declared, sealed to one service account."""
+
+    def __init__(self, service_account_id: str) -> None:
+        self._binding = {"mcp_session": service_account_id}
+
+    def issue(self, *, url_elicitation: bool) -> str | None:
+        if not url_elicitation:
+            return None  # nothing to remember: the client gets no session id, as before
+        claims = {"url": True, "exp": int(time.time()) + SESSION_TTL_S}
+        return _encode(seal_json(claims, binding=self._binding, ring=KeyRing.from_settings()).blob)
+
+    def url_elicitation(self, session_id: str | None) -> bool:
+        if not session_id or len(session_id) > 1024:
+            return False
+        blob = _decode(session_id)
+        if blob is None:
+            return False
+        try:
+            claims = open_json(blob, binding=self._binding, ring=KeyRing.from_settings())
+        except (CredentialError, ValueError):
+            return False
+        expiry = claims.get("exp")
+        return claims.get("url") is True and isinstance(expiry, int) and expiry > time.time()
+
+
+def person_needed(
+    result: ToolExecResult,
+    *,
+    principal: Principal,
+    tenant_id: int,
+    arguments: Any,
+    resumed: bool,
+    seal_state: bool,
+    site_url: str,
+    call_began: datetime,
+) -> PersonNeeded | None:
+    """A refusal the person can act on (a pending request, their own "no"), as what to tell them; else None.
+
+    `resumed`: this call resumed a request (sealed state, or found by binding);
+    a request opened before `call_began` (a repeated `toolgate/tool_call_id`)
+    counts as resumed too. A pending one is then said to wait rather than asked
+    again, so a client's retries never turn into rounds of the same question.
+    `seal_state`: the client will echo a requestState (2026-07-28 with URL elicitation).
+    """
+    if result.error_code is ErrorCode.POLICY_DENIED and resumed:
+        declined = approval_declined_by_person(
+            tenant_id=tenant_id, tool_call_id=result.tool_call_id, subject_id=principal.subject_id
+        )
+        if declined is None:  # denied by others, expired, or misbound: the runner's refusal says which
+            return None
+        return PersonNeeded(
+            asking=Asking.DECLINED,
+            tool_call_id=result.tool_call_id,
+            approval_id=str(declined.pk),
+            url=page_url(site_url=site_url, approval=declined),
+            message=DECLINED_MESSAGE.format(tool=declined.tool_id),
+        )
+    if result.error_code is not ErrorCode.APPROVAL_REQUIRED or result.approval_id is None:
+        return None
+    approval = approval_by_id(approval_id=result.approval_id)
+    if approval is None:
+        return None
+    resumed = resumed or approval.created_at < call_began
+    asking = Asking.WAITING if resumed else Asking.ASK
+    state = None
+    if asking is Asking.ASK and seal_state:
+        state = request_state_seal(
+            principal=principal, tool_id=approval.tool_id, args=arguments, tool_call_id=result.tool_call_id
+        )
+    return PersonNeeded(
+        asking=asking,
+        tool_call_id=result.tool_call_id,
+        approval_id=str(approval.pk),
+        url=page_url(site_url=site_url, approval=approval),
+        message=asking_message(approval, waiting=resumed),
+        request_state=state,
+    )
