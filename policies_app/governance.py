@@ -112,10 +112,10 @@ def _governance_state() -> tuple[int, int, bool]:
     for pk, generation, has_rules in rows:
         counts[pk] = generation
         any_rules = any_rules or bool(has_rules)
-    if not counts:  # no counter row yet (a fresh database): ask the rule tables themselves
-        any_rules = (
-            ArgumentRule.objects.filter(is_active=True).exists() or ResultGuard.objects.filter(is_active=True).exists()
-        )
+    if not counts:
+        # No counter row yet (a fresh or flushed database): the EXISTS had no row to ride on. Assume rules;
+        # the rule cache loads them once for this generation, and the first write of one creates the rows.
+        any_rules = True
     return counts.get(GENERATION_PK, 0), counts.get(ROW_CHANGES_PK, 0), any_rules
 
 
