@@ -47,6 +47,7 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "user",
         "service_account",
         "tools",
+        "connection_ids",
         "origin",
         "expires_at",
         "token_issued_at",

@@ -188,4 +188,5 @@ class DatabaseDelegationStore:
             expires_at=row.expires_at,
             revoked=row.revoked,
             subject_is_member=row.user_is_member,
+            connection_ids=row.connection_ids,
         )

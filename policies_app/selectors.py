@@ -330,6 +330,7 @@ class DelegationRow:
     expires_at: datetime | None
     revoked: bool
     user_is_member: bool
+    connection_ids: frozenset[str] = frozenset()
 
 
 def delegation_for_authz(*, delegation_id: str) -> DelegationRow | None:
@@ -349,12 +350,21 @@ def _load_delegation_row(pk: UUID) -> DelegationRow | None:
     row = (
         Delegation.objects.filter(pk=pk)
         .annotate(member=Exists(member))
-        .values_list("tenant_id", "service_account_id", "user_id", "tools", "expires_at", "revoked_at", "member")
+        .values_list(
+            "tenant_id",
+            "service_account_id",
+            "user_id",
+            "tools",
+            "expires_at",
+            "revoked_at",
+            "member",
+            "connection_ids",
+        )
         .first()
     )
     if row is None:
         return None
-    tenant_id, service_account_id, user_id, tools, expires_at, revoked_at, is_member = row
+    tenant_id, service_account_id, user_id, tools, expires_at, revoked_at, is_member, connection_ids = row
     return DelegationRow(
         delegation_id=str(pk),
         tenant_id=tenant_id,
@@ -364,6 +374,7 @@ def _load_delegation_row(pk: UUID) -> DelegationRow | None:
         expires_at=expires_at,
         revoked=revoked_at is not None,
         user_is_member=bool(is_member),
+        connection_ids=frozenset(str(connection_id) for connection_id in connection_ids or ()),
     )
 
 

@@ -138,34 +138,19 @@ def resolve_connection(
 ) -> ChosenConnection | GateRefusal | None:
     """For a call on a person's behalf (`consented`: what they declared), the connection and grant it uses.
 
-    - It names neither connection nor grant, or a grant only: `choose_connection`
-      among the caller's grants (that one grant only, when named) and what the
-      person declared, narrowed by the request's own `connection_ids` when it
-      declares some.
-    - It names a connection but no grant: the caller's grant that holds it (the
-      model reading an ambiguous refusal knows connection ids, not grant ids);
-      what is declared stays the request's, as for any call that names one.
-    - Otherwise (both named, or a malformed id) None: `check_connection` decides as for every call.
+    It names no connection (perhaps a grant): `choose_connection` among the
+    caller's usable grants (that one grant only, when named) and what the person
+    declared, narrowed by the request's own `connection_ids` when it declares
+    some. It names one: None, and `check_connection` decides as for every call
+    (what the request declares counts, as it always did).
     """
-    if not spec.requires_connection:
+    if not spec.requires_connection or ctx.connection_id is not None:
         return None
-    if ctx.connection_id is None:
-        declared = consented & frozenset(ctx.declared_connection_ids) if ctx.declared_connection_ids else consented
-        mine = [grant for grant in grants.for_caller(ctx.tenant_id, ctx.actor_id) if _usable(grant, ctx, now)]
-        if ctx.grant_id is not None:
-            mine = [grant for grant in mine if grant.grant_id == ctx.grant_id.lower()]
-        return choose_connection(ctx, spec.provider, declared, mine, pages=pages)
-    if ctx.grant_id is None and is_well_formed_connection_id(ctx.connection_id):
-        named = ctx.connection_id.lower()
-        holding = sorted(
-            grant.grant_id
-            for grant in grants.for_caller(ctx.tenant_id, ctx.actor_id)
-            if _usable(grant, ctx, now) and named in grant.connection_ids
-        )
-        if not holding:
-            return GateRefusal(ErrorCode.POLICY_DENIED, NOT_GRANTED)
-        return ChosenConnection(named, holding[0], ctx.declared_connection_ids, ConnectionChoice.NAMED)
-    return None
+    declared = consented & frozenset(ctx.declared_connection_ids) if ctx.declared_connection_ids else consented
+    mine = [grant for grant in grants.for_caller(ctx.tenant_id, ctx.actor_id) if _usable(grant, ctx, now)]
+    if ctx.grant_id is not None:
+        mine = [grant for grant in mine if grant.grant_id == ctx.grant_id.lower()]
+    return choose_connection(ctx, spec.provider, declared, mine, pages=pages)
 
 
 def choose_connection(
@@ -213,13 +198,16 @@ def choose_connection(
     if len(personal) == 1:
         (mine,) = personal
         return ChosenConnection(mine, candidates[mine], tuple(sorted(declared)), ConnectionChoice.PERSONAL_FIRST)
-    listed = ", ".join(sorted(candidates)[:LISTED_CANDIDATES])
+    listed = ", ".join(
+        f"{connection_id} (grant {candidates[connection_id]})"
+        for connection_id in sorted(candidates)[:LISTED_CANDIDATES]
+    )
     more = "" if len(candidates) <= LISTED_CANDIDATES else ", ..."
     return GateRefusal(
         ErrorCode.VALIDATION,
-        f"{len(candidates)} {named} connections may be used for this call, so it must name one: "
-        f"`toolgate/connection_id` in the call's _meta (MCP) or connection_id (REST), one of {listed}{more}; "
-        f"or keep only one for this client at {choose}",
+        f"{len(candidates)} {named} connections may be used for this call, so it must name one with its grant: "
+        "`toolgate/connection_id` and `toolgate/grant_id` in the call's _meta (MCP), or connection_id and "
+        f"grant_id (REST), among {listed}{more}; or keep only one for this client at {choose}",
         "connection_id",
         provider=provider,
     )

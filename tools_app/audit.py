@@ -73,6 +73,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "duration_ms": record.duration_ms,
         "lease_expires_at": None,
         "authz_reason": record.authz_reason or "",
+        "connection_choice": record.connection_choice.value if record.connection_choice else "",
     }
     if record.audit_ref is not None:
         if _claim_finished(ctx, record.audit_ref, fields):
@@ -236,6 +237,7 @@ EXPORT_FIELDS = (
     "tool_id",
     "connection_id",
     "grant_id",
+    "connection_choice",
     "subject_id",
     "authz_reason",
     "state",

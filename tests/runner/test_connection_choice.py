@@ -103,7 +103,7 @@ def test_a_connection_held_by_two_grants_uses_the_first_grant_by_id_every_time()
 
 
 def test_the_refusals_say_what_to_do_and_where():
-    grants = [one_grant(*EVERYTHING)]
+    grants = [one_grant(*EVERYTHING, grant_id="grant-0")]
 
     ambiguous = choose_connection(ctx(), "github", frozenset({TENANT_A, TENANT_B}), grants, pages=PAGES)
     missing = choose_connection(ctx(), "github", frozenset(), grants, pages=PAGES)
@@ -111,9 +111,10 @@ def test_the_refusals_say_what_to_do_and_where():
     assert isinstance(ambiguous, GateRefusal)
     assert ambiguous.path == "connection_id"
     assert ambiguous.safe_message == (
-        "2 github connections may be used for this call, so it must name one: `toolgate/connection_id` in the "
-        f"call's _meta (MCP) or connection_id (REST), one of {TENANT_A}, {TENANT_B}; or keep only one for this "
-        f"client at /delegations/{DELEGATION}/connections/"
+        "2 github connections may be used for this call, so it must name one with its grant: "
+        "`toolgate/connection_id` and `toolgate/grant_id` in the call's _meta (MCP), or connection_id and grant_id "
+        f"(REST), among {TENANT_A} (grant grant-0), {TENANT_B} (grant grant-0); or keep only one for this client "
+        f"at /delegations/{DELEGATION}/connections/"
     )
     assert isinstance(missing, GateRefusal)
     assert missing.safe_message == (
@@ -202,24 +203,6 @@ def test_a_named_grant_without_a_connection_chooses_within_that_grant_only():
 
     assert result.ok
     assert h.broker.resolved == [TENANT_B]
-
-
-def test_a_person_naming_a_connection_without_a_grant_gets_the_grant_that_holds_it():
-    h = person_harness(frozenset(), [one_grant(TENANT_A, grant_id="grant-a"), one_grant(TENANT_B, grant_id="grant-b")])
-
-    # (the interfaces declare `[connection_id]` for a call that names one and declares nothing)
-    named = h.exec(
-        "test__connected", delegation_id=DELEGATION, connection_id=TENANT_B, declared_connection_ids=(TENANT_B,)
-    )
-    ungranted = h.exec("test__connected", delegation_id=DELEGATION, connection_id=MINE, declared_connection_ids=(MINE,))
-
-    assert named.ok
-    assert h.broker.resolved == [TENANT_B]
-    assert (h.audit.records[0].context.grant_id, h.audit.records[0].connection_choice) == (
-        "grant-b",
-        ConnectionChoice.NAMED,
-    )
-    assert (ungranted.error_code, h.broker.resolved) == (ErrorCode.POLICY_DENIED, [TENANT_B])
 
 
 def test_a_call_naming_connection_and_grant_is_checked_as_before_and_recorded_as_named():
