@@ -258,6 +258,7 @@ class DelegationAdmin(admin.ModelAdmin):
         "user",
         "service_account",
         "tools",
+        "connection_ids",
         "origin",
         "created_at",
         "token_issued_at",
