@@ -70,6 +70,7 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "user",
         "service_account",
         "tools",
+        "connection_ids",
         "origin",
         "expires_at",
         "token_issued_at",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from django.conf import settings
+from django.urls import reverse
 
 from config.logs import LogContextObserver
 from config.tracing import OtelStageTracer, tracing_provider
@@ -30,6 +31,7 @@ from runner.capabilities import CatalogIndex, HttpCapability
 from runner.contracts import ToolDefinition
 from runner.defaults import LoggingEventSink, SystemClock
 from runner.errors import ContractError
+from runner.grants import ChoicePages
 from runner.observe import instrument
 from runner.pipeline import ToolRunner, default_stages
 from runner.ports import PolicyDecider, ToolSource
@@ -84,6 +86,13 @@ def redirect_guard(url: str) -> None:
     resolve_checked_now(parse_endpoint(url), allow_private=allow_private_networks())
 
 
+def choice_pages() -> ChoicePages:
+    """The portal's pages a person is sent to when no connection can be chosen for their call (paths)."""
+    marker = "00000000-0000-4000-8000-000000000000"
+    choose = reverse("web:delegation-connections", kwargs={"delegation_id": marker}).replace(marker, "{delegation_id}")
+    return ChoicePages(connect=reverse("web:connection-list") + "?provider={provider}", choose=choose)
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """The runner and the ports interfaces need beside it (the catalog asks source and policy)."""
@@ -120,6 +129,7 @@ def build_runtime() -> Runtime:
         authorization=DelegationAuthorization(DatabaseDelegationStore(), clock),
         rules=DatabaseRuleBook(),
         default_max_result_bytes=settings.TOOLGATE_MAX_RESULT_BYTES,
+        pages=choice_pages(),
     )
     # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.
     observers = [

@@ -13,7 +13,7 @@ from django.utils import timezone
 from connections_app.credentials import capability_for
 from connections_app.models import Connection
 from connections_app.refresh import RefreshOutcome, connection_refresh
-from connections_app.selectors import UsableConnection, connection_for_use, grant_for_gate
+from connections_app.selectors import GrantRow, UsableConnection, connection_for_use, grant_for_gate, grants_for_caller
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
 from policies_app.crypto import CredentialError
 from policies_app.governance import governance_cache
@@ -155,17 +155,29 @@ class DatabaseGrantStore:
             ("grant view", grant_id.lower()), lambda: _grant_view(grant_id), remember_missing=False
         )
 
+    @outage_guard
+    def for_caller(self, tenant_id: str, actor_id: str) -> list[GrantView]:
+        return governance_cache.get(
+            ("grant views of", actor_id.lower()),
+            lambda: [_view_of(row, row.grant_id) for row in grants_for_caller(service_account_id=actor_id)],
+        )
+
 
 def _grant_view(grant_id: str) -> GrantView | None:
     grant = grant_for_gate(grant_id=grant_id)
     if grant is None:
         return None
+    return _view_of(grant, grant_id.lower())
+
+
+def _view_of(grant: GrantRow, grant_id: str) -> GrantView:
     return GrantView(
-        grant_id=grant_id.lower(),
+        grant_id=grant_id,
         tenant_id=str(grant.tenant_id),
         actor_id=str(grant.service_account_id),
         connection_ids=grant.connection_ids,
         expires_at=grant.expires_at,
         revoked=grant.revoked_at is not None,
         personal={connection_id: subject_id_of(user_id) for connection_id, user_id in grant.owners.items()},
+        providers=grant.providers,
     )

@@ -10,6 +10,7 @@ from datetime import datetime
 from django.contrib.auth import get_user_model
 from django.db.models import BooleanField, CharField, Count, Exists, ExpressionWrapper, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Cast, Replace
+from django.utils import timezone
 
 from changes_app.models import Change
 from changes_app.selectors import changes_for_tenant
@@ -263,6 +264,9 @@ class GrantRow:
     connection_ids: frozenset[str]
     # Personal connections of the grant: connection id -> owner's user id.
     owners: Mapping[str, int] = field(default_factory=dict)
+    # The provider of each connection that is not revoked (what a call naming no connection chooses among).
+    providers: Mapping[str, str] = field(default_factory=dict)
+    grant_id: str = ""
 
 
 def grant_for_gate(*, grant_id: str) -> GrantRow | None:
@@ -278,19 +282,69 @@ def grant_for_gate(*, grant_id: str) -> GrantRow | None:
     return governance_cache.get(("grant", pk), lambda: _load_grant_row(pk), remember_missing=False)
 
 
+_GRANT_COLUMNS = (
+    "pk",
+    "tenant_id",
+    "service_account_id",
+    "expires_at",
+    "revoked_at",
+    "connections__id",
+    "connections__owner_id",
+    "connections__provider",
+    "connections__revoked_at",
+)
+
+
 def _load_grant_row(grant_id: uuid.UUID) -> GrantRow | None:
     """The grant joined onto its connections (and their owners): one query."""
-    rows = list(
-        ExecutionGrant.objects.filter(pk=grant_id).values_list(
-            "tenant_id", "service_account_id", "expires_at", "revoked_at", "connections__id", "connections__owner_id"
+    rows = _grant_rows(ExecutionGrant.objects.filter(pk=grant_id).values_list(*_GRANT_COLUMNS))
+    return rows[0] if rows else None
+
+
+def _grant_rows(joined: Iterable[tuple]) -> list[GrantRow]:
+    """Grant rows from (grant, connection) pairs, in the order their grants first appear."""
+    by_grant: dict[uuid.UUID, list[tuple]] = {}
+    for row in joined:
+        by_grant.setdefault(row[0], []).append(row)
+    grants = []
+    for pk, rows in by_grant.items():
+        _, tenant_id, service_account_id, expires_at, revoked_at, *_ = rows[0]
+        joined_connections = [row for row in rows if row[5] is not None]
+        grants.append(
+            GrantRow(
+                tenant_id,
+                service_account_id,
+                expires_at,
+                revoked_at,
+                frozenset(str(row[5]) for row in joined_connections),
+                {str(row[5]): row[6] for row in joined_connections if row[6] is not None},
+                {str(row[5]): row[7] for row in joined_connections if row[8] is None},
+                grant_id=str(pk),
+            )
         )
+    return grants
+
+
+def grants_for_caller(*, service_account_id: str) -> list[GrantRow]:
+    """The service account's grants that are not revoked, with their connections: one query, then the cache.
+
+    Read only for a call on a person's behalf that names no connection. Grants
+    and connections are governance rows, so a new grant or a revocation reaches
+    the next call.
+    """
+    pk = uuid_or_none(service_account_id)
+    if pk is None:
+        return []
+    return governance_cache.get(("grants of", pk), lambda: _load_grants_for_caller(pk))
+
+
+def _load_grants_for_caller(service_account_id: uuid.UUID) -> list[GrantRow]:
+    joined = (
+        ExecutionGrant.objects.filter(service_account_id=service_account_id, revoked_at__isnull=True)
+        .order_by("pk")
+        .values_list(*_GRANT_COLUMNS)
     )
-    if not rows:
-        return None
-    tenant_id, service_account_id, expires_at, revoked_at, _, _ = rows[0]
-    connection_ids = frozenset(str(row[4]) for row in rows if row[4] is not None)
-    owners = {str(row[4]): row[5] for row in rows if row[4] is not None and row[5] is not None}
-    return GrantRow(tenant_id, service_account_id, expires_at, revoked_at, connection_ids, owners)
+    return _grant_rows(joined)
 
 
 def grant_list_for_connection(*, tenant_id: int, connection_id: object) -> QuerySet[ExecutionGrant]:
@@ -543,3 +597,28 @@ def _named(names: Mapping[str, Mapping[str, str]], kind: str | None, value: obje
     if isinstance(value, list):
         return [NamedId(text=names[kind].get(str(one), str(one)), id=str(one)) for one in value]
     return NamedId(text=names[kind].get(str(value), str(value)), id=str(value))
+
+
+# --- what a person may declare for a service account ----------------------------------------
+
+
+def connections_declarable(*, tenant_id: int, user_id: int, service_account_id: object) -> list[Connection]:
+    """The connections a person may let this account use for calls that name none, by provider then age.
+
+    The tenant's shared connections and the person's own, not revoked, that a
+    live grant of the account holds: what is not granted could never be used
+    (grant ∩ declared), so the consent and delegation pages offer only these.
+    """
+    pk = uuid_or_none(service_account_id)
+    if pk is None:
+        return []
+    now = timezone.now()
+    granted = ExecutionGrant.objects.filter(
+        service_account_id=pk, revoked_at__isnull=True, connections=OuterRef("pk")
+    ).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    return list(
+        Connection.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
+        .filter(Q(owner__isnull=True) | Q(owner_id=user_id))
+        .filter(Exists(granted))
+        .order_by("provider", "created_at")
+    )

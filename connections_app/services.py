@@ -20,14 +20,15 @@ from django.utils import timezone
 from changes_app.services import ObjectRef, change_record, change_snapshot
 from connections_app.credentials import MANUAL_TYPES, SHAPES, CredentialsInvalid, credentials_validate
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
-from connections_app.selectors import UsableConnection
+from connections_app.selectors import UsableConnection, connections_of_tenant
 from policies_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.key_rotation import RewrapOutcome
-from policies_app.models import ServiceAccount, Tenant, TenantMembership
+from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership
 from policies_app.services import revoke_once
 from policies_app.signals import row_changed
+from policies_app.signin import signin_consent
 from runner import wording
 from tools_app.selectors import tool_providers
 from tools_app.upstream.host.endpoint import host_stop_connection
@@ -428,3 +429,50 @@ def grant_create(
 def grant_revoke(*, grant: ExecutionGrant, revoked_by: AbstractBaseUser | None = None) -> bool:
     """Revoke once; its connections stop being usable by the account on the next call. False if already revoked."""
     return revoke_once(row=grant, action="grant.revoke", revoked_by=revoked_by)
+
+
+# --- what a person declares for a service account (connections chosen for calls that name none) ---------
+
+MAX_DECLARED_CONNECTIONS = 50
+
+
+@transaction.atomic
+def delegation_connections_set(*, delegation: Delegation, connection_ids: Iterable[object]) -> Delegation:
+    """The person's declaration of which of their connections the account may use when a call names none.
+
+    Each must be the delegation's tenant's, not revoked, and the tenant's
+    shared connection or the person's own (never another person's). The write
+    bumps the governance generation (a Delegation save), so the next call
+    chooses from the new set; the change log keeps before and after.
+    """
+    wanted = list(dict.fromkeys(str(raw) for raw in connection_ids))
+    if len(wanted) > MAX_DECLARED_CONNECTIONS:
+        raise AppError(f"at most {MAX_DECLARED_CONNECTIONS} connections", field_errors=[("connection_ids", "too many")])
+    tenant = Tenant.objects.get(pk=delegation.tenant_id)
+    found, missing = connections_of_tenant(tenant=tenant, connection_ids=wanted)
+    unusable = [
+        str(connection.pk)
+        for connection in found
+        if connection.revoked_at is not None or connection.owner_id not in (None, delegation.user_id)
+    ]
+    if missing or unusable:
+        message = "a connection is not one of the tenant's live connections that this person may use"
+        raise AppError(message, field_errors=[("connection_ids", message)])
+    stored = Delegation.objects.select_for_update().get(pk=delegation.pk)
+    if stored.revoked_at is not None:
+        raise AppError("the delegation is revoked")
+    before = change_snapshot(stored)
+    stored.connection_ids = sorted(str(connection.pk) for connection in found)
+    stored.save(update_fields=["connection_ids"])
+    change_record(action="delegation.connections_set", obj=stored, before=before, after=change_snapshot(stored))
+    delegation.connection_ids = stored.connection_ids
+    return delegation
+
+
+@transaction.atomic
+def signin_consent_declaring(
+    *, user: AbstractBaseUser, service_account: ServiceAccount, tools: list[str], connection_ids: Iterable[object]
+) -> Delegation:
+    """The sign-in consent's answer: the person's delegation (reused or made) and the connections it may use."""
+    delegation = signin_consent(user=user, service_account=service_account, tools=tools)
+    return delegation_connections_set(delegation=delegation, connection_ids=connection_ids)

@@ -125,7 +125,7 @@ class DatabaseApprovalDesk:
                 approver=approver
                 or approver_for_call(
                     policy_approver=policy.approver,
-                    requires_confirmation=spec.requires_confirmation,
+                    requires_confirmation=spec.requires_confirmation and policy.policy_approval_reason(spec) is None,
                     subject_id=ctx.subject_id,
                 ),
                 ttl_s=policy.approval_ttl_s,
@@ -233,6 +233,7 @@ class DatabaseDelegationStore:
             expires_at=row.expires_at,
             revoked=row.revoked,
             subject_is_member=row.user_is_member,
+            connection_ids=row.connection_ids,
         )
 
 

@@ -259,6 +259,7 @@ class DelegationAdmin(admin.ModelAdmin):
         "user",
         "service_account",
         "tools",
+        "connection_ids",
         "origin",
         "created_at",
         "token_issued_at",

@@ -64,6 +64,7 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     ErrorCode.AUTHZ_DENIED: 403,
     ErrorCode.UNAVAILABLE_DEPENDENCY: 503,
     ErrorCode.TOOL_ERROR: 200,
+    ErrorCode.CONNECTION_REQUIRED: 409,
     UNAUTHENTICATED: 401,
     FORBIDDEN: 403,
     NOT_FOUND: 404,

@@ -133,7 +133,9 @@ class Delegation(Revocable):
     It yields one subject token at a time (`tgs_<prefix>_<secret>`, shown once,
     stored as prefix + sha256 digest like an API key); issuing a new token
     replaces the old one. `tools` empty means every tool the account's policy
-    allows; otherwise only those. Revoked or expired, the token stops working
+    allows; otherwise only those. `connection_ids` are the person's declaration
+    of which connections the account may use when a call names none (grant ∩
+    declared is still the rule; runner/grants.py chooses). Revoked or expired, the token stops working
     on the next call (a write bumps the governance generation).
     """
 
@@ -146,6 +148,10 @@ class Delegation(Revocable):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations")
     service_account = models.ForeignKey(ServiceAccount, on_delete=models.CASCADE, related_name="delegations")
     tools = models.JSONField(default=list, blank=True)
+    # The person's connections (ids, sorted) this account may use for a call that names none: chosen on
+    # the consent page and editable on the delegations page (connections_app checks each is the tenant's,
+    # and shared or the person's own). Empty: a call must name its connection.
+    connection_ids = models.JSONField(default=list, blank=True)
     origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.PORTAL)
     token_prefix = models.CharField(max_length=16, unique=True, null=True, blank=True, editable=False)
     token_digest = models.CharField(max_length=64, blank=True, editable=False)

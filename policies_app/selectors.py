@@ -73,6 +73,14 @@ class EffectivePolicy:
         """
         if spec.requires_confirmation:
             return "the tool requires confirmation of every call"
+        return self.policy_approval_reason(spec)
+
+    def policy_approval_reason(self, spec: ToolSpec) -> str | None:
+        """The policy's own reason (named tools, effects, a level), the tool's confirmation aside.
+
+        With one, the policy's approvers decide even a tool that asks for confirmation: the person a
+        call is for may confirm what only they are asked about, never stand in for owners or operators.
+        """
         if spec.name in self.approval_tools:
             return f"policy {self.name} requires approval for this tool"
         if spec.effect.value in self.approval_effects:
@@ -392,6 +400,7 @@ class DelegationRow:
     expires_at: datetime | None
     revoked: bool
     user_is_member: bool
+    connection_ids: frozenset[str] = frozenset()
 
 
 def delegation_for_authz(*, delegation_id: str) -> DelegationRow | None:
@@ -411,12 +420,21 @@ def _load_delegation_row(pk: UUID) -> DelegationRow | None:
     row = (
         Delegation.objects.filter(pk=pk)
         .annotate(member=Exists(member))
-        .values_list("tenant_id", "service_account_id", "user_id", "tools", "expires_at", "revoked_at", "member")
+        .values_list(
+            "tenant_id",
+            "service_account_id",
+            "user_id",
+            "tools",
+            "expires_at",
+            "revoked_at",
+            "member",
+            "connection_ids",
+        )
         .first()
     )
     if row is None:
         return None
-    tenant_id, service_account_id, user_id, tools, expires_at, revoked_at, is_member = row
+    tenant_id, service_account_id, user_id, tools, expires_at, revoked_at, is_member, connection_ids = row
     return DelegationRow(
         delegation_id=str(pk),
         tenant_id=tenant_id,
@@ -426,6 +444,7 @@ def _load_delegation_row(pk: UUID) -> DelegationRow | None:
         expires_at=expires_at,
         revoked=revoked_at is not None,
         user_is_member=bool(is_member),
+        connection_ids=frozenset(str(connection_id) for connection_id in connection_ids or ()),
     )
 
 

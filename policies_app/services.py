@@ -281,8 +281,9 @@ def approver_for_call(*, policy_approver: str, requires_confirmation: bool, subj
     """Who decides a call that needs a person: the call's own person when there is one and the rule is theirs.
 
     A `requires_confirmation` tool asks for confirmation of the call; when the
-    call is made for a person, that person is the one who can confirm what
-    they asked for. A policy naming `subject` as approver means the same. A
+    call is made for a person and nothing else in the policy asks (the caller
+    passes `requires_confirmation` only then), that person is the one who can
+    confirm what they asked for. A policy naming `subject` as approver means the same. A
     call made for no one has no person to ask: operators decide it (and a
     `subject` policy without a person falls back to them too).
     """

@@ -62,7 +62,7 @@ def authorize(
             reason=Reason.TOOL_NOT_DELEGATED,
             safe_message=TOOL_NOT_DELEGATED,
         )
-    return AuthzVerdict(allowed=True, subject_id=delegation.subject_id)
+    return AuthzVerdict(allowed=True, subject_id=delegation.subject_id, connection_ids=delegation.connection_ids)
 
 
 def subject_refusal(

@@ -38,6 +38,9 @@ class NoGrants:
     def get(self, grant_id: str) -> GrantView | None:
         return None
 
+    def for_caller(self, tenant_id: str, actor_id: str) -> tuple[GrantView, ...]:
+        return ()
+
 
 class NoConnections:
     def resolve(self, ctx: ToolInvocationContext, spec: ToolSpec) -> AuthCapability:

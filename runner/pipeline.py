@@ -71,7 +71,7 @@ from runner.errors import (
     ToolError,
     ToolFailure,
 )
-from runner.grants import check_connection
+from runner.grants import ChoicePages, ChosenConnection, GateRefusal, check_connection, resolve_connection
 from runner.guardrails import GuardAction, GuardOutcome, guards_for, scan, withheld_message
 from runner.ports import (
     NO_RULES,
@@ -99,6 +99,7 @@ from runner.rules import RuleAction, RuleMatch, activation_for, decide
 from runner.schema import canonical_json
 from runner.types import (
     Budgets,
+    ConnectionChoice,
     ContentBlock,
     Decision,
     ErrorCode,
@@ -153,6 +154,10 @@ class Call:
     rules: CallRules = field(default=NO_RULES, repr=False)
     rule_match: RuleMatch | None = None
     guard_outcome: GuardOutcome | None = None
+    # What the person the call is for declared for its caller (set by the authorization stage from
+    # the delegation); None for a call on nobody's behalf. The connection gate chooses among them.
+    consented_connection_ids: frozenset[str] | None = None
+    connection_choice: ConnectionChoice | None = None
     # (stage name, clock) on entering a stage, (None, clock) on leaving it: runner/observe.py's timing.
     stage_marks: list[tuple[str | None, float]] = field(default_factory=list, repr=False)
 
@@ -263,6 +268,7 @@ class AuditStage:
                 rule_id=call.rule_match.rule_id if call.rule_match is not None else None,
                 rule_action=call.rule_match.action.value if call.rule_match is not None else None,
                 guardrail=call.guard_outcome.audit() if call.guard_outcome is not None else None,
+                connection_choice=call.connection_choice,
             )
         )
         return result
@@ -365,6 +371,7 @@ class AuthorizationStage:
         if verdict.subject_id != call.ctx.subject_id:
             call.ctx = replace(call.ctx, subject_id=verdict.subject_id)
         if verdict.allowed:
+            call.consented_connection_ids = verdict.connection_ids
             return proceed(call)
         call.decision = Decision.DENY
         call.authz_reason = verdict.reason
@@ -373,17 +380,48 @@ class AuthorizationStage:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionGateStage:
-    """(4) grant ∩ declared, before any credential is touched (and before a replay is answered)."""
+    """(4) grant ∩ declared, before any credential is touched (and before a replay is answered).
+
+    A call on a person's behalf that names no connection gets one here, chosen
+    among the caller's grants and what the person declared (runner/grants.py);
+    the chosen connection and grant go into the context, so idempotency, the
+    broker and the audit row see them as if the call had named them, and the
+    usual check then runs on them all the same. The API-key path (no person)
+    reads nothing more than before.
+    """
 
     grants: GrantStore
     clock: Clock
+    pages: ChoicePages = field(default_factory=ChoicePages)
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
-        refusal = check_connection(call.ctx, call.bound.spec, self.grants, now=self.clock.now())
+        spec = call.bound.spec
+        now = self.clock.now()
+        if call.consented_connection_ids is not None:
+            found = resolve_connection(
+                call.ctx, spec, call.consented_connection_ids, self.grants, now=now, pages=self.pages
+            )
+            if isinstance(found, GateRefusal):
+                return _refused_by_gate(call, found)
+            if isinstance(found, ChosenConnection):
+                call.ctx = replace(
+                    call.ctx,
+                    connection_id=found.connection_id,
+                    grant_id=found.grant_id,
+                    declared_connection_ids=found.declared,
+                )
+                call.connection_choice = found.reason
+        if call.connection_choice is None and spec.requires_connection and call.ctx.connection_id:
+            call.connection_choice = ConnectionChoice.NAMED
+        refusal = check_connection(call.ctx, spec, self.grants, now=now)
         if refusal is None:
             return proceed(call)
-        errors = (FieldError(path=refusal.path, message=refusal.safe_message),) if refusal.path else ()
-        return call.fail(refusal.code, refusal.safe_message, errors=errors)
+        return _refused_by_gate(call, refusal)
+
+
+def _refused_by_gate(call: Call, refusal: GateRefusal) -> ToolExecResult:
+    errors = (FieldError(path=refusal.path, message=refusal.safe_message),) if refusal.path else ()
+    return call.fail(refusal.code, refusal.safe_message, errors=errors, connection_provider=refusal.provider)
 
 
 @dataclass(frozen=True, slots=True)
@@ -799,12 +837,14 @@ def default_stages(
     rules: RuleBook | None = None,
     default_max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     loop: BackgroundLoop | None = None,
+    pages: ChoicePages | None = None,
 ) -> list[Stage]:
     """The pipeline's stages in order (docs/architecture.md), wired to the given ports (idempotency when given).
 
     Without an approval desk, approvals are whatever the policy's `decide` answers with the args' hash.
     Without an authorization port, every call carrying a subject token is refused (no delegation is known).
     Without a rule book, no argument rule or result guard stage is built.
+    `pages` are the portal's pages a refused connection choice sends the person to.
     """
     return [
         AuditStage(audit, events, clock),
@@ -813,7 +853,7 @@ def default_stages(
         LookupStage(source, policy),
         PolicyStage(source, policy),
         AuthorizationStage(authorization or DelegationAuthorization(NoDelegations(), clock)),
-        ConnectionGateStage(grants, clock),
+        ConnectionGateStage(grants, clock, pages or ChoicePages()),
         *([IdempotencyStage(idempotency)] if idempotency is not None else []),
         BudgetStage(limiter),
         ValidateInputStage(),

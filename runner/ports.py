@@ -137,10 +137,21 @@ class GrantView:
     revoked: bool = False
     # Personal connections among connection_ids: connection id -> the subject_id of the person it belongs to.
     personal: Mapping[str, str] = field(default_factory=dict)
+    # The provider of each of connection_ids that is not revoked (a revoked one is never chosen for a
+    # call that names no connection; one that is named is refused by the broker as before).
+    providers: Mapping[str, str] = field(default_factory=dict)
 
 
 class GrantStore(Protocol):
     def get(self, grant_id: str) -> GrantView | None: ...
+
+    def for_caller(self, tenant_id: str, actor_id: str) -> Sequence[GrantView]:
+        """The caller's grants that are not revoked (expired ones included: the runner checks the time).
+
+        Read only for a call on a person's behalf that names no connection: the
+        connection is chosen among these grants and what the person declared.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +171,9 @@ class DelegationView:
     expires_at: datetime | None = None
     revoked: bool = False
     subject_is_member: bool = True
+    # The person's connections this service account may use for a call that names none (the person
+    # declared them on the consent page or the delegations page); empty: none.
+    connection_ids: frozenset[str] = frozenset()
 
 
 class DelegationStore(Protocol):
@@ -178,6 +192,9 @@ class AuthzVerdict:
     subject_id: str | None = None
     reason: str | None = None
     safe_message: str | None = None
+    # Allowed on behalf of a person: the connections that person declared for this caller (the
+    # connection gate chooses among them when a call names none). None without a delegation.
+    connection_ids: frozenset[str] | None = None
 
 
 class AuthorizationPort(Protocol):

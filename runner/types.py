@@ -63,6 +63,25 @@ class ErrorCode(enum.StrEnum):
     # The tool ran and answered an error meant for the model (an upstream's `isError` result,
     # a built-in tool's `ToolError`): not a failure of Toolgate's, so it is answered with HTTP 200.
     TOOL_ERROR = "tool_error"
+    # A call on a person's behalf names no connection, its tool needs one, and no connection of the
+    # tool's provider is both granted to the caller and declared by the person: the person must connect
+    # one, or allow one for this caller. The result names the provider (`connection_provider`).
+    CONNECTION_REQUIRED = "connection_required"
+
+
+class ConnectionChoice(enum.StrEnum):
+    """How a call's connection was found; recorded on its audit row.
+
+    NAMED: the call named it (`connection_id`, `toolgate/connection_id`).
+    ONLY_DECLARED: it named none, and exactly one connection of the tool's provider is in
+    grant ∩ declared (declared by the person's delegation).
+    PERSONAL_FIRST: it named none, and of several, the one personal connection of the person
+    came before the tenant's (both declared).
+    """
+
+    NAMED = "named"
+    ONLY_DECLARED = "only_declared"
+    PERSONAL_FIRST = "personal_first"
 
 
 class Decision(enum.StrEnum):
@@ -230,6 +249,9 @@ class ToolExecResult:
     # Whether `value` is the tool's structured content; False when it only wraps `content`
     # (`{"content": [...]}`), so MCP's structuredContent is left out.
     structured: bool = True
+    # With `connection_required` (and an ambiguous choice's `validation`): the provider whose
+    # connection the call needs, so an interface can send the person to connect or choose one.
+    connection_provider: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +287,7 @@ class ToolInvocationRecord:
     rule_action: str | None = None
     # What the result guards found and did (runner/guardrails.py): action, guard ids, counts per kind.
     guardrail: Mapping[str, Any] | None = None
+    connection_choice: ConnectionChoice | None = None  # how the connection in `context` was found, if any
 
     @property
     def duration_ms(self) -> int:

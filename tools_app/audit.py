@@ -76,6 +76,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "rule_id": record.rule_id or "",
         "rule_action": record.rule_action or "",
         "guardrail": dict(record.guardrail) if record.guardrail is not None else None,
+        "connection_choice": record.connection_choice.value if record.connection_choice else "",
     }
     if record.audit_ref is not None:
         if _claim_finished(ctx, record.audit_ref, fields):
@@ -239,6 +240,7 @@ EXPORT_FIELDS = (
     "tool_id",
     "connection_id",
     "grant_id",
+    "connection_choice",
     "subject_id",
     "authz_reason",
     "rule_id",

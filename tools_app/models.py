@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from runner.types import ConsequenceLevel, Decision, ErrorCode, ToolEffect
+from runner.types import ConnectionChoice, ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.toolset_models import Toolset
 from tools_app.upstream.models import McpServer, McpTool
 
@@ -99,6 +99,11 @@ class ToolInvocation(models.Model):
     rule_id = models.CharField(max_length=64, blank=True)
     rule_action = models.CharField(max_length=24, blank=True)
     guardrail = models.JSONField(null=True, blank=True)
+    # How `connection_id` was found: named by the call, or chosen for a person's call that named none
+    # (`only_declared`, `personal_first`; runner.types.ConnectionChoice). Blank: no connection was used.
+    connection_choice = models.CharField(
+        max_length=16, blank=True, choices=[(choice.value, choice.value) for choice in ConnectionChoice]
+    )
     decision = models.CharField(max_length=32, choices=[(d.value, d.value) for d in Decision])
     ok = models.BooleanField(default=False)
     executed = models.BooleanField(default=False)

@@ -29,6 +29,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from connections_app.models import Connection
+from connections_app.selectors import connections_declarable
+from connections_app.services import signin_consent_declaring
 from connections_app.signin.documents import (
     DocumentsBusy,
     DocumentUnavailable,
@@ -44,6 +47,7 @@ from connections_app.signin.server import (
     site_base,
     toolset_resource,
 )
+from connections_app.web.choices import CONNECTION_FIELD, connection_groups
 from policies_app.errors import AppError
 from policies_app.governance import governance_cache
 from policies_app.models import ServiceAccount
@@ -53,7 +57,6 @@ from policies_app.signin import (
     SigninChoice,
     person_is_in_a_tenant,
     signin_choices,
-    signin_consent,
 )
 from runner.types import ConsequenceLevel, ToolEffect
 from tools_app.models import Toolset
@@ -263,13 +266,24 @@ def authorize(request: HttpRequest) -> HttpResponse:
         # All of them: whatever the policy allows; for a toolset, its tools (named, so it never widens).
         tools = [] if picked == asked.allowed and asked.toolset is None else picked
         try:
-            delegation = signin_consent(user=request.user, service_account=asked.chosen, tools=tools)
+            delegation = signin_consent_declaring(
+                user=request.user,
+                service_account=asked.chosen,
+                tools=tools,
+                connection_ids=_picked_connections(request, asked),
+            )
         except AppError as error:
             return _refusal(request, "This sign-in request cannot be answered", error.safe_message)
         consented = Consented(user=request.user, delegation=delegation)
         response = server.create_authorization_response(request, grant_user=consented, grant=grant)
     response["Referrer-Policy"] = "no-referrer"
     return response
+
+
+def _picked_connections(request: HttpRequest, asked: _Asked) -> list[str]:
+    """The ticked connections among those offered (anything else a form sends is ignored)."""
+    offered = {str(connection.pk) for connection in asked.connections}
+    return sorted(set(request.POST.getlist(CONNECTION_FIELD)) & offered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +296,7 @@ class _Asked:
     chosen: ServiceAccount
     allowed: list[str]
     toolset: Toolset | None
+    connections: list[Connection]  # what the person may let `chosen` use when a call names none
 
 
 def _consent_asked(request: HttpRequest, grant: Any) -> _Asked | HttpResponse:
@@ -330,7 +345,17 @@ def _consent_asked(request: HttpRequest, grant: Any) -> _Asked | HttpResponse:
     toolset = None if target.toolset is None else toolset_find(tenant_id=chosen.tenant_id, name=target.toolset)
     if target.toolset is not None and toolset is None:  # deleted since its scope was read
         return _refusal(request, "This sign-in request cannot be answered", "That toolset was just deleted.")
-    return _Asked(grant=grant, choices=choices, chosen=chosen, allowed=_allowed_tools(chosen, target), toolset=toolset)
+    declarable = connections_declarable(
+        tenant_id=chosen.tenant_id, user_id=request.user.pk, service_account_id=chosen.pk
+    )
+    return _Asked(
+        grant=grant,
+        choices=choices,
+        chosen=chosen,
+        allowed=_allowed_tools(chosen, target),
+        toolset=toolset,
+        connections=declarable,
+    )
 
 
 def _load_document_client(request: HttpRequest) -> HttpResponse | None:
@@ -433,6 +458,10 @@ def _consent_page(
         picked = ticked
     else:
         picked = set(request.POST.getlist(TOOL_FIELD)) if request.method == "POST" else set(allowed)
+    if request.method == "POST":
+        connections_picked = set(_picked_connections(request, asked))
+    else:  # offered ticked, like the tools: the person unticks what this client must not use
+        connections_picked = {str(connection.pk) for connection in asked.connections}
     response = render(
         request,
         "tenant/signin_consent.html",
@@ -452,6 +481,8 @@ def _consent_page(
             "account_field": ACCOUNT_FIELD,
             "tool_field": TOOL_FIELD,
             "decision_field": DECISION_FIELD,
+            "connection_field": CONNECTION_FIELD,
+            "connection_groups": connection_groups(asked.connections, connections_picked),
         },
         status=400 if error else 200,
     )

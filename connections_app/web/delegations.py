@@ -32,6 +32,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
+from connections_app.selectors import connections_declarable
+from connections_app.services import delegation_connections_set
+from connections_app.web.choices import CONNECTION_FIELD, connection_groups
 from connections_app.web.forms import DelegationForm, RedirectUrisForm
 from connections_app.web.revoking import RevokeWords, revoke_confirm
 from connections_app.web.tenancy import memberships_of, tenant_member_required
@@ -185,6 +188,46 @@ def delegation_revoke_confirm(request: HttpRequest, delegation_id: UUID) -> Http
             ("Service account", delegation.service_account.name),
             ("Tools", ", ".join(delegation.tools) or "every tool its policy allows"),
         ],
+    )
+
+
+@tenant_member_required
+@require_http_methods(["GET", "POST"])
+def delegation_connections(request: HttpRequest, delegation_id: UUID) -> HttpResponse:
+    """The person picks which of their connections the account may use when a call names none.
+
+    Only the person themselves: it is their consent (an owner revokes a
+    delegation, but does not choose for someone else). Another person's or an
+    unknown delegation is a 404 alike.
+    """
+    delegation = delegation_get(tenant_id=request.tenant.pk, delegation_id=delegation_id, user_id=request.user.pk)
+    if delegation is None or delegation.revoked_at is not None:
+        raise Http404("no such delegation")
+    offered = connections_declarable(
+        tenant_id=request.tenant.pk, user_id=request.user.pk, service_account_id=delegation.service_account_id
+    )
+    offered_ids = {str(connection.pk) for connection in offered}
+    error = ""
+    if request.method == "POST":
+        picked = sorted(set(request.POST.getlist(CONNECTION_FIELD)) & offered_ids)
+        try:
+            delegation_connections_set(delegation=delegation, connection_ids=picked)
+        except AppError as refused:
+            error = refused.safe_message
+        else:
+            messages.success(request, f"Connections of your delegation to “{delegation.service_account.name}” saved.")
+            return redirect("web:delegation-list")
+    return render(
+        request,
+        "tenant/delegation_connections.html",
+        {
+            "section": "delegations",
+            "delegation": delegation,
+            "connection_field": CONNECTION_FIELD,
+            "connection_groups": connection_groups(offered, set(delegation.connection_ids)),
+            "error": error,
+        },
+        status=400 if error else 200,
     )
 
 

@@ -38,6 +38,11 @@ urlpatterns = [
     path("delegations/consent", delegations.consent, name="delegation-consent"),
     path("delegations/<uuid:delegation_id>/revoke/", delegations.delegation_revoke_confirm, name="delegation-revoke"),
     path(
+        "delegations/<uuid:delegation_id>/connections/",
+        delegations.delegation_connections,
+        name="delegation-connections",
+    ),
+    path(
         "delegations/signed-in/<uuid:grant_id>/revoke/",
         delegations.signin_grant_revoke_confirm,
         name="signin-grant-revoke",

@@ -381,7 +381,7 @@ def test_a_warm_exec_with_a_connection_reads_nothing_but_writes_its_audit_row(
 def _statement(sql: str) -> str:
     """`SELECT ... FROM "t" ...` → `SELECT t`: the kind of statement and its table."""
     verb = sql.split(None, 1)[0]
-    while (nested := re.sub(r"\([^()]*\)", "", sql)) != sql:  # subqueries (the generation read's EXISTS) out
-        sql = nested
+    while verb == "SELECT" and (nested := re.sub(r"\([^()]*\)", "", sql)) != sql:  # the EXISTS of the
+        sql = nested  # generation read names a rule table before its own FROM
     table = re.search(r'(?:FROM|INTO|UPDATE) "(\w+)"', sql)
     return f"{verb} {table.group(1) if table else '?'}"

@@ -68,14 +68,14 @@ def test_off_by_default_the_runner_has_no_tracer():
     assert tracing.tracing_provider() is None
     assert tracing.tracing_configure() is None  # this test process sets no OTEL_* variable
     stages = chain_of(runtime().runner)
-    assert len(stages) == 17
+    assert len(stages) == 19
     assert not any(isinstance(stage.inner, TracedStage) for stage in stages)
     runtime.cache_clear()
 
 
 def test_on_every_stage_is_traced(spans):
     stages = chain_of(runtime().runner)
-    assert len(stages) == 17
+    assert len(stages) == 19
     assert all(isinstance(stage.inner, TracedStage) for stage in stages)
 
 

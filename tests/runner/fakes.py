@@ -74,9 +74,14 @@ class FakePolicy:
 @dataclass
 class FakeGrants:
     grants: dict[str, GrantView] = field(default_factory=dict)
+    listed: list[tuple[str, str]] = field(default_factory=list)  # for_caller's questions, to count them
 
     def get(self, grant_id: str) -> GrantView | None:
         return self.grants.get(grant_id)
+
+    def for_caller(self, tenant_id: str, actor_id: str) -> list[GrantView]:
+        self.listed.append((tenant_id, actor_id))
+        return [g for g in self.grants.values() if (g.tenant_id, g.actor_id) == (tenant_id, actor_id) and not g.revoked]
 
 
 @dataclass
@@ -251,8 +256,21 @@ def grant(
     expires_at: datetime | None = None,
     revoked: bool = False,
     personal_for: dict[str, str] | None = None,
+    providers: dict[str, str] | None = None,
+    provider: str = "github",
 ) -> GrantView:
-    return GrantView(grant_id, tenant_id, actor_id, frozenset(connection_ids), expires_at, revoked, personal_for or {})
+    """A grant view; every connection is `provider`'s unless `providers` says otherwise."""
+    ids = frozenset(connection_ids)
+    return GrantView(
+        grant_id,
+        tenant_id,
+        actor_id,
+        ids,
+        expires_at,
+        revoked,
+        personal_for or {},
+        providers if providers is not None else dict.fromkeys(ids, provider),
+    )
 
 
 __all__ = ["ErrorCode"]

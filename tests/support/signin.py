@@ -110,13 +110,18 @@ def refresh(client_id: str, refresh_token: str, **overrides: str):
     return web().post("/oauth/token", data)
 
 
-def signed_in(user, client_id: str | None = None, tools: list[str] | None = None) -> tuple[str, dict[str, Any]]:
-    """The whole flow for `user`: registration, consent, exchange; the client id and the token response."""
+def signed_in(
+    user, client_id: str | None = None, tools: list[str] | None = None, form_extra: dict[str, Any] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The whole flow for `user`: registration, consent, exchange; the client id and the token response.
+
+    `form_extra` adds fields to the consent form (`tg_connection`: the connections ticked).
+    """
     client_id = client_id or registered_client_id()
     browser = web()
     browser.force_login(user)
     verifier, challenge = pkce()
-    form = {"tg_decision": "allow", "tg_tool": tools or [TIME, WAIT]}
+    form = {"tg_decision": "allow", "tg_tool": tools or [TIME, WAIT], **(form_extra or {})}
     response = exchange(client_id, code_from(consent(browser, client_id, challenge, form)), verifier)
     assert response.status_code == 200, response.content
     return client_id, response.json()

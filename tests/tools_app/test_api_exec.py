@@ -629,6 +629,7 @@ def test_contract_statuses_of_the_table():
         "authz_denied": 403,
         "unavailable_dependency": 503,
         "tool_error": 200,
+        "connection_required": 409,
     }
 
 

@@ -277,6 +277,14 @@ class ExecFailureOutputSerializer(PrototypeFieldsSerializer):
     error_code = serializers.ChoiceField(choices=ERROR_CODES)
     safe_message = serializers.CharField()
     approval_id = serializers.CharField(required=False, help_text="With approval_required: the pending approval.")
+    provider = serializers.CharField(
+        required=False,
+        source="connection_provider",
+        help_text=(
+            "With connection_required, or validation because several connections could be chosen: the provider "
+            "whose connection the call needs (a call on a person's behalf that names none)."
+        ),
+    )
     errors = FieldErrorSerializer(many=True, required=False, help_text="With validation: what is wrong, and where.")
     content = serializers.ListField(
         child=serializers.DictField(),
@@ -290,6 +298,8 @@ class ExecFailureOutputSerializer(PrototypeFieldsSerializer):
             data.pop("errors", None)
         if instance.approval_id is None:
             data.pop("approval_id", None)
+        if instance.connection_provider is None:
+            data.pop("provider", None)
         if instance.error_code != ErrorCode.TOOL_ERROR or instance.content is None:
             data.pop("content", None)
         return data
