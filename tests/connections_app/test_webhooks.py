@@ -198,6 +198,8 @@ def _ask_for_alice(caller, *, approver: str, tool_call_id: str):
     account, key = caller
     policy = account.tenant.policies.get()
     policy.approver = approver
+    # asked by the policy itself: the tool's own confirmation alone would go to Alice, not to `approver`
+    policy.require_approval_for_tools = ["github__create_issue"]
     policy.save()
     alice = MembershipFactory(tenant=account.tenant, user=UserFactory(username="alice"), role="member").user
     connection = ConnectionFactory(
