@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -206,7 +207,24 @@ class ConsentCode(models.Model):
         return f"consent code {self.pk} for {self.delegation_id}"
 
 
-class ToolPolicy(models.Model):
+class GovernedScope:
+    """The scope a policy or rule row names (global, a tenant, or one of its service accounts), in words."""
+
+    service_account_id: Any
+    tenant_id: Any
+    service_account: Any
+    tenant: Any
+
+    @property
+    def scope_label(self) -> str:
+        if self.service_account_id:
+            return f"service account {self.service_account}"
+        if self.tenant_id:
+            return f"tenant {self.tenant}"
+        return "global"
+
+
+class ToolPolicy(GovernedScope, models.Model):
     """Which tools a scope may run, which effects need approval, and the budgets.
 
     Scope is global (no tenant), a tenant, or one service account of a tenant;
@@ -275,14 +293,6 @@ class ToolPolicy(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    @property
-    def scope_label(self) -> str:
-        if self.service_account_id:
-            return f"service account {self.service_account}"
-        if self.tenant_id:
-            return f"tenant {self.tenant}"
-        return "global"
 
 
 class ApprovalRequest(models.Model):
@@ -510,7 +520,7 @@ class GuardAction(models.TextChoices):
     RECORD = "record", "Only record it in the audit"
 
 
-class ScopedRule(models.Model):
+class ScopedRule(GovernedScope, models.Model):
     """What argument rules and result guards share: a scope as policies have, the tools covered, a message.
 
     Scope is global (no tenant), a tenant, or one service account of a tenant.
@@ -541,14 +551,6 @@ class ScopedRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    @property
-    def scope_label(self) -> str:
-        if self.service_account_id:
-            return f"service account {self.service_account}"
-        if self.tenant_id:
-            return f"tenant {self.tenant}"
-        return "global"
 
 
 class ArgumentRule(ScopedRule):
