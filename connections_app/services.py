@@ -27,7 +27,7 @@ from policies_app.governance import governance_bump
 from policies_app.ids import uuid_or_none
 from policies_app.key_rotation import RewrapOutcome
 from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership
-from policies_app.services import revoke_once
+from policies_app.services import consent_approve, delegation_create, revoke_once
 from policies_app.signals import row_changed
 from policies_app.signin import signin_consent
 from runner import wording
@@ -549,3 +549,50 @@ def connection_create_for_call(
     )
     connection_declare_for_call(delegation=delegation, connection=connection, user=user)
     return connection
+
+
+@transaction.atomic
+def delegation_create_declaring(
+    *,
+    tenant: Tenant,
+    user: AbstractBaseUser,
+    service_account: ServiceAccount,
+    tools: Iterable[str],
+    expires_at: datetime | None,
+    connection_ids: Iterable[object],
+) -> tuple[Delegation, str | None]:
+    """The new-delegation form's answer: the delegation (its token shown once) and the connections it may use."""
+    delegation, token = delegation_create(
+        tenant=tenant, user=user, service_account=service_account, tools=tools, expires_at=expires_at
+    )
+    wanted = list(connection_ids)
+    if wanted:
+        delegation_connections_set(delegation=delegation, connection_ids=wanted)
+    return delegation, token
+
+
+@transaction.atomic
+def consent_approve_declaring(
+    *,
+    user: AbstractBaseUser,
+    service_account: ServiceAccount,
+    redirect_uri: str,
+    code_challenge: str,
+    tools: Iterable[str],
+    expires_at: datetime | None,
+    connection_ids: Iterable[object],
+) -> str:
+    """The consent redirect's approval (a delegation and its one-time code) with the connections it may use."""
+    code = consent_approve(
+        user=user,
+        service_account=service_account,
+        redirect_uri=redirect_uri,
+        code_challenge=code_challenge,
+        tools=tools,
+        expires_at=expires_at,
+    )
+    wanted = list(connection_ids)
+    if wanted:
+        delegation = Delegation.objects.get(user=user, service_account=service_account, revoked_at__isnull=True)
+        delegation_connections_set(delegation=delegation, connection_ids=wanted)
+    return code
