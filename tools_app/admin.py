@@ -226,6 +226,7 @@ class ToolInvocationAdmin(admin.ModelAdmin):
         "connection_id",
         "grant_id",
         "subject_id",
+        "approved_by",
         "authz_reason",
         "rule_id",
         "rule_action",

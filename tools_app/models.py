@@ -104,6 +104,9 @@ class ToolInvocation(models.Model):
     connection_choice = models.CharField(
         max_length=16, blank=True, choices=[(choice.value, choice.value) for choice in ConnectionChoice]
     )
+    # Who confirmed or approved the request this run rests on (the approval's decider, by name: a
+    # portal or admin user, or `os:<user>` from the command line); set on the run after the decision.
+    approved_by = models.CharField(max_length=150, blank=True)
     decision = models.CharField(max_length=32, choices=[(d.value, d.value) for d in Decision])
     ok = models.BooleanField(default=False)
     executed = models.BooleanField(default=False)
