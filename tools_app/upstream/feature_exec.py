@@ -231,8 +231,8 @@ def _fetch_within_budgets(
     size = len(canonical_json(result))
     limit = budgets.max_result_bytes or getattr(settings, "TOOLGATE_MAX_RESULT_BYTES", DEFAULT_MAX_RESULT_BYTES)
     if size > limit:
-        what = "resource contents" if row.kind == RESOURCE else "prompt"
-        raise FeatureRefused(ErrorCode.RESULT_TOO_LARGE, f"the {what} is {size} bytes; the budget is {limit} bytes")
+        what = "the resource's contents are" if row.kind == RESOURCE else "the prompt is"
+        raise FeatureRefused(ErrorCode.RESULT_TOO_LARGE, f"{what} {size} bytes; the budget is {limit} bytes")
     return result, size
 
 
