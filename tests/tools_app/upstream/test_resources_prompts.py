@@ -166,7 +166,8 @@ def test_a_resource_is_read_and_a_prompt_fetched_through_toolgate(live_server, s
         ("resource", README, True, ""),
         ("prompt", PROMPT, True, ""),
     ]
-    assert rows[1].args_sha256 and rows[1].subject_id == ""
+    assert rows[1].args_sha256
+    assert rows[1].subject_id == ""
 
 
 @pytest.mark.parametrize("mode", SDK_MODES)
@@ -203,7 +204,8 @@ def test_capabilities_offer_resources_and_prompts_only_to_a_caller_who_can_see_s
     reader = session(live_server.url, reader_key, mode, capabilities)
     other = session(live_server.url, other_key, mode, capabilities)
 
-    assert reader.tools is not None and other.tools is not None
+    assert reader.tools is not None
+    assert other.tools is not None
     assert (reader.resources.subscribe, reader.resources.list_changed, reader.prompts.list_changed) == (
         False,
         False,
