@@ -171,7 +171,8 @@ def _policy_document(policy: ToolPolicy) -> dict[str, Any]:
         "tenant": policy.tenant.slug if policy.tenant else None,
         "service_account": policy.service_account.name if policy.service_account else None,
         "allowed_tools": sorted(set(policy.allowed_tools)),
-        **{name: sorted(set(getattr(policy, name))) for name in FEATURE_FIELDS},
+        # Only when set: files of policies without resources or prompts read as they always did.
+        **{name: sorted(set(getattr(policy, name))) for name in FEATURE_FIELDS if getattr(policy, name)},
         "require_approval_for_effects": sorted(set(policy.require_approval_for_effects)),
         "require_approval_at_or_above": policy.require_approval_at_or_above or None,
         "require_approval_for_tools": sorted(set(policy.require_approval_for_tools)),
@@ -325,7 +326,7 @@ def _row_document(row: _PolicyRow) -> dict[str, Any]:
         "tenant": row.tenant,
         "service_account": row.service_account,
         "allowed_tools": row.allowed_tools,
-        **row.features,
+        **{name: entries for name, entries in row.features.items() if entries},
         "require_approval_for_effects": row.require_approval_for_effects,
         **row.approval,
         **row.budgets,

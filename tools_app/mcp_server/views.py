@@ -76,7 +76,6 @@ from tools_app.mcp_server.protocol import (
 from tools_app.mcp_server.wire import CALL_META_FIELDS, META_PREFIX
 from tools_app.services import ExecRequest, tool_catalog, tool_exec
 from tools_app.upstream.feature_exec import FeatureRefused, feature_fetch, features_any_visible, features_listed
-from tools_app.upstream.models import McpFeature
 
 logger = logging.getLogger(__name__)
 
@@ -352,12 +351,12 @@ class CallerBackend:
 
     def list_features(self, kind: str, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
         try:
-            rows = features_listed(
+            entries = features_listed(
                 caller=self._caller, kind=kind, subject_token=self._subject(meta), tool_scope=self.tool_scope
             )
         except FeatureRefused as refused:
             raise AppError(refused.safe_message, code=refused.code) from None
-        return [feature_entry(row) for row in rows]
+        return entries
 
     def fetch_feature(
         self, kind: str, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
@@ -383,16 +382,6 @@ class CallerBackend:
             source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
         )
         return any(spec.name == name for spec in own_catalog)
-
-
-def feature_entry(row: McpFeature) -> dict[str, Any]:
-    """A served entry in the protocol's list shape: the approved definition under Toolgate's name."""
-    entry = dict(row.approved_definition or {})
-    if row.kind == McpFeature.Kind.RESOURCE:
-        entry["uri"] = row.name
-    else:
-        entry["name"] = row.name
-    return entry
 
 
 # Refusals that would tell a caller an entry outside its policy exists: answered as unknown.

@@ -90,7 +90,7 @@ def feature_access(
     narrowed = False
     if delegation_id is not None:
         delegation = None if delegation_id == UNKNOWN_DELEGATION else _delegations.get(delegation_id)
-        ctx = _context(caller, "feature", delegation_id=delegation_id)
+        ctx = _context(caller, "feature")  # the refusal reads the caller's tenant and account only
         refusal = subject_refusal(ctx, delegation, now=timezone.now())
         if refusal is not None or delegation is None:
             raise FeatureRefused(ErrorCode.AUTHZ_DENIED, SUBJECT_REFUSED)
@@ -105,12 +105,19 @@ def feature_access(
 
 def features_listed(
     *, caller: Caller, kind: str, subject_token: str | None = None, tool_scope: frozenset[str] | None = None
-) -> list[McpFeature]:
-    """The approved, enabled entries of `kind` this caller's policy (and person) allow, by name."""
+) -> list[dict[str, Any]]:
+    """The approved, enabled entries of `kind` this caller's policy (and person) allow, in the protocol's shape."""
     access = feature_access(caller=caller, kind=kind, subject_token=subject_token, tool_scope=tool_scope)
     if access.allowed is None:
         return []
-    return [row for row in _served(kind) if access.allowed.allows(row.name)]
+    return [feature_entry(row) for row in _served(kind) if access.allowed.allows(row.name)]
+
+
+def feature_entry(row: McpFeature) -> dict[str, Any]:
+    """A served entry as `resources/list` / `prompts/list` show it: the approved definition under Toolgate's name."""
+    entry = dict(row.approved_definition or {})
+    entry["uri" if row.kind == RESOURCE else "name"] = row.name
+    return entry
 
 
 def features_any_visible(
@@ -268,13 +275,9 @@ def _shaped(row: McpFeature, raw: Any) -> dict[str, Any]:
     return result
 
 
-def _context(caller: Caller, call_id: str, *, delegation_id: str | None = None) -> ToolInvocationContext:
+def _context(caller: Caller, call_id: str) -> ToolInvocationContext:
     return ToolInvocationContext(
-        run_id="",
-        tool_call_id=call_id,
-        tenant_id=str(caller.tenant_id),
-        actor_id=caller.service_account_id,
-        delegation_id=delegation_id,
+        run_id="", tool_call_id=call_id, tenant_id=str(caller.tenant_id), actor_id=caller.service_account_id
     )
 
 

@@ -11,11 +11,16 @@ clear error (HTTP 200, not a 500), and the capabilities follow what each caller 
 from __future__ import annotations
 
 import asyncio
+import io
+import shlex
+import sys
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
+from django.core.management import call_command
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.resources.types import TextResource
@@ -24,11 +29,13 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from changes_app.models import Change
 from policies_app.models import ToolPolicy
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from tests.support.mcp_host import McpHostThread
 from tests.support.mcp_upstream import McpUpstream
 from tools_app.policy_io import PolicyFileError, policy_export, policy_import
 from tools_app.upstream.feature_services import mcp_features_approve
 from tools_app.upstream.features import resource_uri_for, split_resource_uri
-from tools_app.upstream.models import McpFeature, McpFeatureRead
+from tools_app.upstream.host.serve import host_config
+from tools_app.upstream.models import McpFeature, McpFeatureRead, McpServer
 from tools_app.upstream.services import mcp_server_discover, mcp_server_register
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,6 +47,8 @@ README = resource_uri_for("docs", README_URI)
 BLOB = resource_uri_for("docs", "blob://big")
 PROMPT = "mcp__docs__review"
 BUDGET = 100_000
+STDIO_SCRIPT = Path(__file__).resolve().parents[2] / "support" / "stdio_docs_server.py"
+STDIO_COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(STDIO_SCRIPT))}"
 
 
 def review(code: str) -> str:
@@ -324,3 +333,42 @@ def test_a_policy_without_the_fields_allows_no_resource_or_prompt(live_server, s
 
     assert refused.error.message == "unknown resource"
     assert upstream_methods(upstream) == []
+
+
+# --- stdio: the same through the MCP host ------------------------------------------------------
+
+
+@pytest.fixture
+def host(tmp_path, settings):
+    settings.TOOLGATE_MCP_CHILD_MEMORY_MB = 4096
+    settings.TOOLGATE_MCP_HOST_SANDBOX = "none"
+    config = host_config(sandbox="none", root=tmp_path / "mcp_host", sweep_s=0.2)
+    with McpHostThread(config) as running:
+        settings.TOOLGATE_MCP_HOST_URL, settings.TOOLGATE_MCP_HOST_TOKEN = running.url, running.token
+        yield running
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_a_stdio_servers_resource_and_prompt_go_through_toolgate(live_server, host, mode):
+    call_command("mcp_server", "add", "notes", "--command", STDIO_COMMAND, stdout=io.StringIO())
+    server = McpServer.objects.get(slug="notes")
+    report = mcp_server_discover(server_id=server.pk)
+    out = io.StringIO()
+    call_command("mcp_server", "approve-features", "notes", "--enable", stdout=out)
+    tenant = TenantFactory(slug="acme")
+    _reader, key = service_account_with_key(tenant, name="reader")
+    ToolPolicyFactory(tenant=tenant, allowed_resources=["toolgate://notes/*"], allowed_prompts=["mcp__notes__*"])
+    welcome = resource_uri_for("notes", "note://welcome")
+
+    async def use(client: Client) -> tuple[Any, ...]:
+        read = await client.read_resource(welcome)
+        prompt = await client.get_prompt("mcp__notes__summarise", {"text": "a long story"})
+        return read, prompt
+
+    read, prompt = session(live_server.url, key, mode, use)
+
+    assert sorted(report.features.new) == sorted([welcome, "mcp__notes__summarise"])
+    assert "notes: 2 approved and enabled" in out.getvalue()
+    assert [(content.uri, content.text) for content in read.contents] == [(welcome, "welcome from stdio")]
+    assert [message.content.text for message in prompt.messages] == ["Summarise: a long story"]
+    assert McpFeatureRead.objects.filter(ok=True).count() == 2
