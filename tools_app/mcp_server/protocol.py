@@ -127,6 +127,8 @@ class FeatureBackend(Protocol):
 
     def feature_capabilities(self, meta: Mapping[str, Any]) -> Mapping[str, bool]: ...
 
+    def complete_prompt(self, name: str, request: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]: ...
+
 
 FEATURE_KEYS: Final = {"resource": ("resources", "uri"), "prompt": ("prompts", "name")}
 
@@ -394,6 +396,8 @@ def _capabilities(backend: Backend, params: Mapping[str, Any]) -> dict[str, Any]
         capabilities["resources"] = {"subscribe": False, "listChanged": False}
     if visible.get("prompt"):
         capabilities["prompts"] = {"listChanged": False}
+    if visible.get("completion"):
+        capabilities["completions"] = {}
     return capabilities
 
 
@@ -407,6 +411,8 @@ _FEATURE_METHODS: Final = {
 
 def _feature_method(method: str, params: Mapping[str, Any], backend: Backend, *, modern: bool) -> dict[str, Any] | None:
     """The answer to a resources/prompts method, or None when `method` is not one of them."""
+    if method == "completion/complete" and hasattr(backend, "complete_prompt"):
+        return _complete(params, backend)  # type: ignore[arg-type]
     if method == "resources/templates/list" and hasattr(backend, "list_features"):
         return {"resourceTemplates": [], **({"ttlMs": 0, "cacheScope": "private"} if modern else {})}
     if method not in _FEATURE_METHODS:
@@ -442,3 +448,17 @@ def _feature_method(method: str, params: Mapping[str, Any], backend: Backend, *,
     if modern:
         result.update(ttlMs=0, cacheScope="private")
     return result
+
+
+def _complete(params: Mapping[str, Any], backend: FeatureBackend) -> dict[str, Any]:
+    """`completion/complete` for a prompt's argument; resource templates are not served, so none of theirs."""
+    ref = params.get("ref")
+    if not isinstance(ref, Mapping) or ref.get("type") not in ("ref/prompt", "ref/resource"):
+        raise _Refused(INVALID_PARAMS, "ref must be a ref/prompt or ref/resource object")
+    if ref["type"] == "ref/resource":
+        raise _Refused(INVALID_PARAMS, "unknown resource template")
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Refused(INVALID_PARAMS, "ref.name must be a non-empty string")
+    request = {"argument": params.get("argument"), "context": params.get("context")}
+    return backend.complete_prompt(name, request, _toolgate_meta(params))

@@ -373,6 +373,19 @@ class CallerBackend:
         except FeatureRefused as refused:
             raise feature_refusal(kind, refused) from None
 
+    def complete_prompt(self, name: str, request: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return feature_fetch(
+                caller=self._caller,
+                kind="prompt",
+                name=name,
+                subject_token=self._subject(meta),
+                tool_scope=self.tool_scope,
+                completion=request,
+            )
+        except FeatureRefused as refused:
+            raise feature_refusal("prompt", refused) from None
+
     def feature_capabilities(self, meta: Mapping[str, Any]) -> dict[str, bool]:
         return features_any_visible(caller=self._caller, subject_token=self._subject(meta), tool_scope=self.tool_scope)
 

@@ -191,6 +191,7 @@ class Listing:
     # The server's resources and prompts, when it declares those capabilities (else empty).
     resources: list[dict[str, Any]] = field(default_factory=list)
     prompts: list[dict[str, Any]] = field(default_factory=list)
+    completions: bool = False  # the server declares `completions` (argument suggestions for its prompts)
 
 
 async def list_all_tools(target: UpstreamTarget, *, max_tools: int, max_pages: int) -> Listing:
@@ -214,6 +215,7 @@ async def list_all_tools(target: UpstreamTarget, *, max_tools: int, max_pages: i
                         protocol_version=str(client.protocol_version or ""),
                         resources=resources,
                         prompts=prompts,
+                        completions=client.server_capabilities.completions is not None,
                     )
             raise UpstreamError(UpstreamError.TOO_LARGE, f"the listing goes past {max_pages} pages")
     except Exception as exc:

@@ -1,12 +1,14 @@
 """Reading an upstream resource and fetching a prompt through Toolgate, governed like a tool call.
 
 `resources/read` and `prompts/get` take the same steps as a call through the runner's
-pipeline, in the same order: freshness (governance as it is now), fairness, lookup,
+pipeline, in the same order: freshness (governance as it is now), lookup,
 policy (the operator's switch and approved pin, then the caller's `allowed_resources` /
 `allowed_prompts`; deny by default), the person (a subject token's delegation must be
 usable; a delegation narrowed to some tools gives no resources or prompts), the budgets
 (the policy's rate and concurrency, keyed by the entry's id, and its runtime), the upstream
 request, the result-size bound, and one audit row (`McpFeatureRead`) whatever happened.
+The caller's fair share of the API is spent by the MCP view's throttle, which counts every
+message but `tools/call` (whose share the runner spends), so it is not spent twice here.
 
 Not through `ToolRunner` itself: its stages speak `ToolSpec`s, arguments validated against
 an input schema, connections and approvals, none of which a read has; bending them to fit
@@ -26,6 +28,7 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+from mcp_types import PromptReference
 
 from policies_app.adapters import CachedGovernanceView, CacheRateLimiter, DatabaseDelegationStore
 from policies_app.selectors import Caller, delegation_for_token, policy_effective_for
@@ -44,6 +47,7 @@ from tools_app.upstream.services import server_target
 logger = logging.getLogger(__name__)
 
 DEFAULT_RUNTIME_MS = 30_000
+COMPLETION_KEY = "__completion__"  # never a prompt argument's name: those are checked against the pin
 UNKNOWN = {RESOURCE: "unknown resource", PROMPT: "unknown prompt"}
 
 
@@ -123,15 +127,19 @@ def feature_entry(row: McpFeature) -> dict[str, Any]:
 def features_any_visible(
     *, caller: Caller, subject_token: str | None = None, tool_scope: frozenset[str] | None = None
 ) -> dict[str, bool]:
-    """Whether this caller can see any resource, and any prompt (the capabilities it is offered)."""
-    visible = {}
+    """Whether this caller can see any resource, any prompt, and any prompt with completion (its capabilities)."""
+    visible = {RESOURCE: False, PROMPT: False, "completion": False}
     for kind in (RESOURCE, PROMPT):
         try:
-            visible[kind] = bool(
-                features_listed(caller=caller, kind=kind, subject_token=subject_token, tool_scope=tool_scope)
-            )
+            access = feature_access(caller=caller, kind=kind, subject_token=subject_token, tool_scope=tool_scope)
         except FeatureRefused:
-            visible[kind] = False
+            continue
+        if access.allowed is None:
+            continue
+        rows = [row for row in _served(kind) if access.allowed.allows(row.name)]
+        visible[kind] = bool(rows)
+        if kind == PROMPT:
+            visible["completion"] = any(row.server.offers_completions for row in rows)
     return visible
 
 
@@ -158,8 +166,13 @@ def feature_fetch(
     arguments: Mapping[str, Any] | None = None,
     subject_token: str | None = None,
     tool_scope: frozenset[str] | None = None,
+    completion: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read the resource or fetch the prompt `name` for this caller: the upstream's result as JSON.
+
+    With `completion` ({"argument": {"name", "value"}, "context": {...}}), ask the upstream for
+    suggestions for one argument of the prompt instead (`completion/complete`): the same steps,
+    audited as a completion, offered only for prompts of servers that declare `completions`.
 
     Raises FeatureRefused (after writing the audit row) for everything that did not answer.
     An entry the caller may not see is refused as unknown, as a tool outside the catalog is;
@@ -167,11 +180,12 @@ def feature_fetch(
     """
     started_at, clock = timezone.now(), time.monotonic()
     arguments = dict(arguments or {})
-    args_sha256 = hashlib.sha256(canonical_json(arguments)).hexdigest() if kind == PROMPT else ""
+    asked = completion if completion is not None else arguments
+    args_sha256 = hashlib.sha256(canonical_json(asked)).hexdigest() if kind == PROMPT else ""
     row: McpFeature | None = None
     subject_id = ""
     audit: dict[str, Any] = {
-        "kind": kind,
+        "kind": McpFeatureRead.Kind.COMPLETION if completion is not None else kind,
         "name": name,
         "started_at": started_at,
         "clock": clock,
@@ -182,9 +196,6 @@ def feature_fetch(
     result_bytes: int | None = None
     try:
         try:
-            fairness = _rate_limiter().admit(_context(caller, "feature"))
-            if fairness is not None:
-                raise FeatureRefused(ErrorCode.RATE_LIMITED, fairness.safe_message)
             access = feature_access(caller=caller, kind=kind, subject_token=subject_token, tool_scope=tool_scope)
             subject_id = access.subject_id
             row = McpFeature.objects.select_related("server").filter(kind=kind, name=name).first()
@@ -194,7 +205,9 @@ def feature_fetch(
                 raise FeatureRefused(ErrorCode.POLICY_DENIED, f"{kind} is disabled or awaits approval")
             if access.allowed is None or not access.allowed.allows(row.name):
                 raise FeatureRefused(ErrorCode.POLICY_DENIED, f"{kind} not allowed by policy")
-            if kind == PROMPT:
+            if completion is not None:
+                arguments = _completion_request(row, completion)
+            elif kind == PROMPT:
                 problem = prompt_argument_problem(row.approved_definition or {}, arguments)
                 if problem is not None:
                     raise FeatureRefused(ErrorCode.VALIDATION, problem)
@@ -210,6 +223,34 @@ def feature_fetch(
     audit.update(result_bytes=result_bytes, row=row)
     _audit(caller, **audit, subject_id=subject_id)
     return result
+
+
+MAX_COMPLETION_VALUE_CHARS = 1000
+
+
+def _completion_request(row: McpFeature, completion: Mapping[str, Any]) -> dict[str, Any]:
+    """The checked completion request: an argument the pinned prompt declares, string values only."""
+    if row.kind != PROMPT or not row.server.offers_completions:
+        raise FeatureRefused(ErrorCode.VALIDATION, "this prompt offers no completion")
+    declared = {str(argument["name"]) for argument in (row.approved_definition or {}).get("arguments") or []}
+    argument = completion.get("argument")
+    context = completion.get("context") or {}
+    if not isinstance(argument, Mapping) or not isinstance(argument.get("name"), str):
+        raise FeatureRefused(ErrorCode.VALIDATION, "argument must be an object with a name and a value")
+    value = argument.get("value")
+    if not isinstance(value, str) or len(value) > MAX_COMPLETION_VALUE_CHARS:
+        limit = MAX_COMPLETION_VALUE_CHARS
+        raise FeatureRefused(ErrorCode.VALIDATION, f"argument value must be a string of at most {limit} characters")
+    if argument["name"] not in declared:
+        raise FeatureRefused(ErrorCode.VALIDATION, f"the prompt has no argument {argument['name'][:64]!r}")
+    known = context.get("arguments") if isinstance(context, Mapping) else None
+    known = known or {}
+    if not isinstance(known, Mapping) or not all(
+        isinstance(key, str) and key in declared and isinstance(item, str) and len(item) <= MAX_COMPLETION_VALUE_CHARS
+        for key, item in known.items()
+    ):
+        raise FeatureRefused(ErrorCode.VALIDATION, "context.arguments must map the prompt's arguments to strings")
+    return {COMPLETION_KEY: {"argument": {argument["name"]: value}, "context": dict(known)}}
 
 
 def _servable(row: McpFeature) -> bool:
@@ -249,6 +290,10 @@ def _upstream(row: McpFeature, arguments: dict[str, Any], *, timeout_s: float) -
     async def send(client: Any) -> Any:
         if row.kind == RESOURCE:
             return await client.read_resource(row.upstream_key)
+        if COMPLETION_KEY in arguments:
+            asked = arguments[COMPLETION_KEY]
+            reference = PromptReference(type="ref/prompt", name=row.upstream_key)
+            return await client.complete(reference, asked["argument"], asked["context"] or None)
         return await client.get_prompt(row.upstream_key, arguments or None)
 
     async def request() -> Any:

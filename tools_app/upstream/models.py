@@ -72,6 +72,9 @@ class McpServer(models.Model):
     )
     last_discovery_error = models.CharField(max_length=500, blank=True)
     protocol_version = models.CharField(max_length=32, blank=True)
+    # Whether the last discovery saw the server declare `completions` (suggestions for its prompts'
+    # arguments): Toolgate offers completion to a caller only for prompts of such servers.
+    offers_completions = models.BooleanField(default=False, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -218,7 +221,7 @@ class McpFeature(models.Model):
 
 
 class McpFeatureRead(models.Model):
-    """The audit row of one `resources/read` or `prompts/get` through Toolgate, refusals included.
+    """The audit row of one `resources/read`, `prompts/get` or `completion/complete`, refusals included.
 
     A sibling of `ToolInvocation` rather than a `kind` on it: the invocation table is
     partitioned, claimed for idempotency and written by prepared statements on the tool
@@ -231,7 +234,13 @@ class McpFeatureRead(models.Model):
         "policies_app.ServiceAccount", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     subject_id = models.CharField(max_length=64, blank=True)
-    kind = models.CharField(max_length=16, choices=McpFeature.Kind.choices)
+
+    class Kind(models.TextChoices):
+        RESOURCE = "resource", "Resource read"
+        PROMPT = "prompt", "Prompt fetch"
+        COMPLETION = "completion", "Prompt argument completion"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
     ident = models.CharField(max_length=64, blank=True)
     name = models.CharField(max_length=2100)
     ok = models.BooleanField(default=False)

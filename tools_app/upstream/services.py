@@ -611,6 +611,7 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
                     report.features = features_reconcile(
                         server=server, resources=listing.resources, prompts=listing.prompts, bounds=bounds
                     )
+                    server.offers_completions = listing.completions
                 server.last_discovery_at = timezone.now()
                 server.last_discovery_status = McpServer.DiscoveryStatus.OK
                 server.last_discovery_error = ""

@@ -25,6 +25,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.resources.types import TextResource
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import Completion, PromptReference
 
 from changes_app.models import Change
 from policies_app.models import ToolPolicy
@@ -61,6 +62,13 @@ def install(upstream: McpUpstream) -> None:
     server.add_resource(TextResource(uri=README_URI, name="readme", description="The readme.", text="hello readme"))
     server.add_resource(TextResource(uri="blob://big", name="big", description="A huge blob.", text="x" * 300_000))
     server.prompt(name="review", description="Review code.")(review)
+    server.completion()(suggest)
+
+
+async def suggest(ref: Any, argument: Any, context: Any) -> Completion:
+    """Suggestions for the review prompt's `code` argument: words that start with what was typed."""
+    words = ["print(", "private", "return"]
+    return Completion(values=[word for word in words if word.startswith(argument.value)], total=None, has_more=None)
 
 
 def redefine_prompt(upstream: McpUpstream, description: str) -> None:
@@ -220,10 +228,13 @@ def test_capabilities_offer_resources_and_prompts_only_to_a_caller_who_can_see_s
         False,
         False,
     )
-    assert (other.resources, other.prompts) == (None, None)
+    assert reader.completions is not None
+    assert (other.resources, other.prompts, other.completions) == (None, None, None)
 
     McpFeature.objects.filter(kind="prompt").update(is_enabled=False)
-    assert session(live_server.url, reader_key, mode, capabilities).prompts is None
+    without_prompts = session(live_server.url, reader_key, mode, capabilities)
+    assert (without_prompts.prompts, without_prompts.completions) == (None, None)
+    assert without_prompts.resources is not None
 
 
 @pytest.mark.parametrize("mode", SDK_MODES)
@@ -372,3 +383,33 @@ def test_a_stdio_servers_resource_and_prompt_go_through_toolgate(live_server, ho
     assert [(content.uri, content.text) for content in read.contents] == [(welcome, "welcome from stdio")]
     assert [message.content.text for message in prompt.messages] == ["Summarise: a long story"]
     assert McpFeatureRead.objects.filter(ok=True).count() == 2
+
+
+@pytest.mark.parametrize("mode", SDK_MODES)
+def test_completion_of_a_prompts_argument_goes_through_toolgate_and_is_refused_outside_the_policy(
+    live_server, served, upstream, keys, mode
+):
+    reader_key, other_key = keys
+    reference = PromptReference(type="ref/prompt", name=PROMPT)
+
+    completed = session(
+        live_server.url, reader_key, mode, lambda client: client.complete(reference, {"name": "code", "value": "pri"})
+    )
+    unknown_argument = refusal(
+        live_server.url, reader_key, mode, lambda client: client.complete(reference, {"name": "nope", "value": ""})
+    )
+    refused = refusal(
+        live_server.url, other_key, mode, lambda client: client.complete(reference, {"name": "code", "value": "p"})
+    )
+
+    assert completed.completion.values == ["print(", "private"]
+    assert (unknown_argument.code, unknown_argument.error.message) == (-32602, "the prompt has no argument 'nope'")
+    assert (refused.code, refused.error.message) == (-32602, "unknown prompt")
+    completions = [r for r in upstream.requests if r.rpc_method == "completion/complete"]
+    assert len(completions) == 1
+    rows = McpFeatureRead.objects.order_by("id")
+    assert [(row.kind, row.ok, row.error_code) for row in rows] == [
+        ("completion", True, ""),
+        ("completion", False, "validation"),
+        ("completion", False, "policy_denied"),
+    ]
