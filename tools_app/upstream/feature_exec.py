@@ -250,7 +250,7 @@ def _completion_request(row: McpFeature, completion: Mapping[str, Any]) -> dict[
         for key, item in known.items()
     ):
         raise FeatureRefused(ErrorCode.VALIDATION, "context.arguments must map the prompt's arguments to strings")
-    return {COMPLETION_KEY: {"argument": {argument["name"]: value}, "context": dict(known)}}
+    return {COMPLETION_KEY: {"argument": {"name": argument["name"], "value": value}, "context": dict(known)}}
 
 
 def _servable(row: McpFeature) -> bool:
