@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.urls import reverse
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver.resources.types import TextResource
@@ -28,11 +30,15 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import Completion, PromptReference
 
 from changes_app.models import Change
-from policies_app.models import ToolPolicy
-from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
+from policies_app.forms import ToolPolicyForm
+from policies_app.models import ServiceAccount, ToolPolicy
+from policies_app.selectors import caller_for_key
+from policies_app.services import delegation_create
+from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
 from tests.support.mcp_host import McpHostThread
 from tests.support.mcp_upstream import McpUpstream
 from tools_app.policy_io import PolicyFileError, policy_export, policy_import
+from tools_app.upstream.feature_exec import FeatureRefused, feature_fetch, features_listed
 from tools_app.upstream.feature_services import mcp_features_approve
 from tools_app.upstream.features import resource_uri_for, split_resource_uri
 from tools_app.upstream.host.serve import host_config
@@ -413,3 +419,78 @@ def test_completion_of_a_prompts_argument_goes_through_toolgate_and_is_refused_o
         ("completion", False, "validation"),
         ("completion", False, "policy_denied"),
     ]
+
+
+# --- on behalf of a person, admin, the policy form --------------------------------------------
+
+
+def test_a_person_sees_resources_only_through_a_delegation_that_is_not_narrowed_to_tools(served, upstream, keys):
+    reader_key, _ = keys
+    caller = caller_for_key(key=reader_key)
+    tenant = TenantFactory._meta.model.objects.get(slug="acme")
+    account = ServiceAccount.objects.get(name="reader")
+    alice = MembershipFactory(tenant=tenant, user=UserFactory(username="alice"), role="member").user
+    bob = MembershipFactory(tenant=tenant, user=UserFactory(username="bob"), role="member").user
+    _whole, whole_token = delegation_create(tenant=tenant, user=alice, service_account=account)
+    _narrow, narrow_token = delegation_create(tenant=tenant, user=bob, service_account=account, tools=["core__wait"])
+
+    listed = features_listed(caller=caller, kind="resource", subject_token=whole_token)
+    read = feature_fetch(caller=caller, kind="resource", name=README, subject_token=whole_token)
+    narrowed = features_listed(caller=caller, kind="resource", subject_token=narrow_token)
+    with pytest.raises(FeatureRefused) as not_delegated:
+        feature_fetch(caller=caller, kind="resource", name=README, subject_token=narrow_token)
+    with pytest.raises(FeatureRefused) as forged:
+        feature_fetch(caller=caller, kind="resource", name=README, subject_token="tgs_forged0123456789")
+
+    assert [entry["uri"] for entry in listed] == sorted([BLOB, README])
+    assert read["contents"][0]["text"] == "hello readme"
+    assert narrowed == []
+    assert not_delegated.value.code == "policy_denied"
+    assert forged.value.code == "authz_denied"
+    assert upstream_methods(upstream) == ["resources/read"]
+    rows = McpFeatureRead.objects.order_by("id")
+    assert [(row.ok, row.error_code, row.subject_id) for row in rows] == [
+        (True, "", f"user:{alice.pk}"),
+        (False, "policy_denied", f"user:{bob.pk}"),
+        (False, "authz_denied", ""),
+    ]
+
+
+def test_admin_approves_and_switches_entries_and_the_change_log_says_who(client, docs):
+    operator = get_user_model().objects.create_superuser("operator", "op@example.test", "pw")
+    client.force_login(operator)
+    url = reverse("admin:tools_app_mcpfeature_changelist")
+    pks = [str(pk) for pk in McpFeature.objects.filter(name=PROMPT).values_list("pk", flat=True)]
+
+    assert client.get(url).status_code == 200
+    client.post(url, {"action": "enable_entries", "_selected_action": pks})
+    assert McpFeature.objects.get(name=PROMPT).is_enabled is False  # pending: refused
+    client.post(url, {"action": "approve_and_enable", "_selected_action": pks})
+
+    row = McpFeature.objects.get(name=PROMPT)
+    assert (row.status, row.is_enabled, row.approved_by, row.approved_via) == ("approved", True, operator, "admin")
+    change = Change.objects.get(action="feature.approve_definition")
+    assert change.after == {"status": "approved", "approved_hash": row.live_hash, "approved_via": "admin",
+                            "is_enabled": True}  # fmt: skip
+    assert client.get(reverse("admin:tools_app_mcpfeature_change", args=[row.pk])).status_code == 200
+
+
+def test_the_policy_form_takes_resource_and_prompt_entries_one_per_line(db):
+    data = {
+        "name": "docs",
+        "is_active": "on",
+        "allowed_resources": "toolgate://docs/*\n\ntoolgate://docs/file:///a",
+        "allowed_prompts": "mcp__docs__review",
+        "approver": "operator",
+        "approval_ttl_s": "900",
+    }
+    form = ToolPolicyForm(data=data)
+    assert form.is_valid(), form.errors
+    policy = form.save()
+    assert (policy.allowed_resources, policy.allowed_prompts) == (
+        ["toolgate://docs/*", "toolgate://docs/file:///a"],
+        ["mcp__docs__review"],
+    )
+
+    refused = ToolPolicyForm(data={**data, "name": "bad", "allowed_prompts": "review"})
+    assert refused.errors["allowed_prompts"] == ["'review' must start with mcp__ (e.g. mcp__<server>__*)"]
