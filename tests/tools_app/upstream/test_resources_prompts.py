@@ -43,7 +43,7 @@ from tools_app.upstream.feature_services import mcp_features_approve
 from tools_app.upstream.features import resource_uri_for, split_resource_uri
 from tools_app.upstream.host.serve import host_config
 from tools_app.upstream.models import McpFeature, McpFeatureRead, McpServer
-from tools_app.upstream.services import mcp_server_discover, mcp_server_register
+from tools_app.upstream.services import DiscoveryFailed, mcp_server_discover, mcp_server_register
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -494,3 +494,30 @@ def test_the_policy_form_takes_resource_and_prompt_entries_one_per_line(db):
 
     refused = ToolPolicyForm(data={**data, "name": "bad", "allowed_prompts": "review"})
     assert refused.errors["allowed_prompts"] == ["'review' must start with mcp__ (e.g. mcp__<server>__*)"]
+
+
+def test_a_resource_that_changes_is_quarantined_and_one_that_goes_is_removed(served, upstream):
+    resources = upstream.server._resource_manager._resources  # the SDK has no remove_resource
+    del resources[README_URI]
+    upstream.server.add_resource(TextResource(uri=README_URI, name="readme", description="Now different.", text="!"))
+    del resources["blob://big"]
+
+    report = mcp_server_discover(server_id=served.pk)
+
+    assert (report.features.drifted, report.features.removed) == ([README], [BLOB])
+    rows = {row.name: row for row in McpFeature.objects.filter(kind="resource")}
+    assert (rows[README].status, rows[README].is_enabled) == ("drifted", False)
+    assert (rows[BLOB].status, rows[BLOB].is_enabled) == ("removed", False)
+    assert rows[README].approved_definition["description"] == "The readme."
+    assert Change.objects.filter(action="feature.remove").count() == 1
+
+
+def test_a_listing_with_a_hidden_character_in_a_uri_changes_nothing(docs, upstream):
+    before = sorted(McpFeature.objects.values_list("name", "live_hash"))
+    upstream.server.add_resource(TextResource(uri="file:///evil\u202etxt", name="evil", text="x"))
+
+    with pytest.raises(DiscoveryFailed) as failed:
+        mcp_server_discover(server_id=docs.pk)
+
+    assert "invisible or control characters" in failed.value.safe_message
+    assert sorted(McpFeature.objects.values_list("name", "live_hash")) == before
