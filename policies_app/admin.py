@@ -363,6 +363,13 @@ class ToolPolicyAdmin(admin.ModelAdmin):
         ),
         ("Tools", {"fields": ("allowed_tools", "allowed_tool_patterns")}),
         (
+            "Resources and prompts",
+            {
+                "fields": ("allowed_resources", "allowed_prompts"),
+                "description": "Upstream MCP resources and prompts (docs/resources.md); none unless listed here.",
+            },
+        ),
+        (
             "Approval",
             {
                 "fields": (

@@ -425,6 +425,11 @@ MCP_ALLOWED_NAMES = frozenset(
         "tools_app.elicitation.request_state_open",
         "tools_app.elicitation.waiting_call_id",
         "tools_app.search.SEARCH_TOOL",
+        # Resources and prompts: the governed read (lookup, policy, person, budgets, audit) and its listings.
+        "tools_app.upstream.feature_exec.FeatureRefused",
+        "tools_app.upstream.feature_exec.feature_fetch",
+        "tools_app.upstream.feature_exec.features_any_visible",
+        "tools_app.upstream.feature_exec.features_listed",
     }
 )
 MCP_ALLOWED_PREFIXES = ("runner.types.", "runner.wording.", "tools_app.mcp_server.")

@@ -27,7 +27,7 @@ from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
 from django.http import HttpRequest
 from drf_spectacular.utils import extend_schema
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
@@ -65,6 +65,7 @@ from tools_app.mcp_server.asking import PLAIN_CALL, CallEnvelope
 from tools_app.mcp_server.protocol import (
     SESSION_HEADER,
     Backend,
+    Refused,
     Reply,
     error_reply,
     handle,
@@ -74,6 +75,7 @@ from tools_app.mcp_server.protocol import (
 )
 from tools_app.mcp_server.wire import CALL_META_FIELDS, META_PREFIX
 from tools_app.services import ExecRequest, tool_catalog, tool_exec
+from tools_app.upstream.feature_exec import FeatureRefused, feature_fetch, features_any_visible, features_listed
 
 logger = logging.getLogger(__name__)
 
@@ -345,12 +347,71 @@ class CallerBackend:
             return None
         return result
 
+    # Resources and prompts (protocol.FeatureBackend): the caller's policy and person decide, as for tools.
+
+    def list_features(self, kind: str, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+        try:
+            entries = features_listed(
+                caller=self._caller, kind=kind, subject_token=self._subject(meta), tool_scope=self.tool_scope
+            )
+        except FeatureRefused as refused:
+            raise AppError(refused.safe_message, code=refused.code) from None
+        return entries
+
+    def fetch_feature(
+        self, kind: str, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            return feature_fetch(
+                caller=self._caller,
+                kind=kind,
+                name=name,
+                arguments=arguments,
+                subject_token=self._subject(meta),
+                tool_scope=self.tool_scope,
+            )
+        except FeatureRefused as refused:
+            raise feature_refusal(kind, refused) from None
+
+    def complete_prompt(self, name: str, request: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return feature_fetch(
+                caller=self._caller,
+                kind="prompt",
+                name=name,
+                subject_token=self._subject(meta),
+                tool_scope=self.tool_scope,
+                completion=request,
+            )
+        except FeatureRefused as refused:
+            raise feature_refusal("prompt", refused) from None
+
+    def feature_capabilities(self, meta: Mapping[str, Any]) -> dict[str, bool]:
+        return features_any_visible(caller=self._caller, subject_token=self._subject(meta), tool_scope=self.tool_scope)
+
     def _in_own_catalog(self, name: str) -> bool:
         """Whether the caller's own catalog (its policy and toolset, no person's delegation) lists `name`."""
         own_catalog = tool_catalog(
             source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
         )
         return any(spec.name == name for spec in own_catalog)
+
+
+# Refusals that would tell a caller an entry outside its policy exists: answered as unknown.
+HIDDEN_FEATURE_REFUSALS = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.POLICY_DENIED})
+
+
+def feature_refusal(kind: str, refused: FeatureRefused) -> Refused:
+    """The JSON-RPC error of a refused read or fetch: unknown (hidden) or invalid params, else the reason.
+
+    Reasons other than the request's own (too large, timeout, budgets, the person) are
+    `-32603` with the contract's `error_code` in `data`: HTTP 200 in both eras, never a 500.
+    """
+    if refused.code in HIDDEN_FEATURE_REFUSALS:
+        return Refused(INVALID_PARAMS, f"unknown {kind}")
+    if refused.code is ErrorCode.VALIDATION:
+        return Refused(INVALID_PARAMS, refused.safe_message)
+    return Refused(INTERNAL_ERROR, refused.safe_message, {"error_code": refused.code.value})
 
 
 def _bad_state(name: str) -> ToolExecResult:

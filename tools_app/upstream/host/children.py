@@ -268,6 +268,16 @@ class StdioChild:
             self._absorbed.add(name)
         return await self._exchange(client.call_tool(name, arguments))
 
+    async def relay(self, send: Callable[[Client], Awaitable[Any]]) -> Any:
+        """Any other request to the child (resources, prompts), bounded like a call."""
+        client = self._live_client()
+        return await self._exchange(send(client))
+
+    def offers(self, capability: str) -> bool:
+        """Whether the child declared `resources` or `prompts` (a child without them is asked nothing)."""
+        client = self._live_client()
+        return getattr(client.server_capabilities, capability, None) is not None
+
     async def _exchange(self, request: Awaitable[Any]) -> Any:
         self.busy += 1
         self.last_used = time.monotonic()
