@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('policies_app', '0013_policy_allowed_resources_and_prompts'),
-        ('tools_app', '0017_invocation_connection_choice'),
+        ('tools_app', '0018_invocation_approved_by'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
