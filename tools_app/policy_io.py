@@ -46,7 +46,7 @@ from tools_app.toolset_io import ToolsetRow, toolsets_apply, toolsets_export, to
 from tools_app.upstream.services import SCHEMA_HASH_PREFIX, mcp_tool_approve, schema_hash_label
 
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
-# Approval settings beyond the effects (README, "Human approval"): absent keys take the model's defaults.
+# Approval settings beyond the effects (docs/approvals.md): absent keys take the model's defaults.
 APPROVAL_FIELDS = ("require_approval_at_or_above", "require_approval_for_tools", "approver", "approval_ttl_s")
 POLICY_FIELDS = (
     "name",

@@ -1,4 +1,4 @@
-"""`POST /mcp`: the MCP interface beside the REST views (README, "Connect an agent over MCP").
+"""`POST /mcp`: the MCP interface beside the REST views (docs/mcp.md).
 
 The same stack as `POST /api/v1/tools/exec`: DRF with the API's parser (size
 and depth limits, strict JSON), the service-account authentication (which
