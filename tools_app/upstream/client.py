@@ -504,11 +504,6 @@ class SessionPool:
                 del self._sessions[key]
                 session.close_soon()
 
-    async def close_all(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), {}
-        for session in sessions:
-            await session.close()
-
     def __len__(self) -> int:
         return len(self._sessions)
 

@@ -152,7 +152,3 @@ class McpTool(models.Model):
 
     def __str__(self) -> str:
         return self.tool_id
-
-    @property
-    def is_quarantined(self) -> bool:
-        return self.status == self.Status.DRIFTED
