@@ -23,7 +23,7 @@ class ToolEffect(enum.StrEnum):
 
 
 class ConsequenceLevel(enum.StrEnum):
-    """How much real-world harm a call can do (README, "Human approval"), independent of its effect.
+    """How much real-world harm a call can do (docs/approvals.md), independent of its effect.
 
     A read can be costly and a write harmless: policy may ask for approval at or
     above a level, whatever the effect.

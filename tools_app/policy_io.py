@@ -48,7 +48,7 @@ from tools_app.upstream.services import SCHEMA_HASH_PREFIX, mcp_tool_approve, sc
 # Upstream resources and prompts a policy allows (names or `*` patterns; absent: none).
 FEATURE_FIELDS = ("allowed_resources", "allowed_prompts")
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
-# Approval settings beyond the effects (README, "Human approval"): absent keys take the model's defaults.
+# Approval settings beyond the effects (docs/approvals.md): absent keys take the model's defaults.
 APPROVAL_FIELDS = ("require_approval_at_or_above", "require_approval_for_tools", "approver", "approval_ttl_s")
 POLICY_FIELDS = (
     "name",

@@ -407,6 +407,7 @@ MCP_ALLOWED_NAMES = frozenset(
         # the outage mapping and its answer, and the application error, shared with the REST exception handler
         "policies_app.outages.OUTAGE_ERRORS",
         "policies_app.errors.AppError",
+        "policies_app.errors.drf_field_errors",
         "runner.pipeline.DEPENDENCY_MESSAGE",
         "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
         # toolsets and search mode: the toolset's ids as a selector; the search is a tool the

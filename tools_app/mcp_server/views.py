@@ -1,4 +1,4 @@
-"""`POST /mcp`: the MCP interface beside the REST views (README, "Connect an agent over MCP").
+"""`POST /mcp`: the MCP interface beside the REST views (docs/mcp.md).
 
 The same stack as `POST /api/v1/tools/exec`: DRF with the API's parser (size
 and depth limits, strict JSON), the service-account authentication (which
@@ -45,7 +45,7 @@ from policies_app.authentication import (
     request_caller,
     request_subject_token,
 )
-from policies_app.errors import AppError
+from policies_app.errors import AppError, drf_field_errors
 from policies_app.outages import OUTAGE_ERRORS
 from policies_app.selectors import Caller
 from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
@@ -430,7 +430,7 @@ def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any
     """The REST exec body these params stand for, checked by the REST serializer (one set of rules)."""
     out_of_band = {field: meta[key] for key, field in CALL_META_FIELDS.items() if key in meta}
     serializer = ExecInputSerializer(data={"tool_id": name, "args": arguments, **out_of_band})
-    errors = [] if serializer.is_valid() else _field_errors(serializer.errors, "")
+    errors = [] if serializer.is_valid() else drf_field_errors(serializer.errors, top_level=MCP_PATH_OF_FIELD)
     if any(key not in CALL_META_FIELDS and key != SUBJECT_META_KEY for key in meta):  # a typo must not drop an id
         errors.append(FieldError(path="_meta", message=f"unknown {META_PREFIX} key"))
     if errors:
@@ -445,29 +445,6 @@ def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any
             errors=tuple(errors),
         )
     return ExecRequest.of(serializer.validated_data)
-
-
-def _field_errors(detail: Any, path: str) -> list[FieldError]:
-    """DRF's nested error detail as FieldErrors at MCP's paths (messages name rules, not values)."""
-    if isinstance(detail, Mapping):
-        errors = []
-        for key, value in detail.items():
-            part = str(key) if path else MCP_PATH_OF_FIELD.get(str(key), "")  # non_field_errors: the whole call
-            errors += _field_errors(value, _join(path, part))
-        return errors
-    if isinstance(detail, list):
-        if all(isinstance(item, str) for item in detail):
-            return [FieldError(path=path, message=str(item)) for item in detail]
-        return [
-            error for index, item in enumerate(detail) if item for error in _field_errors(item, _join(path, str(index)))
-        ]
-    return [FieldError(path=path, message=str(detail))]
-
-
-def _join(path: str, part: str) -> str:
-    if not part:
-        return path
-    return f"{path}.{part}" if path else part
 
 
 def protected_resource_metadata_url(request: HttpRequest) -> str:

@@ -29,7 +29,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from changes_app.selectors import change_last_actor_label
-from policies_app.admin_display import short_datetime
+from policies_app.admin_display import WrittenElsewhereAdmin, short_datetime
 from policies_app.errors import AppError
 from policies_app.models import ToolPolicy
 from runner.types import ToolEffect
@@ -309,7 +309,9 @@ class McpServerAdmin(admin.ModelAdmin):
 
 
 @admin.register(McpTool)
-class McpToolAdmin(admin.ModelAdmin):
+class McpToolAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
+    # Tools come from discovery; removed ones stay, for their audit rows.
+    admin_may_change = True
     # Every column fits at 1280 px: the server and the upstream's name are in the tool id (a mapped name and
     # when the tool was last listed are on its page), how and when it was approved in one column, the hash cut.
     list_display = (
@@ -353,12 +355,6 @@ class McpToolAdmin(admin.ModelAdmin):
         "removed_at",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # tools come from discovery
-
-    def has_delete_permission(self, request: HttpRequest, obj: McpTool | None = None) -> bool:
-        return False
 
     @admin.display(description="approved", ordering="approved_at")
     def approved(self, tool: McpTool) -> str | None:

@@ -39,6 +39,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 from tools_app.upstream.errors import UpstreamError
 from tools_app.upstream.http11 import Http11Pool
 from tools_app.upstream.lean import JsonCaller, NotRun, SwitchToSdk
+from tools_app.upstream.mcp_sdk import absorb_tool_listing
 from tools_app.upstream.netguard import (
     PinnedTransport,
     UnaskedContentEncoding,
@@ -454,7 +455,7 @@ class UpstreamSession:
             # Absorbing the pinned definition (without its output schema: Toolgate validates
             # against the pinned one itself) means it never fetches or trusts the live listing.
             blank = pinned.model_copy(update={"output_schema": None})
-            client.session._absorb_tool_listing(types.ListToolsResult(tools=[blank]), complete=False)
+            absorb_tool_listing(client, [blank])
             self._absorbed.add(pinned.name)
         before = counters(transport)
         try:
@@ -571,11 +572,6 @@ class SessionPool:
             if session.dead or now - session.last_used > self._idle_timeout_s:
                 del self._sessions[key]
                 session.close_soon()
-
-    async def close_all(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), {}
-        for session in sessions:
-            await session.close()
 
     def __len__(self) -> int:
         return len(self._sessions)

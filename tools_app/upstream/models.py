@@ -156,10 +156,6 @@ class McpTool(models.Model):
     def __str__(self) -> str:
         return self.tool_id
 
-    @property
-    def is_quarantined(self) -> bool:
-        return self.status == self.Status.DRIFTED
-
 
 class McpFeature(models.Model):
     """One upstream resource or prompt: its live definition beside the approved one, like `McpTool`.
