@@ -86,14 +86,16 @@ def mcp(
         return ElicitResult(action=on_page(params.url))
 
     async def run() -> T:
-        http = create_mcp_http_client(
-            headers={"Authorization": f"Bearer {world['key']}", "X-Toolgate-Subject": world["alice_token"]}
-        )
-        async with Client(
-            streamable_http_client(f"{world['url']}/mcp", http_client=http),
-            mode=mode,
-            elicitation_callback=elicited if on_page is not None else None,
-        ) as client:
+        async with (
+            create_mcp_http_client(
+                headers={"Authorization": f"Bearer {world['key']}", "X-Toolgate-Subject": world["alice_token"]}
+            ) as http,
+            Client(
+                streamable_http_client(f"{world['url']}/mcp", http_client=http),
+                mode=mode,
+                elicitation_callback=elicited if on_page is not None else None,
+            ) as client,
+        ):
             return await fn(client)
 
     return asyncio.run(run())
@@ -133,7 +135,7 @@ def types_a_key(world: dict[str, Any], user_key: str = "alice") -> Callable[[str
         page = browser.open(url)
         assert page.status_code == 200, page.text
         assert 'id="connect-provider">github<' in page.text
-        saved = browser.http.post(url, data={"csrfmiddlewaretoken": csrf_of(page), "api_key": KEY, "label": "mine"})
+        saved = browser.post(url, data={"csrfmiddlewaretoken": csrf_of(page), "api_key": KEY, "label": "mine"})
         assert saved.status_code == 302, saved.text
         assert saved.headers["location"] == urlsplit(url).path  # back to the page itself, nowhere else
         done = browser.open(url)
@@ -299,10 +301,10 @@ def test_the_page_opened_by_another_person_is_not_found_and_connects_nothing(wor
     bob = Browser(world["url"], world["bob"])
     assert bob.open(url).status_code == 404
     assert bob.open(f"{path}oauth/").status_code == 404
-    assert bob.http.post(url, data={"api_key": KEY}).status_code in (403, 404)  # no CSRF token, and not his
+    assert bob.post(url, data={"api_key": KEY}).status_code in (403, 404)  # no CSRF token, and not his
     alice_page = Browser(world["url"], world["alice"]).open(url)
     csrf = csrf_of(alice_page)
-    assert bob.http.post(url, data={"csrfmiddlewaretoken": csrf, "api_key": KEY}).status_code in (403, 404)
+    assert bob.post(url, data={"csrfmiddlewaretoken": csrf, "api_key": KEY}).status_code in (403, 404)
     anonymous = httpx.get(url)
     assert anonymous.status_code == 302
     assert anonymous.headers["location"] == f"/accounts/login/?next={path}"
@@ -343,10 +345,14 @@ def test_a_signed_in_person_connects_and_runs_a_connection_tool_with_no_meta(liv
         return ElicitResult(action=person(params.url))
 
     async def run() -> Any:
-        http = create_mcp_http_client(auth=provider(live_server.url, PlainBrowser("ada"), MemoryStorage()))
-        async with Client(
-            streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode=mode, elicitation_callback=elicited
-        ) as client:
+        async with (
+            create_mcp_http_client(auth=provider(live_server.url, PlainBrowser("ada"), MemoryStorage())) as http,
+            Client(
+                streamable_http_client(f"{live_server.url}/mcp", http_client=http),
+                mode=mode,
+                elicitation_callback=elicited,
+            ) as client,
+        ):
             if mode == "legacy":
                 data = await call_expecting_elicitation(client)
                 person(data["elicitations"][0]["url"])

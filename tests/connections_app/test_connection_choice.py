@@ -58,8 +58,10 @@ def test_a_signed_in_person_runs_a_connection_tool_with_no_meta_at_all(live_serv
     browser = PlainBrowser("ada")
 
     async def run():
-        http = create_mcp_http_client(auth=provider(live_server.url, browser, MemoryStorage()))
-        async with Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="legacy") as client:
+        async with (
+            create_mcp_http_client(auth=provider(live_server.url, browser, MemoryStorage())) as http,
+            Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="legacy") as client,
+        ):
             return await client.call_tool(GET_USER, {})
 
     called = asyncio.run(run())

@@ -124,8 +124,10 @@ def test_the_sdk_signs_in_through_plain_html_forms_and_calls_on_behalf_of_the_pe
     storage = MemoryStorage()
 
     async def run() -> tuple[list[str], Any]:
-        http = create_mcp_http_client(auth=provider(live_server.url, browser, storage))
-        async with Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode=mode) as client:
+        async with (
+            create_mcp_http_client(auth=provider(live_server.url, browser, storage)) as http,
+            Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode=mode) as client,
+        ):
             listed = await client.list_tools()
             called = await client.call_tool(TIME, {"timezone": "UTC"}, meta={"toolgate/tool_call_id": f"sdk_{mode}"})
             return [tool.name for tool in listed.tools], called
@@ -163,8 +165,10 @@ def test_the_sdk_refreshes_an_expired_access_token_with_a_rotated_refresh_token(
     oauth = provider(live_server.url, browser, storage)
 
     async def session() -> list[str]:
-        http = create_mcp_http_client(auth=oauth)
-        async with Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="legacy") as c:
+        async with (
+            create_mcp_http_client(auth=oauth) as http,
+            Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="legacy") as c,
+        ):
             return [tool.name for tool in (await c.list_tools()).tools]
 
     assert asyncio.run(session()) == [TIME, WAIT]
@@ -185,8 +189,10 @@ def test_the_sdk_signs_in_at_a_toolset_for_that_toolset_only(live_server, acme):
     resource = f"{live_server.url}/mcp/t/clock"
 
     async def session() -> list[str]:
-        http = create_mcp_http_client(auth=oauth)
-        async with Client(streamable_http_client(resource, http_client=http), mode="legacy") as client:
+        async with (
+            create_mcp_http_client(auth=oauth) as http,
+            Client(streamable_http_client(resource, http_client=http), mode="legacy") as client,
+        ):
             return [tool.name for tool in (await client.list_tools()).tools]
 
     assert asyncio.run(session()) == [WAIT]
@@ -224,8 +230,10 @@ def test_a_person_in_no_tenant_never_gets_a_code(live_server, acme):
     browser = PlainBrowser("loner")
 
     async def run() -> None:
-        http = create_mcp_http_client(auth=provider(live_server.url, browser, MemoryStorage()))
-        async with Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="legacy") as c:
+        async with (
+            create_mcp_http_client(auth=provider(live_server.url, browser, MemoryStorage())) as http,
+            Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="legacy") as c,
+        ):
             await c.list_tools()
 
     try:

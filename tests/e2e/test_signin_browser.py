@@ -95,8 +95,10 @@ class SdkClient:
         outcome: dict[str, Any] = {}
 
         async def run() -> None:
-            http = create_mcp_http_client(auth=self.provider)
-            async with Client(streamable_http_client(self.server_url, http_client=http), mode="legacy") as client:
+            async with (
+                create_mcp_http_client(auth=self.provider) as http,
+                Client(streamable_http_client(self.server_url, http_client=http), mode="legacy") as client,
+            ):
                 outcome["result"] = await scenario(client)
 
         def target() -> None:

@@ -66,8 +66,10 @@ def session(url: str, key: str, mode: str, fn: Callable[[Client], Awaitable[T]])
     """Open an SDK 2.x client on /mcp with the API key, run `fn` with it, close it."""
 
     async def run() -> T:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
+        ):
             return await fn(client)
 
     return asyncio.run(run())

@@ -89,14 +89,16 @@ def mcp(
         return ElicitResult(action=on_page(params.url))
 
     async def run() -> T:
-        http = create_mcp_http_client(
+        async with create_mcp_http_client(
             headers={"Authorization": f"Bearer {world['key']}", "X-Toolgate-Subject": token or world["alice_token"]}
-        )
-        callback = elicited if on_page is not None else None
-        async with Client(
-            streamable_http_client(f"{world['url']}/mcp", http_client=http), mode=mode, elicitation_callback=callback
-        ) as client:
-            return await fn(client)
+        ) as http:
+            callback = elicited if on_page is not None else None
+            async with Client(
+                streamable_http_client(f"{world['url']}/mcp", http_client=http),
+                mode=mode,
+                elicitation_callback=callback,
+            ) as client:
+                return await fn(client)
 
     return asyncio.run(run())
 
@@ -297,7 +299,7 @@ def test_a_page_opened_by_another_person_is_not_found_and_decides_nothing(world)
 
     assert bob.open(url).status_code == 404
     csrf_page = Browser(world["url"], world["bob"])
-    assert csrf_page.http.post(url, data={"decision": "confirm"}).status_code in (403, 404)
+    assert csrf_page.post(url, data={"decision": "confirm"}).status_code in (403, 404)
     anonymous = httpx.get(url)
     assert anonymous.status_code == 302
     assert anonymous.headers["location"].startswith("/accounts/login/?next=/calls/")
@@ -391,10 +393,14 @@ def test_a_signed_in_person_confirms_a_call_their_client_makes(live_server, mode
         return ElicitResult(action=confirm(params.url))
 
     async def run() -> Any:
-        http = create_mcp_http_client(auth=provider(live_server.url, signin, MemoryStorage()))
-        async with Client(
-            streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode=mode, elicitation_callback=elicited
-        ) as client:
+        async with (
+            create_mcp_http_client(auth=provider(live_server.url, signin, MemoryStorage())) as http,
+            Client(
+                streamable_http_client(f"{live_server.url}/mcp", http_client=http),
+                mode=mode,
+                elicitation_callback=elicited,
+            ) as client,
+        ):
             if mode == "legacy":
                 with pytest.raises(MCPError) as raised:
                     await client.call_tool(TIME, {"timezone": "UTC"})

@@ -38,8 +38,10 @@ T = TypeVar("T")
 
 def session(url: str, key: str, mode: str, fn: Callable[[Client], Awaitable[T]]) -> T:
     async def run() -> T:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+            Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+        ):
             return await fn(client)
 
     return asyncio.run(run())
@@ -265,8 +267,10 @@ def test_search_mode_follows_the_persons_delegation(acme, mode):
     )
 
     async def run() -> tuple[Any, Any]:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}", "X-Toolgate-Subject": token})
-        async with Client(streamable_http_client(f"{url}/mcp?mode=search", http_client=http), mode=mode) as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}", "X-Toolgate-Subject": token}) as http,
+            Client(streamable_http_client(f"{url}/mcp?mode=search", http_client=http), mode=mode) as client,
+        ):
             found = await client.call_tool("toolgate__search_tools", {"query": "current time wait github user"})
             outside = await client.call_tool(
                 "toolgate__call_tool", {"tool_id": "core__get_current_time", "arguments": {}}
@@ -334,8 +338,10 @@ def test_a_person_whose_delegation_leaves_out_the_search_tool_cannot_search(acme
     )
 
     async def run() -> tuple[list[str], Any]:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}", "X-Toolgate-Subject": token})
-        async with Client(streamable_http_client(f"{url}/mcp?mode=search", http_client=http), mode=mode) as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}", "X-Toolgate-Subject": token}) as http,
+            Client(streamable_http_client(f"{url}/mcp?mode=search", http_client=http), mode=mode) as client,
+        ):
             return await names(client), await search_or_refusal(client, f"person-{mode}")
 
     listed, refused = asyncio.run(run())

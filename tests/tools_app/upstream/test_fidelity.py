@@ -188,8 +188,10 @@ def exec_rest(key: str, name: str, args: dict[str, Any] | None = None, **extra: 
 
 def mcp_call(url: str, key: str, name: str, args: dict[str, Any] | None = None) -> types.CallToolResult:
     async def run() -> types.CallToolResult:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="auto") as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="auto") as client,
+        ):
             return await client.call_tool(f"mcp__acme__{name}", args or {})
 
     return asyncio.run(run())
@@ -197,8 +199,10 @@ def mcp_call(url: str, key: str, name: str, args: dict[str, Any] | None = None) 
 
 def mcp_tools(url: str, key: str) -> dict[str, types.Tool]:
     async def run() -> list[types.Tool]:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="auto") as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="auto") as client,
+        ):
             return (await client.list_tools()).tools
 
     return {tool.name: tool for tool in asyncio.run(run())}

@@ -161,8 +161,10 @@ def test_a_denied_call_over_mcp_is_an_error_result_with_the_message_and_never_ru
     deny_big_numbers(tenant)
 
     async def scenario():
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
-        async with Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="auto") as client:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+            Client(streamable_http_client(f"{live_server.url}/mcp", http_client=http), mode="auto") as client,
+        ):
             refused = await client.call_tool("mcp__up__add", {"a": 1000, "b": 1})
             allowed = await client.call_tool("mcp__up__add", {"a": 1, "b": 1})
             return refused, allowed
