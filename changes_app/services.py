@@ -116,6 +116,7 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
             for kind in (
                 "connections",
                 "providers",
+                "sso_providers",
                 "mcp_tokens",
                 "mcp_secret_envs",
                 "approval_args",
