@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -16,7 +16,7 @@ from identity_app.models import ExternalIdentity, RoleMapping
 from policies_app.models import TenantMembership
 from tests.factories import PASSWORD, MembershipFactory, TenantFactory, UserFactory
 from tests.identity_app.conftest import browser, make_provider, mapping, sso_login, start
-from tests.support.oidc import callback_path, signing_key
+from tests.support.oidc import callback_path, query_of, signing_key
 
 pytestmark = pytest.mark.django_db
 
@@ -356,3 +356,33 @@ def test_local_login_on_keeps_the_password_form_and_its_lockout(settings):
     assert browser().post("/accounts/login/", {"username": "pat", "password": "wrong"}).status_code == 429
     locked = browser().post("/accounts/login/", {"username": "pat", "password": PASSWORD})
     assert locked.status_code == 429
+
+
+def test_signing_out_ends_the_session_here_and_at_the_provider(idp, corp):
+    idp.set_accounts({"op-6": account("sam", "tg-ops")})
+    mapping("tg-ops", operator_role="viewer")
+    client, _ = sso_login(idp, corp, "op-6", "admin")
+
+    response = client.post("/sso/sign-out")
+
+    assert response.status_code == 302
+    end_session = urlsplit(response["Location"])
+    assert f"{end_session.scheme}://{end_session.netloc}{end_session.path}" == f"{idp.issuer}/session/end"
+    assert query_of(response["Location"]) == {
+        "client_id": "toolgate",
+        "post_logout_redirect_uri": "http://localhost/accounts/login/",
+    }
+    assert "_auth_user_id" not in client.session
+    assert client.get("/admin/").status_code == 302
+
+
+def test_a_deactivated_user_is_refused_at_the_next_login_and_loses_the_open_session(idp, corp):
+    idp.set_accounts({"op-7": account("dan", "tg-ops")})
+    mapping("tg-ops", operator_role="viewer")
+    client, _ = sso_login(idp, corp, "op-7", "admin")
+    User.objects.filter(username="dan").update(is_active=False)
+
+    assert client.get("/admin/").status_code == 302  # the open session no longer counts
+    _, again = sso_login(idp, corp, "op-7", "admin")
+    assert again.status_code == 403
+    assert "disabled" in again.content.decode()
