@@ -386,3 +386,20 @@ def test_a_deactivated_user_is_refused_at_the_next_login_and_loses_the_open_sess
     _, again = sso_login(idp, corp, "op-7", "admin")
     assert again.status_code == 403
     assert "disabled" in again.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("role", "opens", "refused"),
+    [
+        ("approver", ["/admin/policies_app/approvalrequest/"], ["/admin/policies_app/toolpolicy/"]),
+        ("viewer", ["/admin/policies_app/toolpolicy/", "/admin/changes_app/change/"], ["/admin/axes/accessattempt/"]),
+        ("tool_admin", ["/admin/policies_app/toolpolicy/add/"], ["/admin/connections_app/oauthprovider/add/"]),
+    ],
+)
+def test_admin_enforces_the_permission_sets(idp, corp, role, opens, refused):
+    idp.set_accounts({f"p-{role}": account(f"p-{role}", f"tg-{role}")})
+    mapping(f"tg-{role}", operator_role=role)
+    client, _ = sso_login(idp, corp, f"p-{role}", "admin")
+
+    assert [(url, client.get(url).status_code) for url in opens] == [(url, 200) for url in opens]
+    assert [(url, client.get(url).status_code) for url in refused] == [(url, 403) for url in refused]
