@@ -135,4 +135,7 @@ def test_an_mcp_client_signs_a_person_in_through_the_company_login(browsing, bro
     thread.join(SDK_TIMEOUT_S)
     assert "error" not in outcome, repr(outcome.get("error"))
     assert sorted(outcome["result"]) == sorted([TIME, WAIT])
+    # the person's delegations page lists the client they signed in through the company login
+    browsing.visit("/delegations/", "sso-11-mcp-delegations")
+    expect(page.get_by_role("cell", name="Playwright MCP client", exact=True)).to_be_visible()
     assert browsing.csp_violations() == []
