@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
+from authlib.common.errors import AuthlibBaseError
 from authlib.common.security import generate_token
 from authlib.integrations.httpx_client import OAuth2Client
 from authlib.oidc.core import CodeIDToken
@@ -223,10 +224,8 @@ def code_exchange(
             )
     except httpx2.HTTPError as error:
         raise LoginRefused(f"the token endpoint could not be reached ({type(error).__name__})") from None
-    except LoginRefused:
-        raise
-    except Exception as error:  # Authlib raises OAuthError (and subclasses) for the provider's error answers
-        code_name = getattr(error, "error", None) or type(error).__name__
+    except AuthlibBaseError as error:  # the provider's error answer (invalid_grant for a spent or forged code...)
+        code_name = error.error or type(error).__name__
         raise LoginRefused(f"the provider refused the code exchange ({code_name})") from None
     if not isinstance(token, dict) or "id_token" not in token:
         raise LoginRefused("the token response carries no ID token")

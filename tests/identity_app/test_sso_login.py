@@ -146,7 +146,9 @@ def test_tenant_groups_make_members_and_owners_of_the_portal(idp, corp):
         "acme": "owner",
         "beta": "member",
     }
-    assert client.get("/connections/").status_code == 200
+    page = client.get("/connections/")
+    assert page.status_code == 200
+    assert 'action="/sso/sign-out"' in page.content.decode()  # Log out signs out at the provider too
     assert not user.is_staff
 
     # beta-eng removed: the beta membership goes at the next login, acme stays
@@ -403,3 +405,15 @@ def test_admin_enforces_the_permission_sets(idp, corp, role, opens, refused):
 
     assert [(url, client.get(url).status_code) for url in opens] == [(url, 200) for url in opens]
     assert [(url, client.get(url).status_code) for url in refused] == [(url, 403) for url in refused]
+
+
+def test_a_code_the_provider_did_not_issue_is_refused_at_the_token_endpoint(idp, corp):
+    client = browser()
+    started = start(client, corp, "admin")
+    state = query_of(started["Location"])["state"]
+
+    response = client.get("/sso/callback", {"state": state, "code": "forged-code"})
+
+    assert response.status_code == 403
+    assert "refused the code exchange (invalid_grant)" in response.content.decode()
+    assert User.objects.count() == 0

@@ -104,10 +104,12 @@ class OpenIdProvider:
         self.accounts.update(accounts)
         httpx.post(f"{self.issuer}/_test/accounts", json=accounts, timeout=5).raise_for_status()
 
-    def sign_in(self, authorize_url: str, account: str, browser: httpx.Client | None = None) -> str:
+    def sign_in(self, authorize_url: str, account: str) -> str:
         """Follow the authorization request through the provider as `account`; the callback URL it ends at."""
-        browser = browser or httpx.Client(timeout=10)
-        url = authorize_url
+        with httpx.Client(timeout=10) as browser:
+            return self._follow(browser, authorize_url, account)
+
+    def _follow(self, browser: httpx.Client, url: str, account: str) -> str:
         for _ in range(10):
             response = browser.get(url)
             if response.status_code not in (302, 303):
