@@ -330,6 +330,10 @@ def _user_for(
             raise LoginRefused("a user with this name already exists and is not linked to this provider")
         if not existing.is_active:
             raise LoginRefused("this account is disabled")
+        if provider.tenant_id is not None and _reaches_beyond(existing, provider.tenant_id):
+            # A tenant runs its own provider and can assert any verified email: it must not take over an
+            # operator, or a person who belongs to another tenant.
+            raise LoginRefused("a tenant's provider cannot take over this account")
         user = existing
     else:
         user = user_model(username=username[:150], email=email)
@@ -337,6 +341,16 @@ def _user_for(
         user.save()
     ExternalIdentity.objects.create(provider=provider, subject=subject, user=user)
     return user
+
+
+def _reaches_beyond(user: Any, tenant_id: int) -> bool:
+    """Whether the user has access a tenant's own provider must not be able to claim."""
+    return (
+        user.is_staff
+        or user.is_superuser
+        or TenantMembership.objects.filter(user=user).exclude(tenant_id=tenant_id).exists()
+        or ExternalIdentity.objects.filter(user=user).exists()
+    )
 
 
 def mappings_for(*, provider: IdentityProvider, groups: Iterable[str]) -> list[RoleMapping]:

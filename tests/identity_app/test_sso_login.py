@@ -417,3 +417,28 @@ def test_a_code_the_provider_did_not_issue_is_refused_at_the_token_endpoint(idp,
     assert response.status_code == 403
     assert "refused the code exchange (invalid_grant)" in response.content.decode()
     assert User.objects.count() == 0
+
+
+def test_a_tenant_provider_linking_by_email_cannot_take_over_an_operator_or_another_tenant_member(idp):
+    acme = TenantFactory(slug="acme")
+    other = TenantFactory(slug="other")
+    acme_idp = make_provider(idp, slug="acme-idp", tenant=acme, link_by_verified_email=True)
+    RoleMapping.objects.create(provider=acme_idp, group="acme-eng", tenant=acme, tenant_role="member")
+    UserFactory(username="boss", email="boss@corp.test", is_staff=True)
+    outsider = UserFactory(username="olly", email="olly@corp.test")
+    MembershipFactory(user=outsider, tenant=other)
+    plain = UserFactory(username="pia", email="pia@corp.test")
+    idp.set_accounts(
+        {
+            "t-1": account("boss", "acme-eng", email_verified=True),
+            "t-2": account("olly", "acme-eng", email_verified=True),
+            "t-3": account("pia", "acme-eng", email_verified=True),
+        }
+    )
+
+    refused = [sso_login(idp, acme_idp, sub, "portal")[1].status_code for sub in ("t-1", "t-2")]
+    _, linked = sso_login(idp, acme_idp, "t-3", "portal")
+
+    assert refused == [403, 403]
+    assert linked.status_code == 302
+    assert list(ExternalIdentity.objects.values_list("user__username", flat=True)) == [plain.username]
