@@ -7,6 +7,7 @@ link back to the sign-in page it came from.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.contrib.auth import login, logout
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -33,6 +35,11 @@ def _safe_next(request: HttpRequest, candidate: str, audience: str) -> str:
         candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     )
     return candidate if candidate and allowed else LANDING[audience]
+
+
+def _bound_the_session(request: HttpRequest) -> None:
+    """An absolute expiry: a number of seconds would restart at every save of the session (a sliding window)."""
+    request.session.set_expiry(timezone.now() + timedelta(seconds=settings.TOOLGATE_SSO_SESSION_SECONDS))
 
 
 def _refused(request: HttpRequest, refused: LoginRefused, audience: str) -> HttpResponse:
@@ -81,7 +88,7 @@ def callback(request: HttpRequest) -> HttpResponse:
     except LoginRefused as refused:
         return _refused(request, refused, audience)
     login(request, outcome.user, backend=SSO_BACKEND)
-    request.session.set_expiry(settings.TOOLGATE_SSO_SESSION_SECONDS)
+    _bound_the_session(request)
     request.session[SESSION_PROVIDER_KEY] = outcome.provider.slug
     return redirect(_safe_next(request, outcome.next_url, outcome.audience))
 
@@ -97,7 +104,7 @@ def break_glass(request: HttpRequest, token: str) -> HttpResponse:
     except LoginRefused as refused:
         return _refused(request, refused, "admin")
     login(request, user, backend=SSO_BACKEND)
-    request.session.set_expiry(settings.TOOLGATE_SSO_SESSION_SECONDS)
+    _bound_the_session(request)
     return redirect("/admin/")
 
 
