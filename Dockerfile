@@ -18,6 +18,6 @@ RUN useradd --create-home toolgate && useradd --create-home toolgate-mcp \
     && chown toolgate var/mcp_host/packages
 USER toolgate
 EXPOSE 8000
-# Serve behind a buffering reverse proxy (config/nginx.conf), never directly: README "Production".
+# Serve behind a buffering reverse proxy (config/nginx.conf), never directly: docs/operating.md, "Production".
 # gunicorn binds 127.0.0.1 by default; docker-compose.yml adds `--bind 0.0.0.0:8000` on the stack's network.
 CMD ["gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi"]

@@ -1,4 +1,4 @@
-# The commands the README names. Everything installs into .venv from the pinned requirements.
+# The commands the README and the manual name. Everything installs into .venv from the pinned requirements.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ MCP1_VENV := .venv-mcp1
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-dev run test lint format bench clean
+.PHONY: install install-dev run test docs lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ run: install
 # PYTEST_ARGS narrows a run (CI: `--engine-sensitive` on the embedded default; tests/conftest.py says which).
 test: install-dev
 	$(BIN)/python -m pytest -p tests.support.xdist_services --numprocesses 4 --dist loadfile $(PYTEST_ARGS)
+
+# The manual (docs/, mkdocs.yml) on http://127.0.0.1:8001, rebuilt as pages, settings or .env.example change.
+# `make test` builds it with --strict (tests/arch/test_docs_site.py), so a broken link fails the suite.
+docs: export NO_MKDOCS_2_WARNING ?= 1
+docs: install-dev
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8001
 
 lint: install-dev
 	$(BIN)/ruff check .

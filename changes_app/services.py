@@ -23,6 +23,7 @@ from changes_app.models import Change
 RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
     "tools_app.tool": ("is_enabled", "effect", "consequence_level", "requires_confirmation", "tags"),
     "tools_app.toolset": ("tenant", "name", "description", "tool_ids", "tags"),
+    "tools_app.mcpfeature": ("status", "approved_hash", "approved_via", "is_enabled"),
     "tools_app.mcptool": ("status", "approved_hash", "approved_via", "effect", "effect_confirmed", "is_enabled"),
     "policies_app.toolpolicy": (
         "name",
@@ -30,6 +31,8 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "service_account",
         "is_active",
         "allowed_tools",
+        "allowed_resources",
+        "allowed_prompts",
         "require_approval_for_effects",
         "require_approval_at_or_above",
         "require_approval_for_tools",

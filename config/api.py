@@ -42,6 +42,7 @@ from policies_app.errors import (
     UNSUPPORTED_MEDIA_TYPE,
     VALIDATION_MESSAGE,
     AppError,
+    drf_field_errors,
     envelope,
 )
 from policies_app.outages import OUTAGE_ERRORS
@@ -133,7 +134,7 @@ def _api_exception(exc: exceptions.APIException) -> Response:
         headers["Retry-After"] = str(int(exc.wait + 0.999))
     extra: dict[str, Any] = {}
     if isinstance(exc, exceptions.ValidationError):
-        extra["errors"] = flatten_errors(exc.detail)
+        extra["errors"] = [{"path": error.path, "message": error.message} for error in drf_field_errors(exc.detail)]
     body = envelope(code, _safe_message(exc), **extra)
     status = BODY_TOO_LARGE_STATUS if isinstance(exc, RequestBodyTooLarge) else ERROR_STATUS[code]
     return Response(body, status=status, headers=headers)
@@ -157,30 +158,6 @@ def _safe_message(exc: exceptions.APIException) -> str:
     if isinstance(exc.detail, str):
         return str(exc.detail)
     return "the request was refused"
-
-
-def flatten_errors(detail: Any, path: str = "") -> list[dict[str, str]]:
-    """DRF's nested error detail as `[{"path", "message"}]` (DRF messages name rules, not values)."""
-    if isinstance(detail, dict):
-        return [
-            error
-            for key, value in detail.items()
-            for error in flatten_errors(value, _join(path, "" if key == "non_field_errors" else str(key)))
-        ]
-    if isinstance(detail, list):
-        if all(isinstance(item, str) for item in detail):
-            return [{"path": path, "message": str(item)} for item in detail]
-        return [
-            error for index, item in enumerate(detail) if item for error in flatten_errors(item, _join(path, index))
-        ]
-    return [{"path": path, "message": str(detail)}]
-
-
-def _join(path: str, part: str | int) -> str:
-    part = str(part)
-    if not part:
-        return path
-    return f"{path}.{part}" if path else part
 
 
 # --- Django-level handlers: errors raised before or outside an API view ------------------

@@ -3,7 +3,7 @@
 Threaded workers (gthread): 2 processes of 4 threads by default, `WEB_CONCURRENCY`
 and `WEB_THREADS` to change. A worker thread serves one request at a time, so it must
 never face clients directly: config/nginx.conf waits for slow clients and hands over
-complete requests over kept-alive connections (README, "Production").
+complete requests over kept-alive connections (docs/operating.md, "Production").
 
 Measured side by side, each configuration served at once on its own port
 and taking turns with the others, each compared with its own /healthz:

@@ -1,4 +1,4 @@
-"""`/metrics`: Prometheus's page, for the scraper only (README, "Configuration", `TOOLGATE_METRICS_TOKEN`).
+"""`/metrics`: Prometheus's page, for the scraper only (docs/configuration.md, `TOOLGATE_METRICS_TOKEN`).
 
 The page names providers, outcomes and traffic: an attacker learns from it
 what a tenant uses and when a refresh fails. With a token configured, a

@@ -4,7 +4,7 @@ The defaults are production-safe: DEBUG is off, and then startup refuses to run
 without real secrets. Development turns DEBUG on (`make run` and `make test`
 do), and nothing else needs configuring: the embedded default (SQLite and dev
 secrets generated under var/, an in-process cache). Every variable is
-documented in .env.example and the README.
+described in .env.example, from which the docs build makes docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ STORAGES = {
     },
 }
 
-# --- Tenant web UI (README, "What make run gives you") -------------------------------------------------
+# --- Tenant web UI (docs/getting-started.md) -------------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

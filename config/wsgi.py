@@ -1,4 +1,4 @@
-"""WSGI entry point (gunicorn sync workers in production, see README)."""
+"""WSGI entry point (gunicorn sync workers in production, see docs/operating.md)."""
 
 import os
 

@@ -19,15 +19,21 @@ from connections_app import approvals_admin  # registers the approval requests' 
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from connections_app.services import connection_refresh_resume, connection_revoke, grant_revoke
-from policies_app.admin_display import RevokedFilter, act_on_each, revoke_action, short_datetime
+from policies_app.admin_display import RevokedFilter, WrittenElsewhereAdmin, act_on_each, revoke_action, short_datetime
 from policies_app.models import ServiceAccount
 
 __all__ = ["ConnectionAdmin", "approvals_admin"]
 
 
 @admin.register(Connection)
-class ConnectionAdmin(admin.ModelAdmin):
-    """A read-only page per connection; the model-level change permission exists only for the revoke action."""
+class ConnectionAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
+    """A read-only page per connection; the model-level change permission exists only for the revoke action.
+
+    Tenants create connections (an operator never holds their credentials); they are revoked, never
+    deleted: grants and audit rows keep pointing at them.
+    """
+
+    admin_may_change = True  # narrowed to the model level below
 
     list_display = (
         "short_id",
@@ -72,12 +78,6 @@ class ConnectionAdmin(admin.ModelAdmin):
         "events",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # tenants create connections; an operator never holds their credentials
-
-    def has_delete_permission(self, request: HttpRequest, obj: Connection | None = None) -> bool:
-        return False  # revoked, never deleted: grants and audit rows keep pointing at them
 
     def has_change_permission(self, request: HttpRequest, obj: Connection | None = None) -> bool:
         """No object is edited here (the page is a view, a POST to it is refused); the model-level
@@ -152,7 +152,7 @@ class ConnectionAdmin(admin.ModelAdmin):
 
 
 @admin.register(ConnectionEvent)
-class ConnectionEventAdmin(admin.ModelAdmin):
+class ConnectionEventAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     """The connections' audit trail: written only by services, read here."""
 
     list_display = (
@@ -180,15 +180,6 @@ class ConnectionEventAdmin(admin.ModelAdmin):
         "detail",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: ConnectionEvent | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: ConnectionEvent | None = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ConnectionEvent]:
         """`service_account_id` is a plain UUID (no foreign key): its name comes in the same query."""
@@ -221,8 +212,10 @@ class OAuthProviderAdmin(admin.ModelAdmin):
 
 
 @admin.register(ExecutionGrant)
-class ExecutionGrantAdmin(admin.ModelAdmin):
+class ExecutionGrantAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     """Grants are made over REST or the tenant UI; operators inspect and revoke them."""
+
+    admin_may_change = True
 
     list_display = ("id", "tenant", "service_account", "connection_count", "created_at", "expires_at", "revoked_at")
     list_filter = ("tenant", RevokedFilter)
@@ -241,12 +234,6 @@ class ExecutionGrantAdmin(admin.ModelAdmin):
         "revoked_by",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: ExecutionGrant | None = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ExecutionGrant]:
         return super().get_queryset(request).annotate(connection_total=Count("connections"))

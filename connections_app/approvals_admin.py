@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from connections_app.selectors import connection_label
-from policies_app.admin_display import count_of
+from policies_app.admin_display import WrittenElsewhereAdmin, count_of
 from policies_app.approval_args import approval_args_view
 from policies_app.models import ApprovalRequest
 from policies_app.services import approval_decide
@@ -63,8 +63,10 @@ class ApprovalStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
+class ApprovalRequestAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     """Operators decide pending calls here; the caller then repeats the call to run or be refused."""
+
+    admin_may_change = True  # the decision; requests come from calls and are never deleted
 
     change_form_template = CHANGE_FORM_TEMPLATE
     # Few, short columns: Status, Expires and Decided by stay visible on a 1280 px screen.
@@ -97,12 +99,6 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "consumed_at",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: ApprovalRequest | None = None) -> bool:
-        return False
 
     @admin.display(description="status", ordering="status")
     def status_now(self, approval: ApprovalRequest) -> str:

@@ -198,6 +198,7 @@ class PendingFlow:
     started_at: float
     reconnect: str = ""  # id of a connection this flow re-authorises
     owner_id: int | None = None  # a personal connection of this user (the one who started the flow)
+    connect_ask: str = ""  # a call's connect page started it: declare the connection for that call's client
 
     def expired(self, now: float) -> bool:
         return now - self.started_at > STATE_TTL.total_seconds()
@@ -211,6 +212,7 @@ def oauth_flow_start(
     redirect_uri: str,
     reconnect: str = "",
     owner_id: int | None = None,
+    connect_ask: str = "",
 ) -> str:
     """The provider's authorization URL; remembers the flow in the session under a fresh state."""
     state = generate_token(32)
@@ -228,6 +230,7 @@ def oauth_flow_start(
         "started_at": time.time(),
         "reconnect": reconnect,
         "owner_id": owner_id,
+        "connect_ask": connect_ask,
     }
     session[SESSION_KEY] = dict(sorted(flows.items(), key=lambda item: item[1]["started_at"])[-MAX_PENDING_FLOWS:])
     return url

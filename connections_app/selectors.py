@@ -602,20 +602,26 @@ def _named(names: Mapping[str, Mapping[str, str]], kind: str | None, value: obje
 # --- what a person may declare for a service account ----------------------------------------
 
 
-def connections_declarable(*, tenant_id: int, user_id: int, service_account_id: object) -> list[Connection]:
+def connections_declarable(*, tenant_id: int, user_id: int, service_account_id: object | None) -> list[Connection]:
     """The connections a person may let this account use for calls that name none, by provider then age.
 
     The tenant's shared connections and the person's own, not revoked, that a
     live grant of the account holds: what is not granted could never be used
     (grant ∩ declared), so the consent and delegation pages offer only these.
+    `service_account_id=None` (the new-delegation form, before an account is
+    chosen): those a live grant of any live account of the tenant holds.
     """
-    pk = uuid_or_none(service_account_id)
-    if pk is None:
-        return []
     now = timezone.now()
-    granted = ExecutionGrant.objects.filter(
-        service_account_id=pk, revoked_at__isnull=True, connections=OuterRef("pk")
-    ).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    if service_account_id is None:
+        granted = ExecutionGrant.objects.filter(
+            tenant_id=tenant_id, service_account__revoked_at__isnull=True, connections=OuterRef("pk")
+        )
+    else:
+        pk = uuid_or_none(service_account_id)
+        if pk is None:
+            return []
+        granted = ExecutionGrant.objects.filter(service_account_id=pk, connections=OuterRef("pk"))
+    granted = granted.filter(revoked_at__isnull=True).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
     return list(
         Connection.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
         .filter(Q(owner__isnull=True) | Q(owner_id=user_id))

@@ -24,9 +24,10 @@ from connections_app.selectors import UsableConnection, connections_of_tenant
 from policies_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
 from policies_app.errors import AppError
 from policies_app.governance import governance_bump
+from policies_app.ids import uuid_or_none
 from policies_app.key_rotation import RewrapOutcome
 from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership
-from policies_app.services import revoke_once
+from policies_app.services import consent_approve, delegation_create, revoke_once
 from policies_app.signals import row_changed
 from policies_app.signin import signin_consent
 from runner import wording
@@ -477,3 +478,122 @@ def signin_consent_declaring(
     """The sign-in consent's answer: the person's delegation (reused or made) and the connections it may use."""
     delegation = signin_consent(user=user, service_account=service_account, tools=tools)
     return delegation_connections_set(delegation=delegation, connection_ids=connection_ids)
+
+
+# --- connecting an account for a call that waits on its person (URL elicitation) --------------
+
+
+@transaction.atomic
+def connection_declare_for_call(
+    *, delegation: Delegation, connection: Connection, user: AbstractBaseUser
+) -> Delegation:
+    """A connection the person just made for a call: granted to the account and declared on their delegation.
+
+    The person's own powers in the portal, in one transaction: any member may
+    grant their personal connection to a service account (grant_create), and
+    declare it for calls that name none (delegation_connections_set). What the
+    delegation declared before stays, less what can no longer be used (a
+    revoked connection would refuse the whole declaration). Each write leaves
+    its change-log entry, with the person as actor.
+    """
+    if delegation.user_id != user.pk or connection.tenant_id != delegation.tenant_id:
+        raise AppError("this connection cannot be declared for this delegation")
+    if connection.owner_id not in (None, user.pk) or connection.revoked_at is not None:
+        raise AppError("only a live connection of the tenant or of this person can be declared")
+    now = timezone.now()
+    granted = (
+        ExecutionGrant.objects.filter(
+            service_account_id=delegation.service_account_id, revoked_at__isnull=True, connections=connection
+        )
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .exists()
+    )
+    if not granted:
+        grant_create(
+            tenant=Tenant.objects.get(pk=delegation.tenant_id),
+            service_account=ServiceAccount.objects.get(pk=delegation.service_account_id),
+            connections=[connection],
+            created_by=user,
+        )
+    kept = Connection.objects.filter(
+        tenant_id=delegation.tenant_id,
+        pk__in=[pk for pk in map(uuid_or_none, delegation.connection_ids) if pk is not None],
+        revoked_at__isnull=True,
+    ).filter(Q(owner__isnull=True) | Q(owner_id=user.pk))
+    wanted = [str(pk) for pk in kept.values_list("pk", flat=True)] + [str(connection.pk)]
+    return delegation_connections_set(delegation=delegation, connection_ids=wanted)
+
+
+@transaction.atomic
+def connection_create_for_call(
+    *,
+    delegation: Delegation,
+    user: AbstractBaseUser,
+    provider: str,
+    credential_type: str,
+    credentials: Mapping[str, Any],
+    label: str = "",
+    scopes: Iterable[str] = (),
+    expires_at: datetime | None = None,
+) -> Connection:
+    """A personal connection typed on a call's connect page, granted and declared for that call's client at once."""
+    connection = connection_create(
+        tenant=Tenant.objects.get(pk=delegation.tenant_id),
+        provider=provider,
+        credential_type=credential_type,
+        credentials=credentials,
+        scopes=scopes,
+        expires_at=expires_at,
+        label=label,
+        created_by=user,
+        owner=user,
+    )
+    connection_declare_for_call(delegation=delegation, connection=connection, user=user)
+    return connection
+
+
+@transaction.atomic
+def delegation_create_declaring(
+    *,
+    tenant: Tenant,
+    user: AbstractBaseUser,
+    service_account: ServiceAccount,
+    tools: Iterable[str],
+    expires_at: datetime | None,
+    connection_ids: Iterable[object],
+) -> tuple[Delegation, str | None]:
+    """The new-delegation form's answer: the delegation (its token shown once) and the connections it may use."""
+    delegation, token = delegation_create(
+        tenant=tenant, user=user, service_account=service_account, tools=tools, expires_at=expires_at
+    )
+    wanted = list(connection_ids)
+    if wanted:
+        delegation_connections_set(delegation=delegation, connection_ids=wanted)
+    return delegation, token
+
+
+@transaction.atomic
+def consent_approve_declaring(
+    *,
+    user: AbstractBaseUser,
+    service_account: ServiceAccount,
+    redirect_uri: str,
+    code_challenge: str,
+    tools: Iterable[str],
+    expires_at: datetime | None,
+    connection_ids: Iterable[object],
+) -> str:
+    """The consent redirect's approval (a delegation and its one-time code) with the connections it may use."""
+    code = consent_approve(
+        user=user,
+        service_account=service_account,
+        redirect_uri=redirect_uri,
+        code_challenge=code_challenge,
+        tools=tools,
+        expires_at=expires_at,
+    )
+    wanted = list(connection_ids)
+    if wanted:
+        delegation = Delegation.objects.get(user=user, service_account=service_account, revoked_at__isnull=True)
+        delegation_connections_set(delegation=delegation, connection_ids=wanted)
+    return code

@@ -137,7 +137,12 @@ class DatabaseApprovalDesk:
         approval = verdict.approval
         match verdict.outcome:
             case ApprovalOutcome.ALLOW:
-                return PolicyDecision(Decision.ALLOW, budgets=policy.budgets, approval_id=str(approval.pk))
+                return PolicyDecision(
+                    Decision.ALLOW,
+                    budgets=policy.budgets,
+                    approval_id=str(approval.pk),
+                    decided_by=approval.decided_by_name or None,
+                )
             case ApprovalOutcome.PENDING:
                 who = APPROVER_WORDS.get(approval.approver, "an operator")
                 verb = "confirm" if approval.approver == Approver.SUBJECT else "approve"

@@ -28,7 +28,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from policies_app import rules_admin  # noqa: F401 - registers the argument rules' and result guards' screens
-from policies_app.admin_display import RevokedFilter, count_of, revoke_action
+from policies_app.admin_display import RevokedFilter, WrittenElsewhereAdmin, count_of, revoke_action
 from policies_app.catalog import enabled_tool_ids, tool_ids_known
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
@@ -233,12 +233,14 @@ def _budget_rows(budgets: Budgets) -> list[tuple[str, int | None]]:
 
 
 @admin.register(Delegation)
-class DelegationAdmin(admin.ModelAdmin):
+class DelegationAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     """People's delegations to service accounts: made by the people themselves (tenant UI, consent redirect).
 
     Operators read them and may revoke them; the token is never stored in clear
     and its digest is never shown.
     """
+
+    admin_may_change = True
 
     list_display = (
         "tenant",
@@ -269,12 +271,6 @@ class DelegationAdmin(admin.ModelAdmin):
     )
     readonly_fields = fields
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Delegation | None = None) -> bool:
-        return False
-
     @admin.display(description="tools")
     def tools_display(self, delegation: Delegation) -> str:
         return ", ".join(delegation.tools) or "all its policy allows"
@@ -285,12 +281,15 @@ class DelegationAdmin(admin.ModelAdmin):
 
 
 @admin.register(SigninClient)
-class SigninClientAdmin(admin.ModelAdmin):
+class SigninClientAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     """MCP clients that sign people in (RFC 7591 registrations and metadata-document clients).
 
     Names and URIs are the clients' own, untrusted text (escaped). Revoking a
     client (or deleting it) ends every token issued to it at once.
     """
+
+    admin_may_change = True
+    admin_may_delete = True
 
     list_display = (
         "client_name",
@@ -316,9 +315,6 @@ class SigninClientAdmin(admin.ModelAdmin):
         "revoked_at",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SigninClient]:
         live = Count("grants", filter=Q(grants__revoked_at__isnull=True))
@@ -362,6 +358,13 @@ class ToolPolicyAdmin(admin.ModelAdmin):
             },
         ),
         ("Tools", {"fields": ("allowed_tools", "allowed_tool_patterns")}),
+        (
+            "Resources and prompts",
+            {
+                "fields": ("allowed_resources", "allowed_prompts"),
+                "description": "Upstream MCP resources and prompts (docs/resources.md); none unless listed here.",
+            },
+        ),
         (
             "Approval",
             {

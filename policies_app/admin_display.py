@@ -1,4 +1,4 @@
-"""Compact values, counters and filters for admin lists, shared by every app's admin.
+"""Compact values, counters, filters and permissions for admin pages, shared by the apps' admins.
 
 Django's default datetime ("Nov. 23, 2026, 10:26 p.m.") is twice as wide as the
 information in it; at 1280 px that width is what pushed key columns (the kill
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from django.contrib import admin
 from django.db.models import Model, QuerySet
@@ -102,3 +102,25 @@ class RevokedFilter(admin.SimpleListFilter):
         if self.value() in ("yes", "no"):
             return queryset.filter(revoked_at__isnull=self.value() == "no")
         return queryset
+
+
+class WrittenElsewhereAdmin:
+    """A ModelAdmin mixin for rows that services write: admin shows them and adds, edits or deletes none.
+
+    Each flag a class sets to True gives that permission back to Django's own check (the user's model
+    permissions). The reasons differ (tools come from code or discovery, the audit trail is written only
+    by the runner, revoked rows are kept for the rows that point at them), and each class says its own.
+    """
+
+    admin_may_add: ClassVar[bool] = False
+    admin_may_change: ClassVar[bool] = False
+    admin_may_delete: ClassVar[bool] = False
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return self.admin_may_add and super().has_add_permission(request, *args)  # type: ignore[misc]
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self.admin_may_change and super().has_change_permission(request, obj)  # type: ignore[misc]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self.admin_may_delete and super().has_delete_permission(request, obj)  # type: ignore[misc]

@@ -123,21 +123,6 @@ def mcp_resources_accepted(request: HttpRequest) -> tuple[str, ...]:
     return (own,)
 
 
-def bearer_caller(authorization: str) -> Caller | None:
-    """The caller of an `Authorization: Bearer <api key>` header value; None for anything else.
-
-    For a path that answers only plainly authenticated requests and leaves every
-    other one to ServiceAccountAuthentication, which says what is wrong.
-    """
-    scheme, _, key = authorization.partition(" ")
-    if scheme.lower() != SCHEME.lower() or not key.isascii():
-        return None
-    return caller_for_key(key=key.strip(_BYTE_WHITESPACE))  # what bytes.strip() strips, as DRF's path does
-
-
-_BYTE_WHITESPACE = " \t\n\r\x0b\x0c"
-
-
 def caller_signed_in(caller: Caller) -> ServiceAccountUser:
     """What authenticating a request does beyond the key check; the user the request then has."""
     service_account_note_use(service_account_id=caller.service_account_id, loaded_last_used_at=caller.last_used_at)

@@ -155,6 +155,47 @@ def field_errors_of(error: ValidationError) -> list[FieldError]:
     ]
 
 
+DRF_NON_FIELD_ERRORS: Final = "non_field_errors"  # DRF's NON_FIELD_ERRORS_KEY, left at its default
+
+
+def drf_field_errors(detail: Any, *, top_level: Mapping[str, str] | None = None) -> list[FieldError]:
+    """DRF's nested error detail (`serializer.errors`, a ValidationError's `detail`) as field errors, in order.
+
+    Paths join keys and list indexes with dots (`args.items.0`); DRF's messages name rules, not values.
+    Errors of no one field (`non_field_errors`) are their parent's. An interface whose callers name the
+    fields otherwise (MCP's `name`, `arguments`, `_meta.…`) passes `top_level`: the first key's own path,
+    and a key it does not name is the whole request's. The REST envelope and the MCP endpoint both use it.
+    """
+    return list(_drf_errors(detail, "", top_level))
+
+
+def _drf_errors(detail: Any, path: str, top_level: Mapping[str, str] | None) -> Iterator[FieldError]:
+    if isinstance(detail, Mapping):
+        for key, value in detail.items():
+            if key == DRF_NON_FIELD_ERRORS:
+                part = ""
+            elif top_level is not None and not path:
+                part = top_level.get(str(key), "")
+            else:
+                part = str(key)
+            yield from _drf_errors(value, _join(path, part), top_level)
+    elif isinstance(detail, list):
+        if all(isinstance(item, str) for item in detail):
+            yield from (FieldError(path=path, message=str(item)) for item in detail)
+        else:
+            for index, item in enumerate(detail):
+                if item:
+                    yield from _drf_errors(item, _join(path, str(index)), top_level)
+    else:
+        yield FieldError(path=path, message=str(detail))
+
+
+def _join(path: str, part: str) -> str:
+    if not part:
+        return path
+    return f"{path}.{part}" if path else part
+
+
 def full_clean_or_refuse(instance: Model, *, exclude: Iterable[str] | None = None) -> None:
     """`instance.full_clean()`, its refusal as an AppError: every message in the safe message, each on its field."""
     try:

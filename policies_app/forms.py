@@ -14,7 +14,7 @@ from django import forms
 from policies_app.catalog import tool_ids_known, tool_server_prefixes
 from policies_app.models import ServiceAccount, ToolPolicy
 from policies_app.selectors import policy_active_in_scope
-from policies_app.toolpatterns import is_pattern, pattern_problem
+from policies_app.toolpatterns import FEATURE_POLICY_FIELDS, feature_entry_problem, is_pattern, pattern_problem
 from runner.types import ToolEffect
 
 SCOPE_CHOICES = ServiceAccount.Scope.choices
@@ -74,6 +74,21 @@ class ToolPolicyForm(forms.ModelForm):
         "every tool of one MCP server, now and after discovery. A matched tool still needs its switch on and "
         "an approved definition.",
     )
+    allowed_resources = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        label="Allowed resources",
+        help_text="Upstream MCP resources this scope may read, one per line: a URI or a pattern such as "
+        "toolgate://docs/* (every resource of the server docs). Empty: none. A resource also needs an "
+        "approved definition and its switch on.",
+    )
+    allowed_prompts = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        label="Allowed prompts",
+        help_text="Upstream MCP prompts this scope may fetch, one per line: a name or a pattern such as "
+        "mcp__docs__*. Empty: none.",
+    )
     require_approval_for_effects = forms.MultipleChoiceField(
         choices=EFFECT_CHOICES,
         required=False,
@@ -97,6 +112,8 @@ class ToolPolicyForm(forms.ModelForm):
             "is_active",
             "allowed_tools",
             "allowed_tool_patterns",
+            "allowed_resources",
+            "allowed_prompts",
             "require_approval_for_effects",
             "require_approval_at_or_above",
             "require_approval_for_tools",
@@ -117,6 +134,8 @@ class ToolPolicyForm(forms.ModelForm):
         self.fields["allowed_tools"].choices = [(tool_id, tool_id) for tool_id in tool_ids]
         self.initial["allowed_tools"] = sorted(entries.difference(patterns))
         self.initial["allowed_tool_patterns"] = "\n".join(patterns)
+        for name in FEATURE_POLICY_FIELDS:
+            self.initial[name] = "\n".join(sorted(getattr(self.instance, name) or ()))
         named = sorted(set(tool_ids_known()) | set(self.instance.require_approval_for_tools or ()))
         self.fields["require_approval_for_tools"].choices = [(tool_id, tool_id) for tool_id in named]
 
@@ -134,6 +153,19 @@ class ToolPolicyForm(forms.ModelForm):
             if is_pattern(line)
             and (problem := pattern_problem(line, known_ids=known, server_prefixes=prefixes)) is not None
         ]
+        if problems:
+            raise forms.ValidationError(problems)
+        return lines
+
+    def clean_allowed_resources(self) -> list[str]:
+        return self._feature_entries("allowed_resources")
+
+    def clean_allowed_prompts(self) -> list[str]:
+        return self._feature_entries("allowed_prompts")
+
+    def _feature_entries(self, name: str) -> list[str]:
+        lines = sorted({line.strip() for line in (self.cleaned_data[name] or "").splitlines()} - {""})
+        problems = [problem for line in lines if (problem := feature_entry_problem(name, line)) is not None]
         if problems:
             raise forms.ValidationError(problems)
         return lines

@@ -42,6 +42,7 @@ from django.db import transaction
 from django.db.models import BooleanField, Exists, ExpressionWrapper, F
 
 from policies_app.models import ArgumentRule, GovernanceState, ResultGuard
+from policies_app.redis_internals import connection_socket, parser_holds_bytes
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -212,30 +213,20 @@ def _quiet(pubsub: redis.client.PubSub) -> bool:
     redis-py answers the same question with a zero-timeout `recv` framed by two
     `settimeout` calls; asking the kernel with `poll(0)` costs one syscall. A
     socket the server closed is readable too, so it still goes to get_message
-    and is dropped there. This reaches into the connection's socket and its
-    parser's buffer (redis-py 8.1 with hiredis, pinned; its Python parser too):
-    if their shape changes the answer is "not quiet", and get_message decides as before.
+    and is dropped there. The socket and the parser's buffer are redis-py's
+    private parts (`policies_app.redis_internals`): if their shape changes the
+    answer is "not quiet", and get_message decides as before.
     """
     connection = pubsub.connection
-    sock = getattr(connection, "_sock", None)
-    if sock is None:
-        return False
     try:
-        if _buffered(getattr(connection, "_parser", None)):
+        sock = connection_socket(connection)
+        if sock is None or parser_holds_bytes(connection):
             return False
         poller = select.poll()
         poller.register(sock.fileno(), select.POLLIN)
         return not poller.poll(0)
     except (AttributeError, OSError, ValueError):
         return False
-
-
-def _buffered(parser: object) -> bool:
-    """Whether the parser holds bytes already read from the socket (AttributeError: a parser of unknown shape)."""
-    reader = getattr(parser, "_reader", None)
-    if reader is not None:  # hiredis: its reader keeps what was fed and not yet parsed
-        return bool(reader.has_data())
-    return bool(parser._buffer.unread_bytes())  # type: ignore[attr-defined]  # redis-py's own parser
 
 
 _subscriptions: dict[tuple[int, str], _Subscription] = {}

@@ -238,6 +238,10 @@ class ToolPolicy(GovernedScope, models.Model):
         ServiceAccount, null=True, blank=True, on_delete=models.CASCADE, related_name="policies"
     )
     allowed_tools = models.JSONField(default=list, blank=True)
+    # Upstream resources (`toolgate://<slug>/...`) and prompts (`mcp__<slug>__<name>`) this scope may
+    # read and fetch: names or `*` patterns, like allowed_tools; empty allows none (deny by default).
+    allowed_resources = models.JSONField(default=list, blank=True)
+    allowed_prompts = models.JSONField(default=list, blank=True)
     require_approval_for_effects = models.JSONField(default=list, blank=True)
     # Besides effects: a consequence level and above, or named tools. A tool's own
     # requires_confirmation asks for approval under every policy.

@@ -60,6 +60,9 @@ class EffectivePolicy:
     approval_ttl_s: int = DEFAULT_APPROVAL_TTL_S
     # allowed_tools compiled once per cached policy (exact ids and `*` patterns): the hot path's check.
     allowed: ToolPatterns = NO_TOOLS
+    # Upstream resources and prompts, compiled the same way; none unless the policy names them.
+    allowed_resources: ToolPatterns = NO_TOOLS
+    allowed_prompts: ToolPatterns = NO_TOOLS
 
     def allows(self, tool_id: str) -> bool:
         """Whether this policy allows the tool id, by name or by pattern (the tool's own gates still apply)."""
@@ -145,6 +148,8 @@ def _load_effective_policy(tenant_id: int | str, service_account_id: str) -> Eff
         name=best.name,
         allowed_tools=frozenset(best.allowed_tools),
         allowed=ToolPatterns.compile(best.allowed_tools),
+        allowed_resources=ToolPatterns.compile(best.allowed_resources),
+        allowed_prompts=ToolPatterns.compile(best.allowed_prompts),
         approval_effects=frozenset(best.require_approval_for_effects),
         approval_at_or_above=ConsequenceLevel(best.require_approval_at_or_above)
         if best.require_approval_at_or_above

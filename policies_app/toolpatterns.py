@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 WILDCARD = "*"
 REFUSED_CHARACTERS = frozenset("?[]")
+# A policy's upstream resources and prompts (tools_app/upstream/features.py names them).
+FEATURE_POLICY_FIELDS = ("allowed_resources", "allowed_prompts")
 
 
 def is_pattern(entry: str) -> bool:
@@ -51,6 +53,22 @@ def pattern_problem(pattern: str, *, known_ids: Iterable[str], server_prefixes: 
         f"pattern {pattern!r} matches no tool id of the catalog and no registered MCP server's tools "
         "(mcp__<server>__*); check the spelling against `policy export` or the admin's tool list"
     )
+
+
+def feature_entry_problem(policy_field: str, entry: str) -> str | None:
+    """Why `entry` cannot stand in a policy's allowed_resources / allowed_prompts, or None.
+
+    Names or `*` patterns, as in allowed_tools; `?` and `[` are refused. A resource entry
+    starts with `toolgate://`, a prompt entry with `mcp__`: anything else can match nothing.
+    """
+    refused = sorted(REFUSED_CHARACTERS & set(entry))
+    if refused:
+        return f"{entry!r}: only * is a wildcard ({' '.join(refused)} is escaped in Toolgate's names)"
+    head = "toolgate://" if policy_field == "allowed_resources" else "mcp__"
+    if not entry.startswith(head):
+        example = "toolgate://<server>/*" if policy_field == "allowed_resources" else "mcp__<server>__*"
+        return f"{entry!r} must start with {head} (e.g. {example})"
+    return None
 
 
 def patterns_matching(tool_ids: Iterable[str], patterns: Iterable[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """Safe default adapters: what a port does when a deployment binds nothing else.
 
-Each one fails closed (deny, no grants, no credentials) or is a neutral
+Each one fails closed (no credentials) or is a neutral
 observer (log events, system clock), so a runner wired only with defaults can
 never run more than it should.
 """
@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 from runner.capabilities import AuthCapability
 from runner.errors import BrokerError
-from runner.ports import GrantView, Lease, PolicyDecision, RateLimited
-from runner.types import Budgets, Decision, ErrorCode, ToolEvent, ToolInvocationContext, ToolSpec
+from runner.ports import Lease, RateLimited
+from runner.types import Budgets, ErrorCode, ToolEvent, ToolInvocationContext, ToolSpec
 
 logger = logging.getLogger("toolgate.events")
 
@@ -25,21 +25,6 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
-
-
-class DenyAllPolicy:
-    """No policy, nothing allowed (DENY_BY_DEFAULT)."""
-
-    def decide(self, ctx: ToolInvocationContext, spec: ToolSpec, *, args_sha256: str | None) -> PolicyDecision:
-        return PolicyDecision(Decision.DENY, safe_message="no policy allows this tool")
-
-
-class NoGrants:
-    def get(self, grant_id: str) -> GrantView | None:
-        return None
-
-    def for_caller(self, tenant_id: str, actor_id: str) -> tuple[GrantView, ...]:
-        return ()
 
 
 class NoConnections:

@@ -53,7 +53,7 @@ class ToolError(ToolgateError):
     """Raised by a tool to answer an error meant for the model, which reads it to correct itself.
 
     The call answers `tool_error` (HTTP 200, `ok: false`) with these blocks as
-    its `content`: `ToolError("no issue #7 in this repository")` is one text
+    its `content`: `ToolError("no repository named octo/hello")` is one text
     block; `ToolError(content=[...])` passes blocks (an upstream's `isError`
     result). Unlike `ToolFailure` (Toolgate's `execution`), the text is the
     tool's own answer, so it goes through the same guards as a value: the

@@ -158,6 +158,7 @@ class Call:
     # the delegation); None for a call on nobody's behalf. The connection gate chooses among them.
     consented_connection_ids: frozenset[str] | None = None
     connection_choice: ConnectionChoice | None = None
+    approved_by: str | None = None  # who confirmed or approved the request this run rests on (ApprovalStage)
     # (stage name, clock) on entering a stage, (None, clock) on leaving it: runner/observe.py's timing.
     stage_marks: list[tuple[str | None, float]] = field(default_factory=list, repr=False)
 
@@ -269,6 +270,7 @@ class AuditStage:
                 rule_action=call.rule_match.action.value if call.rule_match is not None else None,
                 guardrail=call.guard_outcome.audit() if call.guard_outcome is not None else None,
                 connection_choice=call.connection_choice,
+                approved_by=call.approved_by,
             )
         )
         return result
@@ -558,6 +560,7 @@ class ApprovalStage:
             )
         call.decision = verdict.decision
         if verdict.decision is Decision.ALLOW:
+            call.approved_by = verdict.decided_by
             result = proceed(call)
             if result.executed and verdict.approval_id is not None:
                 try:

@@ -59,6 +59,8 @@ class PolicyDecision:
     budgets: Budgets = field(default_factory=Budgets)
     approval_id: str | None = None
     safe_message: str | None = None
+    # With ALLOW on an approved request: who confirmed or approved it (their name), for the audit row.
+    decided_by: str | None = None
 
 
 class PolicyDecider(Protocol):

@@ -23,7 +23,7 @@ class ToolEffect(enum.StrEnum):
 
 
 class ConsequenceLevel(enum.StrEnum):
-    """How much real-world harm a call can do (README, "Human approval"), independent of its effect.
+    """How much real-world harm a call can do (docs/approvals.md), independent of its effect.
 
     A read can be costly and a write harmless: policy may ask for approval at or
     above a level, whatever the effect.
@@ -288,6 +288,9 @@ class ToolInvocationRecord:
     # What the result guards found and did (runner/guardrails.py): action, guard ids, counts per kind.
     guardrail: Mapping[str, Any] | None = None
     connection_choice: ConnectionChoice | None = None  # how the connection in `context` was found, if any
+    # Who confirmed or approved the request this run rests on (the approval's decider, by name);
+    # None when no approval let the call run.
+    approved_by: str | None = None
 
     @property
     def duration_ms(self) -> int:

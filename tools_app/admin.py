@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from policies_app.admin_display import count_of, short_datetime
+from policies_app.admin_display import WrittenElsewhereAdmin, count_of, short_datetime
 from policies_app.errors import AppError
 from tools_app import toolsets_admin  # registers the toolsets admin
 from tools_app.models import Tool, ToolInvocation
@@ -30,7 +30,10 @@ __all__ = ["ToolAdmin", "ToolInvocationAdmin", "toolsets_admin", "upstream_admin
 
 
 @admin.register(Tool)
-class ToolAdmin(admin.ModelAdmin):
+class ToolAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
+    # Tools come from code via sync_tools; a deleted row would lose its switch and history (sync marks
+    # gone tools instead). Operators change the switch and the metadata.
+    admin_may_change = True
     # The kill switch next to the id, and short headers: every column fits at 1280 px.
     list_display = (
         "id",
@@ -105,9 +108,6 @@ class ToolAdmin(admin.ModelAdmin):
     def tag_list(self, tool: Tool) -> str:
         return ", ".join(tool.tags)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # tools come from code via sync_tools
-
     @admin.display(description="Level", ordering="consequence_level")
     def level(self, obj: Tool) -> str:
         return obj.consequence_level
@@ -123,9 +123,6 @@ class ToolAdmin(admin.ModelAdmin):
     @admin.display(description="Schema changed", ordering="schema_changed_at")
     def schema_changed(self, obj: Tool) -> str | None:
         return short_datetime(obj.schema_changed_at)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Tool | None = None) -> bool:
-        return False  # a deleted row would lose its switch and history; sync marks gone tools instead
 
     @admin.display(description="input schema")
     def input_schema_pretty(self, tool: Tool) -> SafeString:
@@ -190,7 +187,7 @@ class ToolIdFilter(admin.SimpleListFilter):
 
 
 @admin.register(ToolInvocation)
-class ToolInvocationAdmin(admin.ModelAdmin):
+class ToolInvocationAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     """The audit log: readable by operators, written only by the runner."""
 
     # Every column fits at 1280 px; the tool_call_id is on each row's page and found by the search.
@@ -226,6 +223,7 @@ class ToolInvocationAdmin(admin.ModelAdmin):
         "connection_id",
         "grant_id",
         "subject_id",
+        "approved_by",
         "authz_reason",
         "rule_id",
         "rule_action",
@@ -240,12 +238,6 @@ class ToolInvocationAdmin(admin.ModelAdmin):
     )
     readonly_fields = fields
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: ToolInvocation | None = None) -> bool:
-        return False
-
     @admin.display(description="Started at", ordering="started_at")
     def started(self, obj: ToolInvocation) -> str | None:
         return short_datetime(obj.started_at)
@@ -253,6 +245,3 @@ class ToolInvocationAdmin(admin.ModelAdmin):
     @admin.display(description="ms", ordering="duration_ms")
     def duration(self, obj: ToolInvocation) -> int | None:
         return obj.duration_ms
-
-    def has_delete_permission(self, request: HttpRequest, obj: ToolInvocation | None = None) -> bool:
-        return False

@@ -77,6 +77,7 @@ def invocation_record(record: ToolInvocationRecord) -> None:
         "rule_action": record.rule_action or "",
         "guardrail": dict(record.guardrail) if record.guardrail is not None else None,
         "connection_choice": record.connection_choice.value if record.connection_choice else "",
+        "approved_by": (record.approved_by or "")[:150],
     }
     if record.audit_ref is not None:
         if _claim_finished(ctx, record.audit_ref, fields):
@@ -242,6 +243,7 @@ EXPORT_FIELDS = (
     "grant_id",
     "connection_choice",
     "subject_id",
+    "approved_by",
     "authz_reason",
     "rule_id",
     "rule_action",

@@ -7,7 +7,13 @@ waiting request again when the client retries (docs/elicitation.md). It is the
 MCP interface's one door to approvals, sealing and pages, as `tool_exec` is
 its door to the runner:
 - **Pages.** `PAGE_OF_KIND` maps what the person must do to the portal page
-  that does it; a new kind (connecting an account) is one page and one entry.
+  that does it: confirm, follow an approval, or connect an account.
+- **Connecting an account.** A call refused `connection_required` (no usable
+  connection of the tool's provider in grant ∩ declared) opens a `ConnectAsk`:
+  a short-lived record in the shared cache naming the person, their
+  delegation, the provider and the exact call. Its page (`/calls/connect/<id>/`)
+  connects one with the portal's own flows, grants it to the account and
+  declares it on the delegation; the retry then finds it like any call would.
 - **requestState (2026-07-28)** is sealed with the key ring (AES-GCM), bound in
   its associated data to the service account, and inside to the person, the
   tool, a digest of the arguments, the tool_call_id and a short expiry. It is
@@ -31,8 +37,9 @@ import binascii
 import enum
 import secrets
 import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -54,15 +61,22 @@ from policies_app.services import APPROVER_WORDS
 from runner.pipeline import args_digest
 from runner.types import ErrorCode, ToolExecResult
 
-# What the person must do -> the portal page that does it (item 2(a) adds "connect": one page, one entry).
+# What the person must do -> the portal page that does it.
 CONFIRM: Final = "confirm"
 APPROVAL: Final = "approval"
-PAGE_OF_KIND: Final[Mapping[str, str]] = {CONFIRM: "web:call-confirm", APPROVAL: "web:call-status"}
+CONNECT: Final = "connect"
+PAGE_OF_KIND: Final[Mapping[str, str]] = {
+    CONFIRM: "web:call-confirm",
+    APPROVAL: "web:call-status",
+    CONNECT: "web:call-connect",
+}
 
 STATE_TTL_S: Final = 600  # long enough for a person to read a page, short enough that a leaked state is stale
 SESSION_TTL_S: Final = 30 * 24 * 3600  # a client re-initializes at least this often (then it is asked afresh)
 _STATE_VERSION: Final = 1
 _USED_STATE_PREFIX: Final = "mcp-state-used:"
+_CONNECT_ASK_PREFIX: Final = "mcp-connect-ask:"
+_CONNECT_OPEN_PREFIX: Final = "mcp-connect-open:"
 
 BAD_STATE_MESSAGE: Final = (
     "the requestState is not valid for this call (altered, expired, already used, or for another call "
@@ -88,10 +102,12 @@ class PersonNeeded:
 
     asking: Asking
     tool_call_id: str
-    approval_id: str
+    approval_id: str | None  # None for a connect ask (no approval: the person connects an account)
     url: str
     message: str
     request_state: str | None = None
+    elicitation_id: str = ""  # the approval's id, or the connect ask's
+    error_code: str = ErrorCode.APPROVAL_REQUIRED.value  # what a client without URL elicitation reads first
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +116,8 @@ class Principal:
 
     service_account_id: str
     subject_id: str
+    delegation_id: str = ""  # the person's delegation to the account: where a connection is declared
+    tenant_id: int | None = None
 
 
 def call_principal(caller: Caller, subject_token: str | None) -> Principal | None:
@@ -114,7 +132,12 @@ def call_principal(caller: Caller, subject_token: str | None) -> Principal | Non
     row = delegation_for_authz(delegation_id=delegation_id)
     if row is None or row.service_account_id != caller.service_account_id:
         return None
-    return Principal(service_account_id=caller.service_account_id, subject_id=subject_id_of(row.user_id))
+    return Principal(
+        service_account_id=caller.service_account_id,
+        subject_id=subject_id_of(row.user_id),
+        delegation_id=row.delegation_id,
+        tenant_id=row.tenant_id,
+    )
 
 
 def _encode(blob: bytes) -> str:
@@ -276,6 +299,11 @@ def person_needed(
             approval_id=str(declined.pk),
             url=page_url(site_url=site_url, approval=declined),
             message=DECLINED_MESSAGE.format(tool=declined.tool_id),
+            elicitation_id=str(declined.pk),
+        )
+    if result.error_code is ErrorCode.CONNECTION_REQUIRED:
+        return _connect_needed(
+            result, principal=principal, arguments=arguments, seal_state=seal_state, site_url=site_url
         )
     if result.error_code is not ErrorCode.APPROVAL_REQUIRED or result.approval_id is None:
         return None
@@ -296,4 +324,146 @@ def person_needed(
         url=page_url(site_url=site_url, approval=approval),
         message=asking_message(approval, waiting=resumed),
         request_state=state,
+        elicitation_id=str(approval.pk),
+    )
+
+
+# --- connecting an account --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectAsk:
+    """A person asked to connect an account of `provider` for one exact call (kept in the shared cache).
+
+    It holds ids and a digest only, never arguments or a secret: the page shows
+    the provider and the tool, and checks that whoever opens it is `subject_id`.
+    `connection_id` is set once the page connected and declared one.
+    """
+
+    ask_id: str
+    service_account_id: str
+    subject_id: str
+    delegation_id: str
+    tenant_id: int
+    provider: str
+    tool_id: str
+    args_sha256: str
+    tool_call_id: str
+    expires_at: int
+    connection_id: str = ""
+
+    @property
+    def open(self) -> bool:
+        return not self.connection_id and self.expires_at > time.time()
+
+
+def _open_key(*, principal: Principal, tool_id: str, digest: str) -> str:
+    return f"{_CONNECT_OPEN_PREFIX}{principal.service_account_id}:{principal.subject_id}:{tool_id}:{digest}"
+
+
+def connect_ask_get(ask_id: str) -> ConnectAsk | None:
+    """The ask of this id while it lasts (done or not); None when unknown, malformed or expired."""
+    if not ask_id or len(ask_id) > 64:
+        return None
+    raw = cache.get(f"{_CONNECT_ASK_PREFIX}{ask_id}")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        ask = ConnectAsk(**raw)
+    except TypeError:
+        return None
+    return ask if ask.expires_at > time.time() else None
+
+
+def connect_ask_open_for_call(*, principal: Principal, tool_id: str, args: Any) -> ConnectAsk | None:
+    """This person's undone ask for this exact call (service account, person, tool, arguments), if any."""
+    digest = args_digest(args)
+    if digest is None:
+        return None
+    ask_id = cache.get(_open_key(principal=principal, tool_id=tool_id, digest=digest))
+    ask = connect_ask_get(ask_id) if isinstance(ask_id, str) else None
+    return ask if ask is not None and ask.open and ask.subject_id == principal.subject_id else None
+
+
+def connect_ask_create(
+    *, principal: Principal, provider: str, tool_id: str, args: Any, tool_call_id: str
+) -> ConnectAsk | None:
+    """A new ask for this call, found again by its id (the page) and by the call's binding (a retry)."""
+    digest = args_digest(args)
+    if digest is None or not principal.delegation_id or principal.tenant_id is None:
+        return None
+    ask = ConnectAsk(
+        ask_id=str(uuid.uuid4()),
+        service_account_id=principal.service_account_id,
+        subject_id=principal.subject_id,
+        delegation_id=principal.delegation_id,
+        tenant_id=principal.tenant_id,
+        provider=provider,
+        tool_id=tool_id,
+        args_sha256=digest,
+        tool_call_id=tool_call_id,
+        expires_at=int(time.time()) + STATE_TTL_S,
+    )
+    cache.set(f"{_CONNECT_ASK_PREFIX}{ask.ask_id}", asdict(ask), timeout=STATE_TTL_S)
+    cache.set(_open_key(principal=principal, tool_id=tool_id, digest=digest), ask.ask_id, timeout=STATE_TTL_S)
+    return ask
+
+
+def connect_ask_done(ask: ConnectAsk, *, connection_id: str) -> ConnectAsk:
+    """The page connected and declared `connection_id`: the ask is answered (its page says so from now on)."""
+    done = replace(ask, connection_id=connection_id)
+    remaining = max(1, int(ask.expires_at - time.time()))
+    cache.set(f"{_CONNECT_ASK_PREFIX}{ask.ask_id}", asdict(done), timeout=remaining)
+    return done
+
+
+def connect_page_url(*, site_url: str, ask: ConnectAsk) -> str:
+    """The connect page's absolute URL: the ask's id and nothing else (the page checks who opens it)."""
+    return site_url.rstrip("/") + reverse(PAGE_OF_KIND[CONNECT], args=[ask.ask_id])
+
+
+def connect_message(*, tool_id: str, provider: str, waiting: bool) -> str:
+    """What the client shows the person (and a model reads in the text fallback); nothing secret."""
+    if waiting:
+        return (
+            f"{tool_id} still waits for you to connect a {provider} account: open the page, connect one, "
+            "then call it again."
+        )
+    return (
+        f"{tool_id} needs a {provider} account. Connect one on the page that opens; this client may then use it, "
+        "and the call runs when your client tries again."
+    )
+
+
+def _connect_needed(
+    result: ToolExecResult, *, principal: Principal, arguments: Any, seal_state: bool, site_url: str
+) -> PersonNeeded | None:
+    """`connection_required` for a person: send them to connect one (or, asked already, say it still waits)."""
+    provider = result.connection_provider
+    if not provider:
+        return None  # a tool of no named provider: nothing to connect; the refusal says what to do
+    waiting = connect_ask_open_for_call(principal=principal, tool_id=result.tool_id, args=arguments)
+    ask = waiting or connect_ask_create(
+        principal=principal,
+        provider=provider,
+        tool_id=result.tool_id,
+        args=arguments,
+        tool_call_id=result.tool_call_id,
+    )
+    if ask is None:
+        return None
+    state = None
+    if waiting is None and seal_state:
+        state = request_state_seal(
+            principal=principal, tool_id=ask.tool_id, args=arguments, tool_call_id=ask.tool_call_id
+        )
+    return PersonNeeded(
+        asking=Asking.WAITING if waiting is not None else Asking.ASK,
+        tool_call_id=result.tool_call_id,
+        approval_id=None,
+        url=connect_page_url(site_url=site_url, ask=ask),
+        message=connect_message(tool_id=ask.tool_id, provider=provider, waiting=waiting is not None),
+        request_state=state,
+        elicitation_id=ask.ask_id,
+        error_code=ErrorCode.CONNECTION_REQUIRED.value,
     )

@@ -7,9 +7,9 @@ from django.db.models import Q
 
 from runner.types import ConnectionChoice, ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.toolset_models import Toolset
-from tools_app.upstream.models import McpServer, McpTool
+from tools_app.upstream.models import McpFeature, McpFeatureRead, McpServer, McpTool
 
-__all__ = ["McpServer", "McpTool", "Tool", "ToolCallClaim", "ToolInvocation", "Toolset"]
+__all__ = ["McpFeature", "McpFeatureRead", "McpServer", "McpTool", "Tool", "ToolCallClaim", "ToolInvocation", "Toolset"]
 
 
 class Tool(models.Model):
@@ -104,6 +104,9 @@ class ToolInvocation(models.Model):
     connection_choice = models.CharField(
         max_length=16, blank=True, choices=[(choice.value, choice.value) for choice in ConnectionChoice]
     )
+    # Who confirmed or approved the request this run rests on (the approval's decider, by name: a
+    # portal or admin user, or `os:<user>` from the command line); set on the run after the decision.
+    approved_by = models.CharField(max_length=150, blank=True)
     decision = models.CharField(max_length=32, choices=[(d.value, d.value) for d in Decision])
     ok = models.BooleanField(default=False)
     executed = models.BooleanField(default=False)

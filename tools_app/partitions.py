@@ -8,7 +8,7 @@ forty million, instead of a DELETE per row plus the vacuum and WAL behind it.
 
 Partitions are plain DDL through the connection: django-postgres-extra has
 partition management but needs its own database backend, which the embedded
-SQLite default cannot use (see the README's operations section).
+SQLite default cannot use (see docs/performance.md, "The audit trail at scale").
 
 - A partition is named by the range it holds (`<table>_p20261126_20261127`),
   so its name says what a DROP removes; bounds are read back from the catalog,

@@ -32,7 +32,7 @@ from policies_app.models import (
     ToolPolicy,
 )
 from policies_app.services import policy_delete
-from policies_app.toolpatterns import is_pattern, pattern_problem
+from policies_app.toolpatterns import feature_entry_problem, is_pattern, pattern_problem
 from runner.catalog import closest_tool_id
 from runner.contracts import tags_problem
 from runner.types import ConsequenceLevel, ToolEffect
@@ -45,14 +45,17 @@ from tools_app.services import tool_metadata_set, tool_switch_record, tool_sync
 from tools_app.toolset_io import ToolsetRow, toolsets_apply, toolsets_export, toolsets_validate
 from tools_app.upstream.services import SCHEMA_HASH_PREFIX, mcp_tool_approve, schema_hash_label
 
+# Upstream resources and prompts a policy allows (names or `*` patterns; absent: none).
+FEATURE_FIELDS = ("allowed_resources", "allowed_prompts")
 BUDGET_FIELDS = ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency")
-# Approval settings beyond the effects (README, "Human approval"): absent keys take the model's defaults.
+# Approval settings beyond the effects (docs/approvals.md): absent keys take the model's defaults.
 APPROVAL_FIELDS = ("require_approval_at_or_above", "require_approval_for_tools", "approver", "approval_ttl_s")
 POLICY_FIELDS = (
     "name",
     "tenant",
     "service_account",
     "allowed_tools",
+    *FEATURE_FIELDS,
     "require_approval_for_effects",
     *APPROVAL_FIELDS,
     *BUDGET_FIELDS,
@@ -128,6 +131,7 @@ class _PolicyRow:
     tenant: str | None
     service_account: str | None
     allowed_tools: list[str]
+    features: dict[str, list[str]]
     require_approval_for_effects: list[str]
     approval: dict[str, Any]
     budgets: dict[str, int | None]
@@ -167,6 +171,8 @@ def _policy_document(policy: ToolPolicy) -> dict[str, Any]:
         "tenant": policy.tenant.slug if policy.tenant else None,
         "service_account": policy.service_account.name if policy.service_account else None,
         "allowed_tools": sorted(set(policy.allowed_tools)),
+        # Only when set: files of policies without resources or prompts read as they always did.
+        **{name: sorted(set(getattr(policy, name))) for name in FEATURE_FIELDS if getattr(policy, name)},
         "require_approval_for_effects": sorted(set(policy.require_approval_for_effects)),
         "require_approval_at_or_above": policy.require_approval_at_or_above or None,
         "require_approval_for_tools": sorted(set(policy.require_approval_for_tools)),
@@ -295,6 +301,8 @@ def _apply_policies(rows: list[_PolicyRow], *, existing: dict[str, ToolPolicy], 
         policy.tenant = tenants[row.tenant] if row.tenant else None
         policy.service_account = accounts[row.scope] if row.service_account else None
         policy.allowed_tools = row.allowed_tools
+        for name, entries in row.features.items():
+            setattr(policy, name, entries)
         policy.require_approval_for_effects = row.require_approval_for_effects
         policy.require_approval_at_or_above = row.approval["require_approval_at_or_above"] or ""
         policy.require_approval_for_tools = row.approval["require_approval_for_tools"]
@@ -318,6 +326,7 @@ def _row_document(row: _PolicyRow) -> dict[str, Any]:
         "tenant": row.tenant,
         "service_account": row.service_account,
         "allowed_tools": row.allowed_tools,
+        **{name: entries for name, entries in row.features.items() if entries},
         "require_approval_for_effects": row.require_approval_for_effects,
         **row.approval,
         **row.budgets,
@@ -566,6 +575,15 @@ def _validate_policy(
         if is_pattern(pattern)
         and (problem := pattern_problem(pattern, known_ids=known_tools, server_prefixes=server_prefixes)) is not None
     ]
+    features = {
+        name: sorted(set(_string_list(entry.get(name, []), f"{where}: {name}", problems))) for name in FEATURE_FIELDS
+    }
+    problems += [
+        f"{where}: {name}: {problem}"
+        for name, entries in features.items()
+        for entry_name in entries
+        if (problem := feature_entry_problem(name, entry_name)) is not None
+    ]
     effects = _string_list(
         entry.get("require_approval_for_effects", []), f"{where}: require_approval_for_effects", problems
     )
@@ -592,6 +610,7 @@ def _validate_policy(
         tenant=tenant,
         service_account=account,
         allowed_tools=sorted(set(allowed)),
+        features=features,
         require_approval_for_effects=sorted(set(effects)),
         approval=approval,
         budgets=budgets,

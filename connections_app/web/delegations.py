@@ -32,8 +32,13 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
+from connections_app.models import Connection
 from connections_app.selectors import connections_declarable
-from connections_app.services import delegation_connections_set
+from connections_app.services import (
+    consent_approve_declaring,
+    delegation_connections_set,
+    delegation_create_declaring,
+)
 from connections_app.web.choices import CONNECTION_FIELD, connection_groups
 from connections_app.web.forms import DelegationForm, RedirectUrisForm
 from connections_app.web.revoking import RevokeWords, revoke_confirm
@@ -48,8 +53,6 @@ from policies_app.selectors import (
     service_account_list,
 )
 from policies_app.services import (
-    consent_approve,
-    delegation_create,
     delegation_revoke,
     service_account_set_redirect_uris,
 )
@@ -131,31 +134,64 @@ def signin_grant_revoke_confirm(request: HttpRequest, grant_id: UUID) -> HttpRes
 @never_cache
 @require_http_methods(["GET", "POST"])
 def delegation_new(request: HttpRequest) -> HttpResponse:
-    """Delegate to a service account; the subject token goes into this response and nowhere else."""
+    """Delegate to a service account; the subject token goes into this response and nowhere else.
+
+    The form offers the person's connections per provider (those some live
+    account is granted); the ticked ones must be granted to the account chosen.
+    """
     form = DelegationForm(
         request.POST or None,
         service_accounts=service_account_list(tenant_id=request.tenant.pk, include_revoked=False),
         tool_ids=tool_ids_known(),
     )
+    offered = connections_declarable(tenant_id=request.tenant.pk, user_id=request.user.pk, service_account_id=None)
+    picked = _picked(request, offered)
     if request.method == "POST" and form.is_valid():
-        try:
-            delegation, token = delegation_create(
-                tenant=request.tenant,
-                user=request.user,
-                service_account=form.cleaned_data["service_account"],
-                tools=form.cleaned_data["tools"],
-                expires_at=form.cleaned_data["expires_at"],
+        account = form.cleaned_data["service_account"]
+        usable = {
+            str(connection.pk)
+            for connection in connections_declarable(
+                tenant_id=request.tenant.pk, user_id=request.user.pk, service_account_id=account.pk
             )
-        except AppError as error:
-            add_app_error_to_form(form, error)
+        }
+        if set(picked) - usable:
+            form.add_error(None, f"A ticked connection is not granted to {account.name}: untick it, or grant it first.")
         else:
-            return render(
-                request,
-                "tenant/delegation_created.html",
-                {"section": "delegations", "delegation": delegation, "token": token},
-                status=201,
-            )
-    return render(request, "tenant/delegation_form.html", {"section": "delegations", "form": form})
+            try:
+                delegation, token = delegation_create_declaring(
+                    tenant=request.tenant,
+                    user=request.user,
+                    service_account=account,
+                    tools=form.cleaned_data["tools"],
+                    expires_at=form.cleaned_data["expires_at"],
+                    connection_ids=picked,
+                )
+            except AppError as error:
+                add_app_error_to_form(form, error)
+            else:
+                return render(
+                    request,
+                    "tenant/delegation_created.html",
+                    {"section": "delegations", "delegation": delegation, "token": token},
+                    status=201,
+                )
+    return render(
+        request,
+        "tenant/delegation_form.html",
+        {
+            "section": "delegations",
+            "form": form,
+            "connection_field": CONNECTION_FIELD,
+            "connection_groups": connection_groups(offered, set(picked)),
+        },
+    )
+
+
+def _picked(request: HttpRequest, offered: list[Connection]) -> list[str]:
+    """The ticked connections among those offered (anything else a form sends is ignored)."""
+    if request.method != "POST":
+        return []
+    return sorted(set(request.POST.getlist(CONNECTION_FIELD)) & {str(connection.pk) for connection in offered})
 
 
 @tenant_member_required
@@ -323,10 +359,15 @@ def consent(request: HttpRequest) -> HttpResponse:
     }
     request.session[CONSENT_SESSION_KEY] = pending
     parts = urlsplit(redirect_uri)
+    offered = connections_declarable(
+        tenant_id=account.tenant_id, user_id=request.user.pk, service_account_id=account.pk
+    )
     response = render(
         request,
         "tenant/consent.html",
         {
+            "connection_field": CONNECTION_FIELD,
+            "connection_groups": connection_groups(offered, {str(connection.pk) for connection in offered}),
             "account": account,
             "tools": tools,
             "expires_in_days": None if expires_in is None else expires_in / 86400,
@@ -356,14 +397,18 @@ def _consent_answer(request: HttpRequest) -> HttpResponse:
     if request.POST.get("decision") != "approve":
         return _back(asked["redirect_uri"], {"error": "access_denied", "state": state})
     expires_at = None if asked["expires_in"] is None else timezone.now() + timedelta(seconds=asked["expires_in"])
+    offered = connections_declarable(
+        tenant_id=account.tenant_id, user_id=request.user.pk, service_account_id=account.pk
+    )
     try:
-        code = consent_approve(
+        code = consent_approve_declaring(
             user=request.user,
             service_account=account,
             redirect_uri=asked["redirect_uri"],
             code_challenge=asked["code_challenge"],
             tools=asked["tools"],
             expires_at=expires_at,
+            connection_ids=_picked(request, offered),
         )
     except AppError as error:
         return _consent_error(request, error.safe_message)

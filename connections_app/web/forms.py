@@ -290,3 +290,17 @@ class CallConfirmForm(UIForm):
     """The person's own answer to a call made for them: the Confirm or Decline button they pressed."""
 
     decision = forms.ChoiceField(choices=[("confirm", "Confirm"), ("decline", "Decline")])
+
+
+class CallConnectionForm(ApiKeyConnectionForm):
+    """The connect page's key form: the provider is the call's, and the connection is the person's own.
+
+    The same fields and checks as "Add an API key", less the two the call
+    decides: which provider, and personal (a connection made for one person's
+    call is theirs alone).
+    """
+
+    def __init__(self, *args: Any, provider: str, **kwargs: Any) -> None:
+        super().__init__(*args, providers=[provider], **kwargs)
+        del self.fields["provider"]
+        del self.fields["personal"]

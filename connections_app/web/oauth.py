@@ -29,6 +29,7 @@ from connections_app.oauth import (
     oauth_flow_start,
 )
 from connections_app.selectors import connection_get
+from connections_app.web.calls import connected_for_call
 from connections_app.web.tenancy import tenant_member_required, visible_to
 from policies_app.crypto import CredentialError
 from policies_app.errors import AppError
@@ -122,5 +123,7 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
             created_by=request.user,
             owner=request.user if flow.owner_id is not None else None,
         )
+        if flow.connect_ask:  # started on a call's connect page: declare it for that call's client
+            return connected_for_call(request, ask_id=flow.connect_ask, connection=connection)
         messages.success(request, f"Connected {connection}.")
     return redirect("web:connection-list")

@@ -50,9 +50,11 @@ urlpatterns = [
     path("approvals/", views.approvals, name="approval-list"),
     path("approvals/<uuid:approval_id>/", views.approval_detail, name="approval-detail"),
     path("approvals/webhook/", views.webhook, name="webhook"),
-    # Where an MCP client sends a person whose call needs them (tools_app/mcp_server/person.py PAGE_OF_KIND).
+    # Where an MCP client sends a person whose call needs them (tools_app/elicitation.py PAGE_OF_KIND).
     path("calls/<uuid:approval_id>/", calls.call_status, name="call-status"),
     path("calls/<uuid:approval_id>/confirm/", calls.call_confirm, name="call-confirm"),
+    path("calls/connect/<uuid:ask_id>/", calls.call_connect, name="call-connect"),
+    path("calls/connect/<uuid:ask_id>/oauth/", calls.call_connect_oauth, name="call-connect-oauth"),
     path("toolsets/", toolsets.toolsets, name="toolset-list"),
     path("toolsets/new/", toolsets.toolset_edit, name="toolset-new"),
     path("toolsets/<int:toolset_id>/", toolsets.toolset_edit, name="toolset-edit"),

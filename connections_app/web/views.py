@@ -1,4 +1,4 @@
-"""Views of the tenant web UI (README, "What make run gives you").
+"""Views of the tenant web UI (docs/getting-started.md, "The tenant web UI").
 
 Thin by design: each view parses a form, calls one service or selector scoped
 to `request.tenant`, and renders. Every object is fetched through a selector

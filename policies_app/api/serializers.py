@@ -19,6 +19,7 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from policies_app.api.pagination import PAGE_PARAMETERS
+from policies_app.api.spectacular import plain_field_schema, plain_serializer_schema
 from runner import wording
 
 # What the JSON parser refuses in every string (policies_app/api/parser.py), said in the schema too.
@@ -51,7 +52,7 @@ class StrictCharFieldExtension(OpenApiSerializerFieldExtension):
     match_subclasses = True
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        schema: dict[str, Any] = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        schema = plain_field_schema(auto_schema, self.target, direction)
         schema.setdefault("pattern", NUL_FREE_PATTERN)
         # drf-spectacular marks a nullable field again after an extension: leave that to it.
         if isinstance(schema.get("type"), list):
@@ -184,7 +185,7 @@ class StrictInputSerializerExtension(OpenApiSerializerExtension):
     match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        schema: dict[str, Any] = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        schema = plain_serializer_schema(auto_schema, self.target, direction)
         schema["additionalProperties"] = False
         schema.update(getattr(self.target, "SCHEMA_RULES", {}))
         return schema

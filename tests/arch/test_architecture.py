@@ -409,6 +409,7 @@ MCP_ALLOWED_NAMES = frozenset(
         # the outage mapping and its answer, and the application error, shared with the REST exception handler
         "policies_app.outages.OUTAGE_ERRORS",
         "policies_app.errors.AppError",
+        "policies_app.errors.drf_field_errors",
         "runner.pipeline.DEPENDENCY_MESSAGE",
         "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
         # toolsets and search mode: the toolset's ids as a selector; the search is a tool the
@@ -427,6 +428,11 @@ MCP_ALLOWED_NAMES = frozenset(
         "tools_app.elicitation.request_state_open",
         "tools_app.elicitation.waiting_call_id",
         "tools_app.search.SEARCH_TOOL",
+        # Resources and prompts: the governed read (lookup, policy, person, budgets, audit) and its listings.
+        "tools_app.upstream.feature_exec.FeatureRefused",
+        "tools_app.upstream.feature_exec.feature_fetch",
+        "tools_app.upstream.feature_exec.features_any_visible",
+        "tools_app.upstream.feature_exec.features_listed",
     }
 )
 MCP_ALLOWED_PREFIXES = ("runner.types.", "runner.wording.", "tools_app.mcp_server.")

@@ -5,7 +5,12 @@ name, by section sign, or by seed number) sends a reader to a file a clone does
 not have. Code, templates and docs may point at the README and
 docs/; this test fails on any `.md` named that does not resolve (from the
 project root or from the naming file's directory) and on references to the
-design documents the project grew from.
+design documents the project grew from. mkdocs.yml names its pages relative to
+docs/, so they resolve from there.
+
+A number in an issue tracker sends a reader to a tracker a clone does
+not have either: a comment says why, in its own words. Code, tests, templates
+and docs may not carry one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ SCANNED_NAMES = frozenset({"Makefile", "Dockerfile", "Procfile", "Procfile.dev",
 
 # A path ending in .md, not part of a URL (`file:///notes.md`, `https://…/x.md`).
 MD_REFERENCE = re.compile(r"(?<![\w/:.-])((?:\.\.?/)*(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.md)\b")
+# The word issue followed by a number (optionally after a hash sign): a tracker's number.
+TRACKER_REFERENCE = re.compile(r"\bissues?" + r" #?\d+\b", re.IGNORECASE)
+DOCS_DIR = PROJECT_ROOT / "docs"
 OUTSIDE_DOCUMENTS = re.compile(r"\b(?:CONTRACT|DESIGN|STYLE|STACK)(?:\.md)?\s*§|\bseeds?/|\bseed \d{3}\b")
 
 
@@ -42,17 +50,29 @@ def dangling_references(text: str, *, directory: Path) -> Iterator[tuple[int, st
                 yield number, name
         for match in OUTSIDE_DOCUMENTS.finditer(line):
             yield number, match.group(0)
+        for match in TRACKER_REFERENCE.finditer(line):
+            yield number, match.group(0)
+
+
+def _directory_of(path: Path) -> Path:
+    return DOCS_DIR if path.name == "mkdocs.yml" else path.parent
 
 
 def test_the_detector_finds_documents_that_are_not_in_the_repository():
     # Assembled from parts, so this file does not itself name what it forbids.
     design, contract, seed = "DESIGN" + ".md", "CONT" + "RACT §", "se" + "ed 002"
+    tracker, tracker_hash = "iss" + "ue 12", "Iss" + "ues #3"
     readme = "../README" + ".md"  # resolves from docs/, not from here
-    text = f'see docs/api.md and {readme}\n"""As {design} says ({contract}4, {seed})."""\nfile:///notes.md\n'
+    text = (
+        f'see docs/api.md and {readme}\n"""As {design} says ({contract}4, {seed})."""\nfile:///notes.md\n'
+        f"# fixed in {tracker} and {tracker_hash}; an issue tracker, github__create_issue, issue_12 pass\n"
+    )
     assert list(dangling_references(text, directory=PROJECT_ROOT / "docs")) == [
         (2, design),
         (2, contract),
         (2, seed),
+        (4, tracker),
+        (4, tracker_hash),
     ]
 
 
@@ -60,6 +80,6 @@ def test_every_document_a_file_names_is_in_the_repository():
     offences = [
         f"{path.relative_to(PROJECT_ROOT)}:{line}: {name}"
         for path in scanned_files()
-        for line, name in dangling_references(path.read_text(errors="replace"), directory=path.parent)
+        for line, name in dangling_references(path.read_text(errors="replace"), directory=_directory_of(path))
     ]
     assert offences == []

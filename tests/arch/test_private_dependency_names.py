@@ -1,24 +1,66 @@
-"""The two private names of dependencies the code relies on, each used by one module, pinned here.
+"""The private names of dependencies the code relies on, each reached through one module, pinned here.
 
 - `httpx2.AsyncHTTPTransport._pool` (tools_app/upstream/framing.py): httpx2's transport
   takes no network backend, so the framing watch replaces its pool with an equal one
   built over a watched backend.
 - `psycopg.errors._WaitTimeout` (config/postgresql/base.py): what psycopg's bounded wait
   raises when it runs out, which tells a frozen server from a slow statement.
+- `ClientSession._absorb_tool_listing` of the MCP SDK (tools_app/upstream/mcp_sdk.py): a
+  listing handed to the client so a call never lists the live tools itself.
+- redis-py's `Connection._sock`, `Connection._parser` and its parsers' buffers, hiredis's
+  reader (policies_app/redis_internals.py): the governance push check's `poll(0)`.
+- drf-spectacular's `AutoSchema._map_serializer_field` / `_map_serializer` with
+  `bypass_extensions` (policies_app/api/spectacular.py): the schema an extension adds to.
 
-A new version of either package fails this test until someone has checked that the name
-still means what those modules take it to mean, and moved the pin here.
+A new version of any of these packages fails this test until someone has checked that the
+names still mean what those modules take them to mean, and moved the pin here. Each module is
+the only one that names its package's private parts: the last test holds them there.
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import socket
+import time
 from importlib.metadata import version
+from pathlib import Path
+from typing import Any
 
 import httpcore2
 import httpx2
+import mcp_types as types
 import psycopg
+import pytest
+import redis
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import ComponentRegistry
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from rest_framework.generics import GenericAPIView
 
-PINNED = {"httpx2": "2.16.2", "psycopg": "3.3.9"}
+from policies_app import redis_internals
+from policies_app.api import spectacular
+from policies_app.api.serializers import StrictCharField, StrictInputSerializer
+from tools_app.upstream import mcp_sdk
+
+PINNED = {
+    "httpx2": "2.16.2",
+    "psycopg": "3.3.9",
+    "mcp": "2.3.0",
+    "redis": "8.1.0",
+    "hiredis": "3.5.0",
+    "drf-spectacular": "0.30.0",
+}
+ROOT = Path(__file__).resolve().parents[2]
+# Each private name, and the one module allowed to use it.
+PRIVATE_NAMES = {
+    "_absorb_tool_listing": {"tools_app/upstream/mcp_sdk.py"},
+    "_map_serializer_field": {"policies_app/api/spectacular.py"},
+    "_map_serializer": {"policies_app/api/spectacular.py"},
+    "_HiredisParser": {"policies_app/redis_internals.py"},
+    "_WaitTimeout": {"config/postgresql/base.py"},
+}
 
 
 def test_the_versions_are_the_ones_whose_private_names_were_checked():
@@ -35,3 +77,119 @@ def test_psycopg_signals_a_bounded_wait_that_ran_out_with_wait_timeout():
     # An OperationalError of its own, so base.py can catch exactly it and tell it from a lost connection.
     assert issubclass(psycopg.errors._WaitTimeout, psycopg.OperationalError)
     assert psycopg.errors._WaitTimeout is not psycopg.OperationalError
+
+
+class _CountingServer(MCPServer):
+    """An in-memory MCP server that counts the `tools/list` requests it answers."""
+
+    lists = 0
+
+    async def _handle_list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        type(self).lists += 1
+        return await super()._handle_list_tools(ctx, params)
+
+
+def _calls(absorb: bool) -> tuple[int, bool]:
+    server = _CountingServer(name="pin")
+    _CountingServer.lists = 0
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def run() -> bool:
+        async with Client(server) as client:
+            if absorb:
+                mcp_sdk.absorb_tool_listing(
+                    client, [types.Tool.model_validate({"name": "add", "inputSchema": {"type": "object"}})]
+                )
+            result = await client.call_tool("add", {"a": 1, "b": 2})
+            return result.is_error
+
+    is_error = asyncio.run(run())
+    return _CountingServer.lists, is_error
+
+
+def test_an_absorbed_listing_spares_the_sdk_listing_the_live_tools_on_a_call():
+    # Without it the SDK lists the tools to validate the result; with it, it lists nothing.
+    assert _calls(absorb=False) == (1, False)
+    assert _calls(absorb=True) == (0, False)
+
+
+def test_redis_connections_expose_their_socket_and_what_the_parser_holds(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    pubsub = client.pubsub()
+    try:
+        connection = redis.Connection(**client.connection_pool.connection_kwargs)
+        assert redis_internals.connection_socket(connection) is None  # not connected yet
+        pubsub.subscribe("toolgate-pin-test")
+        pubsub.get_message(timeout=1.0)  # the subscribe confirmation
+        connection = pubsub.connection
+        assert isinstance(redis_internals.connection_socket(connection), socket.socket)
+        assert redis_internals.parser_holds_bytes(connection) is False
+        # Two pushes arrive in one read: the parser hands out the first and keeps the second's bytes.
+        client.publish("toolgate-pin-test", "one")
+        client.publish("toolgate-pin-test", "two")
+        time.sleep(0.2)
+        assert pubsub.get_message(timeout=1.0)["data"] == b"one"
+        assert redis_internals.parser_holds_bytes(connection) is True
+        assert pubsub.get_message(timeout=1.0)["data"] == b"two"
+        assert redis_internals.parser_holds_bytes(connection) is False
+    finally:
+        pubsub.close()
+        client.close()
+    assert redis_internals.replies_parsed_by_hiredis()
+
+
+def test_an_unknown_parser_shape_is_an_attribute_error_for_the_caller_to_fall_back_on():
+    class Bare:
+        _parser = object()
+
+    with pytest.raises(AttributeError):
+        redis_internals.parser_holds_bytes(Bare())
+
+
+def test_drf_spectacular_maps_a_field_and_a_serializer_without_their_extensions():
+    class Probe(StrictInputSerializer):
+        name = StrictCharField(max_length=5)
+
+    auto_schema = AutoSchema()
+    auto_schema.registry = ComponentRegistry()
+    auto_schema.method = "POST"
+    auto_schema.path = "/probe"
+    view = GenericAPIView()  # held here: AutoSchema keeps only a weak reference
+    view.request = None
+    auto_schema.view = view
+
+    field_schema = spectacular.plain_field_schema(auto_schema, Probe().fields["name"], "request")
+    serializer_schema = spectacular.plain_serializer_schema(auto_schema, Probe(), "request")
+
+    # StrictCharFieldExtension's NUL pattern is missing: the field's extension was bypassed ...
+    assert field_schema == {"type": "string", "minLength": 1}
+    # ... while the serializer's own fields still get theirs.
+    assert serializer_schema["properties"]["name"]["pattern"] == "^[^\\x00]*$"
+    assert "additionalProperties" not in serializer_schema  # what StrictInputSerializerExtension adds
+
+
+def _names_used(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    used |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    return used
+
+
+def test_each_private_name_is_used_only_by_its_wrapper_module():
+    product = [
+        path
+        for top in ("config", "policies_app", "tools_app", "connections_app", "changes_app", "runner")
+        for path in (ROOT / top).rglob("*.py")
+        if "migrations" not in path.parts
+    ]
+    where: dict[str, set[str]] = {name: set() for name in PRIVATE_NAMES}
+    for path in product:
+        used = _names_used(path)
+        for name in PRIVATE_NAMES:
+            if name in used:
+                where[name].add(path.relative_to(ROOT).as_posix())
+
+    assert where == PRIVATE_NAMES

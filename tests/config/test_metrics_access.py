@@ -1,4 +1,4 @@
-"""Who may read /metrics (README, "Configuration"): a bearer of TOOLGATE_METRICS_TOKEN, else loopback only."""
+"""Who may read /metrics (docs/configuration.md): a bearer of TOOLGATE_METRICS_TOKEN, else loopback only."""
 
 from __future__ import annotations
 

@@ -130,10 +130,13 @@ def test_no_declared_connection_refuses_with_connection_required_naming_the_prov
 
     assert answer["isError"] is True
     assert answer["_meta"]["toolgate/error_code"] == "connection_required"
+    # a client that did not declare URL elicitation reads the connect page in the text (its own test:
+    # tests/connections_app/test_connect_elicitation.py)
+    page = answer["_meta"]["toolgate/page_url"]
+    assert page.startswith("http://localhost/calls/connect/")
     assert answer["content"][0]["text"] == (
-        "connection_required: this tool needs a github connection, and none is both granted to this service "
-        "account and chosen by the person for it: connect one at /connections/?provider=github, then choose it "
-        f"for this client at /delegations/{Delegation.objects.get(user=ada).pk}/connections/"
+        f"connection_required: {GET_USER} needs a github account. Connect one on the page that opens; this "
+        f"client may then use it, and the call runs when your client tries again. Open {page}"
     )
     assert github.requests == []
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from html import unescape
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
@@ -28,7 +27,7 @@ from tests.factories import (
     PASSWORD,
     UserFactory,
 )
-from tests.support.signin import TIME, WAIT, signin_tenant
+from tests.support.signin import TIME, WAIT, page_form, signin_tenant
 from tools_app.models import ToolInvocation
 from tools_app.toolsets import toolset_save
 
@@ -61,22 +60,6 @@ class MemoryStorage:
         self.client_info = client_info
 
 
-def _form(html: str) -> tuple[str, dict[str, list[str]]]:
-    """The page's POST form that is not the logout form: its action and what a browser would submit."""
-    for attributes, body in re.findall(r"<form([^>]*method=\"post\"[^>]*)>(.*?)</form>", html, re.S):
-        action = unescape(re.search(r'action="([^"]*)"', attributes).group(1))
-        if "logout" in action:
-            continue
-        fields: dict[str, list[str]] = {}
-        for tag in re.findall(r"<input([^>]*)>", body):
-            name = re.search(r'name="([^"]+)"', tag)
-            value = re.search(r'value="([^"]*)"', tag)
-            if name and ('type="checkbox"' not in tag or " checked" in tag):
-                fields.setdefault(name.group(1), []).append(unescape(value.group(1)) if value else "")
-        return action, fields
-    raise AssertionError("no form on the page")
-
-
 class PlainBrowser:
     """The person's browser without JavaScript: logs in as `username` and answers the consent page with Allow."""
 
@@ -99,7 +82,7 @@ class PlainBrowser:
                 response = await http.get(location)
                 self.pages.append(response.text)
                 if response.status_code == 200:
-                    action, fields = _form(response.text)
+                    action, fields = page_form(response.text)
                     if "username" in fields:
                         fields.update(username=[self.username], password=[PASSWORD])
                     else:

@@ -333,3 +333,76 @@ def test_delegation_writes_are_in_the_change_log(acme, alice, agent):
     ]
     assert all("token_prefix" not in row.after and "token_digest" not in row.after for row in rows)
     assert client.get("/changes/").status_code == 200
+
+
+# --- the connections a new delegation or a consent declares ---------------------------------------
+
+
+def _choices(page) -> dict[str, bool]:
+    """The offered connection ids on a page, and whether each is ticked."""
+    html = page.content.decode()
+    found = {}
+    for chunk in html.split('name="tg_connection" value="')[1:]:
+        value, rest = chunk.split('"', 1)
+        found[value] = rest.split(">", 1)[0].strip() == "checked"
+    return found
+
+
+def test_the_new_delegation_form_offers_granted_connections_per_provider_and_declares_the_ticked(
+    acme, alice, bob, agent
+):
+    account, _key = agent
+    shared = ConnectionFactory(tenant=acme, label="org")
+    mine = ConnectionFactory(tenant=acme, owner=alice, label="alice's")
+    ungranted = ConnectionFactory(tenant=acme, label="nobody's")
+    theirs = ConnectionFactory(tenant=acme, owner=bob, label="bob's")
+    other = service_account_with_key(acme, name="other")[0]
+    ExecutionGrant.objects.create(tenant=acme, service_account=account).connections.set([shared, mine, theirs])
+    elsewhere = ConnectionFactory(tenant=acme, label="other account only")
+    ExecutionGrant.objects.create(tenant=acme, service_account=other).connections.set([elsewhere])
+    client = logged_in(alice)
+
+    page = client.get("/delegations/new/")
+
+    assert page.status_code == 200
+    assert _choices(page) == {str(c.pk): False for c in (shared, mine, elsewhere)}  # granted, and not bob's
+    assert str(ungranted.pk) not in page.content.decode()
+    assert "<strong>github</strong>" in page.content.decode()
+    # a ticked connection the chosen account is not granted is refused, and nothing is delegated
+    refused = client.post("/delegations/new/", {"service_account": str(account.pk), "tg_connection": [elsewhere.pk]})
+    assert refused.status_code == 200
+    assert "is not granted to agent" in refused.content.decode()
+    assert not Delegation.objects.exists()
+    # ticked and granted: declared with the new delegation, both writes in the change log
+    created = client.post(
+        "/delegations/new/", {"service_account": str(account.pk), "tg_connection": [mine.pk, theirs.pk]}
+    )
+    assert created.status_code == 201
+    delegation = Delegation.objects.get()
+    assert delegation.connection_ids == [str(mine.pk)]  # bob's is never offered, so never declared
+    change = Change.objects.get(action="delegation.connections_set")
+    assert (change.actor_label, change.after["connection_ids"]) == ("alice", [str(mine.pk)])
+    assert Change.objects.filter(action="delegation.create").count() == 1
+
+
+def test_the_consent_redirect_offers_the_accounts_connections_ticked_and_declares_what_stays_ticked(acme, alice, agent):
+    account, _key = agent
+    shared = ConnectionFactory(tenant=acme, label="org")
+    mine = ConnectionFactory(tenant=acme, owner=alice, label="alice's")
+    ExecutionGrant.objects.create(tenant=acme, service_account=account).connections.set([shared, mine])
+    client = logged_in(alice)
+    query = consent_query(account)
+
+    page = client.get("/delegations/consent?" + urlencode(query))
+
+    assert page.status_code == 200
+    assert _choices(page) == {str(shared.pk): True, str(mine.pk): True}
+    answered = client.post(
+        "/delegations/consent", {"state": query["state"], "decision": "approve", "tg_connection": [shared.pk]}
+    )
+    assert answered.status_code == 302
+    assert "code" in parse_qs(urlsplit(answered["Location"]).query)
+    delegation = Delegation.objects.get(user=alice, revoked_at__isnull=True)
+    assert delegation.connection_ids == [str(shared.pk)]
+    change = Change.objects.get(action="delegation.connections_set")
+    assert change.after["connection_ids"] == [str(shared.pk)]

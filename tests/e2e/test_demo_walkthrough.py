@@ -1,4 +1,4 @@
-"""The README's demo, walked in a real browser at 1280 px: what a new user does in their first hour.
+"""The demo of docs/getting-started.md, walked in a real browser at 1280 px: what a new user does in their first hour.
 
 `seed_demo` as `make run` runs it, the printed curl, the operator in admin, the API
 docs, then the tenant user in the web UI. Every page is saved as a screenshot under
@@ -113,7 +113,7 @@ def test_the_readme_demo_walks_without_friction(browsing: Browsing, demo: dict[s
     browsing.visit("/activity/", "demo/07-activity")
     expect(page.get_by_role("cell", name="core__get_current_time")).to_be_visible()
 
-    # The operator registers an OAuth provider (README: operator commands), then works in admin.
+    # The operator registers an OAuth provider (docs/operating.md, "Operator commands"), then works in admin.
     monkeypatch.setenv("TOOLGATE_OAUTH_CLIENT_SECRET", "demo-client-secret")
     call_command(
         "add_oauth_provider",

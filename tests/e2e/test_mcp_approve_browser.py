@@ -77,7 +77,7 @@ def test_an_operator_approves_and_enables_two_tools_in_one_step(browsing, discov
     listed = page.locator("#result_list tr", has_text="mcp__acme__add").locator("code.schema-hash")
     expect(listed).to_have_attribute("title", shown[0])
 
-    # The policy step (README): a caller whose policy allows the id can call it now.
+    # The policy step (docs/mcp-upstream.md): a caller whose policy allows the id can call it now.
     tenant = TenantFactory(slug="acme-co")
     _account, key = service_account_with_key(tenant, name="agent")
     ToolPolicyFactory(tenant=tenant, allowed_tools=["mcp__acme__add"])

@@ -16,11 +16,10 @@ from datetime import UTC, datetime
 
 import pytest
 import time_machine
-from redis._parsers import _HiredisParser
-from redis.connection import DefaultParser
 
 from config.runtime import runtime
 from policies_app.counters import LocalCounters, RedisCounters
+from policies_app.redis_internals import replies_parsed_by_hiredis
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
 from tools_app.models import ToolInvocation
@@ -141,4 +140,4 @@ def test_an_unreachable_redis_answers_503_fast_and_runs_nothing(settings):
 
 def test_redis_replies_are_parsed_by_hiredis():
     """The hot path's Redis round trip reads its reply in C (requirements.txt pins hiredis for it)."""
-    assert DefaultParser is _HiredisParser
+    assert replies_parsed_by_hiredis()

@@ -6,7 +6,7 @@ import pytest
 from django import forms
 from django.core.management import CommandError
 
-from policies_app.errors import ERROR_STATUS, AppError, add_app_error_to_form, command_errors
+from policies_app.errors import ERROR_STATUS, AppError, add_app_error_to_form, command_errors, drf_field_errors
 from runner.errors import ToolgateError
 from runner.types import ErrorCode, FieldError
 
@@ -88,3 +88,28 @@ def test_commands_end_with_the_safe_message_and_their_prefix():
         command_errors("tenant 'x' refused: "),
     ):
         raise AppError("slug is invalid")
+
+
+DRF_DETAIL = {
+    "non_field_errors": ["give a connection with its grant"],
+    "tool_id": ["This field is required."],
+    "connection_ids": {1: ["Must be a valid UUID."]},
+    "args": [{}, {"when": ["Enter a valid date."], "non_field_errors": ["too early"]}],
+}
+
+
+def test_drf_error_detail_becomes_field_errors_at_dotted_paths():
+    assert drf_field_errors(DRF_DETAIL) == [
+        FieldError(path="", message="give a connection with its grant"),
+        FieldError(path="tool_id", message="This field is required."),
+        FieldError(path="connection_ids.1", message="Must be a valid UUID."),
+        FieldError(path="args.1.when", message="Enter a valid date."),
+        FieldError(path="args.1", message="too early"),  # no one field's: its parent's
+    ]
+
+
+def test_an_interface_names_the_top_level_fields_its_own_way():
+    # MCP's paths: a key the mapping does not name is the whole call's.
+    errors = drf_field_errors(DRF_DETAIL, top_level={"tool_id": "name", "args": "arguments"})
+
+    assert [error.path for error in errors] == ["", "name", "", "arguments.1.when", "arguments.1"]

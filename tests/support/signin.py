@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
+from html import unescape
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -138,3 +140,19 @@ def tool_names(token: str) -> list[str]:
     response = mcp(token, "tools/list")
     assert response.status_code == 200, response.content
     return [tool["name"] for tool in response.json()["result"]["tools"]]
+
+
+def page_form(html: str) -> tuple[str, dict[str, list[str]]]:
+    """The page's POST form that is not the logout form: its action and what a browser without scripts submits."""
+    for attributes, body in re.findall(r"<form([^>]*method=\"post\"[^>]*)>(.*?)</form>", html, re.S):
+        action = unescape(re.search(r'action="([^"]*)"', attributes).group(1))
+        if "logout" in action:
+            continue
+        fields: dict[str, list[str]] = {}
+        for tag in re.findall(r"<input([^>]*)>", body):
+            name = re.search(r'name="([^"]+)"', tag)
+            value = re.search(r'value="([^"]*)"', tag)
+            if name and ('type="checkbox"' not in tag or " checked" in tag):
+                fields.setdefault(name.group(1), []).append(unescape(value.group(1)) if value else "")
+        return action, fields
+    raise AssertionError("no form on the page")

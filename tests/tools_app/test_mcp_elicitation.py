@@ -11,11 +11,14 @@ decided.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
 import pytest
+from django.test import Client as DjangoClient
+from django.urls import reverse
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -181,6 +184,13 @@ def test_a_person_confirms_in_their_browser_and_the_retry_runs_the_call_once(wor
     row = ToolInvocation.objects.get(tool_id=TIME, executed=True)
     assert row.tool_call_id == approval.tool_call_id
     assert row.subject_id == f"user:{world['alice'].pk}"
+    assert row.approved_by == "alice"  # the run names who confirmed it; the waiting rows name no one
+    assert set(ToolInvocation.objects.filter(executed=False).values_list("approved_by", flat=True)) == {""}
+    operator = DjangoClient()
+    operator.force_login(UserFactory(username="ops", is_staff=True, is_superuser=True))
+    admin_page = operator.get(reverse("admin:tools_app_toolinvocation_change", args=[row.pk]))
+    assert admin_page.status_code == 200
+    assert re.search(r"Approved by:?</label>\s*<div class=\"readonly\">alice</div>", admin_page.text)
     # a repeat of the same call asks again: the confirmation was for one run
     again = mcp(world, mode, call)
     assert again.is_error is True
@@ -258,6 +268,7 @@ def test_an_approval_by_an_owner_pending_then_decided(world, mode):
     approval.refresh_from_db()
     assert (approval.status, approval.decided_by) == ("consumed", world["owner"])
     assert seen == [status_url]  # the decided call was not elicited again
+    assert ToolInvocation.objects.get(tool_id=TIME, executed=True).approved_by == "olive"
 
 
 @pytest.mark.parametrize("mode", SDK_MODES)

@@ -177,8 +177,8 @@ def test_modern_request_missing_its_routing_headers_is_a_mismatch(client):
 
 
 def test_an_unknown_method_is_method_not_found_in_each_era(client):
-    assert error_of(legacy(client, "resources/list")) == (200, -32601, 1)
-    assert error_of(modern(client, "resources/list")) == (404, -32601, 1)
+    assert error_of(legacy(client, "sampling/createMessage")) == (200, -32601, 1)  # a client's method
+    assert error_of(modern(client, "sampling/createMessage")) == (404, -32601, 1)
     assert error_of(modern(client, "initialize")) == (404, -32601, 1)  # no handshake in 2026-07-28
     assert error_of(legacy(client, "server/discover")) == (200, -32601, 1)
 

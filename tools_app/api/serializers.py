@@ -120,7 +120,7 @@ class CallRoutingInput:
         return attrs
 
 
-# Built-in tools are the product's own (README lists them), so the public schema may name those that take
+# Built-in tools are the product's own (docs/architecture.md lists them), so the public schema may name those that take
 # no connection; tools from MCP servers depend on the deployment and are refused by the gate alone.
 BUILTIN_TOOLS_WITHOUT_CONNECTION = sorted(
     tool.contract.name for tool in BUILTIN_TOOLS if not tool.contract.requires_connection

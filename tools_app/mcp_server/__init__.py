@@ -1,4 +1,4 @@
-"""Toolgate as an MCP server: `POST /mcp` (README, "Connect an agent over MCP").
+"""Toolgate as an MCP server: `POST /mcp` (docs/mcp.md).
 
 A thin interface beside the REST views, in three parts: `wire` turns catalog
 specs and runner results into MCP shapes, `protocol` speaks JSON-RPC and both

@@ -79,14 +79,21 @@ def person_needed_answer(needed: PersonNeeded, envelope: CallEnvelope) -> dict[s
                 },
                 **({"requestState": needed.request_state} if needed.request_state else {}),
             }
-        elicitation = {"mode": "url", "elicitationId": needed.approval_id, "url": needed.url, "message": needed.message}
+        elicitation = {
+            "mode": "url",
+            "elicitationId": needed.elicitation_id,
+            "url": needed.url,
+            "message": needed.message,
+        }
         raise UrlElicitationRequired(
             URL_ELICITATION_REQUIRED, "this call needs a person: open the page", {"elicitations": [elicitation]}
         )
-    meta: dict[str, Any] = {TOOL_CALL_ID_META: needed.tool_call_id, APPROVAL_ID_META: needed.approval_id}
+    meta: dict[str, Any] = {TOOL_CALL_ID_META: needed.tool_call_id}
+    if needed.approval_id is not None:
+        meta[APPROVAL_ID_META] = needed.approval_id
     if needed.asking is Asking.DECLINED:
         meta[DECLINED_META] = True
         return {"content": [{"type": "text", "text": needed.message}], "isError": True, "_meta": meta}
-    meta.update({ERROR_CODE_META: "approval_required", PAGE_URL_META: needed.url})
-    text = f"approval_required: {needed.message} Open {needed.url}"
+    meta.update({ERROR_CODE_META: needed.error_code, PAGE_URL_META: needed.url})
+    text = f"{needed.error_code}: {needed.message} Open {needed.url}"
     return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": meta}

@@ -61,6 +61,7 @@ from tools_app.mcp_server.wire import (
     META_PREFIX,
     call_result,
     decode_cursor,
+    encode_cursor,
     page_after,
     tool_entry,
 )
@@ -111,6 +112,27 @@ class Backend(Protocol):
         ...
 
 
+class FeatureBackend(Protocol):
+    """Resources and prompts for one caller; a backend without these methods serves neither.
+
+    `kind` is "resource" or "prompt". Entries are the protocol's list shapes (a resource's
+    `uri`, a prompt's `name`, as Toolgate names them); a refused read raises `Refused`.
+    """
+
+    def list_features(self, kind: str, meta: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]: ...
+
+    def fetch_feature(
+        self, kind: str, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+
+    def feature_capabilities(self, meta: Mapping[str, Any]) -> Mapping[str, bool]: ...
+
+    def complete_prompt(self, name: str, request: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+FEATURE_KEYS: Final = {"resource": ("resources", "uri"), "prompt": ("prompts", "name")}
+
+
 class Sessions(Protocol):
     """Self-contained session ids: what a handshake-era client declared at `initialize`, sealed.
 
@@ -135,6 +157,9 @@ class _Refused(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+Refused = _Refused  # what a backend raises for a refused read or fetch
 
 
 def error_reply(
@@ -267,12 +292,15 @@ def _dispatch(method: str, params: Mapping[str, Any], backend: Backend, envelope
         return _list_tools(params, backend, modern=modern)
     if method == "tools/call":
         return _call_tool(params, backend, envelope)
+    feature = _feature_method(method, params, backend, modern=modern)
+    if feature is not None:
+        return feature
     if method == "initialize" and not modern:
-        return _initialize(params)
+        return _initialize(params, _capabilities(backend, params))
     if method == "server/discover" and modern:
         return {
             "supportedVersions": list(MODERN_VERSIONS),
-            "capabilities": CAPABILITIES,
+            "capabilities": _capabilities(backend, params),
             "instructions": INSTRUCTIONS,
             "ttlMs": 0,
             "cacheScope": "private",
@@ -281,7 +309,7 @@ def _dispatch(method: str, params: Mapping[str, Any], backend: Backend, envelope
     raise _Refused(METHOD_NOT_FOUND, "method not found")
 
 
-def _initialize(params: Mapping[str, Any]) -> dict[str, Any]:
+def _initialize(params: Mapping[str, Any], capabilities: Mapping[str, Any] = CAPABILITIES) -> dict[str, Any]:
     """The handshake: echo a version we speak, else offer our newest (the client decides)."""
     requested = params.get("protocolVersion")
     if not isinstance(requested, str):
@@ -289,7 +317,7 @@ def _initialize(params: Mapping[str, Any]) -> dict[str, Any]:
     version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]
     return {
         "protocolVersion": version,
-        "capabilities": CAPABILITIES,
+        "capabilities": capabilities,
         "serverInfo": SERVER_INFO,
         "instructions": INSTRUCTIONS,
     }
@@ -342,3 +370,95 @@ def _call_tool(params: Mapping[str, Any], backend: Backend, envelope: CallEnvelo
         except UrlElicitationRequired as required:
             raise _Refused(required.code, required.message, required.data) from None
     return call_result(result)
+
+
+# --- resources and prompts -----------------------------------------------------------------
+
+
+def _toolgate_meta(params: Mapping[str, Any]) -> dict[str, Any]:
+    meta = params.get("_meta")
+    return (
+        {key: value for key, value in meta.items() if key.startswith(META_PREFIX)} if isinstance(meta, Mapping) else {}
+    )
+
+
+def _capabilities(backend: Backend, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Tools always; resources and prompts only when this caller (and its person) can see any.
+
+    Subscriptions and list-changed notifications are not served (no stream to send them on).
+    """
+    capabilities: dict[str, Any] = dict(CAPABILITIES)
+    features = getattr(backend, "feature_capabilities", None)
+    if features is None:
+        return capabilities
+    visible = features(_toolgate_meta(params))
+    if visible.get("resource"):
+        capabilities["resources"] = {"subscribe": False, "listChanged": False}
+    if visible.get("prompt"):
+        capabilities["prompts"] = {"listChanged": False}
+    if visible.get("completion"):
+        capabilities["completions"] = {}
+    return capabilities
+
+
+_FEATURE_METHODS: Final = {
+    "resources/list": ("resource", False),
+    "resources/read": ("resource", True),
+    "prompts/list": ("prompt", False),
+    "prompts/get": ("prompt", True),
+}
+
+
+def _feature_method(method: str, params: Mapping[str, Any], backend: Backend, *, modern: bool) -> dict[str, Any] | None:
+    """The answer to a resources/prompts method, or None when `method` is not one of them."""
+    if method == "completion/complete" and hasattr(backend, "complete_prompt"):
+        return _complete(params, backend)  # type: ignore[arg-type]
+    if method == "resources/templates/list" and hasattr(backend, "list_features"):
+        return {"resourceTemplates": [], **({"ttlMs": 0, "cacheScope": "private"} if modern else {})}
+    if method not in _FEATURE_METHODS:
+        return None
+    if not hasattr(backend, "list_features"):
+        raise _Refused(METHOD_NOT_FOUND, "method not found")
+    features: FeatureBackend = backend  # type: ignore[assignment]
+    kind, fetch = _FEATURE_METHODS[method]
+    list_key, name_key = FEATURE_KEYS[kind]
+    meta = _toolgate_meta(params)
+    if fetch:
+        name = params.get(name_key)
+        if not isinstance(name, str) or not name:
+            raise _Refused(INVALID_PARAMS, f"{name_key} must be a non-empty string")
+        arguments = params.get("arguments") if kind == "prompt" else None
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, Mapping):
+            raise _Refused(INVALID_PARAMS, "arguments must be an object")
+        return features.fetch_feature(kind, name, arguments, meta)
+    cursor = params.get("cursor")
+    after = None
+    if cursor is not None:
+        after = decode_cursor(cursor) if isinstance(cursor, str) else None
+        if after is None:
+            raise _Refused(INVALID_PARAMS, "invalid cursor")
+    entries = sorted(features.list_features(kind, meta), key=lambda entry: str(entry[name_key]))
+    remaining = [entry for entry in entries if after is None or str(entry[name_key]) > after]
+    page = remaining[:PAGE_SIZE]
+    result: dict[str, Any] = {list_key: page}
+    if len(remaining) > PAGE_SIZE:
+        result["nextCursor"] = encode_cursor(str(page[-1][name_key]))
+    if modern:
+        result.update(ttlMs=0, cacheScope="private")
+    return result
+
+
+def _complete(params: Mapping[str, Any], backend: FeatureBackend) -> dict[str, Any]:
+    """`completion/complete` for a prompt's argument; resource templates are not served, so none of theirs."""
+    ref = params.get("ref")
+    if not isinstance(ref, Mapping) or ref.get("type") not in ("ref/prompt", "ref/resource"):
+        raise _Refused(INVALID_PARAMS, "ref must be a ref/prompt or ref/resource object")
+    if ref["type"] == "ref/resource":
+        raise _Refused(INVALID_PARAMS, "unknown resource template")
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Refused(INVALID_PARAMS, "ref.name must be a non-empty string")
+    request = {"argument": params.get("argument"), "context": params.get("context")}
+    return backend.complete_prompt(name, request, _toolgate_meta(params))

@@ -1,4 +1,4 @@
-"""`POST /mcp`: the MCP interface beside the REST views (README, "Connect an agent over MCP").
+"""`POST /mcp`: the MCP interface beside the REST views (docs/mcp.md).
 
 The same stack as `POST /api/v1/tools/exec`: DRF with the API's parser (size
 and depth limits, strict JSON), the service-account authentication (which
@@ -27,7 +27,7 @@ from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
 from django.http import HttpRequest
 from drf_spectacular.utils import extend_schema
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
@@ -45,7 +45,7 @@ from policies_app.authentication import (
     request_caller,
     request_subject_token,
 )
-from policies_app.errors import AppError
+from policies_app.errors import AppError, drf_field_errors
 from policies_app.outages import OUTAGE_ERRORS
 from policies_app.selectors import Caller
 from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
@@ -65,6 +65,7 @@ from tools_app.mcp_server.asking import PLAIN_CALL, CallEnvelope
 from tools_app.mcp_server.protocol import (
     SESSION_HEADER,
     Backend,
+    Refused,
     Reply,
     error_reply,
     handle,
@@ -74,6 +75,7 @@ from tools_app.mcp_server.protocol import (
 )
 from tools_app.mcp_server.wire import CALL_META_FIELDS, META_PREFIX
 from tools_app.services import ExecRequest, tool_catalog, tool_exec
+from tools_app.upstream.feature_exec import FeatureRefused, feature_fetch, features_any_visible, features_listed
 
 logger = logging.getLogger(__name__)
 
@@ -345,12 +347,71 @@ class CallerBackend:
             return None
         return result
 
+    # Resources and prompts (protocol.FeatureBackend): the caller's policy and person decide, as for tools.
+
+    def list_features(self, kind: str, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+        try:
+            entries = features_listed(
+                caller=self._caller, kind=kind, subject_token=self._subject(meta), tool_scope=self.tool_scope
+            )
+        except FeatureRefused as refused:
+            raise AppError(refused.safe_message, code=refused.code) from None
+        return entries
+
+    def fetch_feature(
+        self, kind: str, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            return feature_fetch(
+                caller=self._caller,
+                kind=kind,
+                name=name,
+                arguments=arguments,
+                subject_token=self._subject(meta),
+                tool_scope=self.tool_scope,
+            )
+        except FeatureRefused as refused:
+            raise feature_refusal(kind, refused) from None
+
+    def complete_prompt(self, name: str, request: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return feature_fetch(
+                caller=self._caller,
+                kind="prompt",
+                name=name,
+                subject_token=self._subject(meta),
+                tool_scope=self.tool_scope,
+                completion=request,
+            )
+        except FeatureRefused as refused:
+            raise feature_refusal("prompt", refused) from None
+
+    def feature_capabilities(self, meta: Mapping[str, Any]) -> dict[str, bool]:
+        return features_any_visible(caller=self._caller, subject_token=self._subject(meta), tool_scope=self.tool_scope)
+
     def _in_own_catalog(self, name: str) -> bool:
         """Whether the caller's own catalog (its policy and toolset, no person's delegation) lists `name`."""
         own_catalog = tool_catalog(
             source=self._runtime.source, policy=self._runtime.policy, caller=self._caller, tool_scope=self.tool_scope
         )
         return any(spec.name == name for spec in own_catalog)
+
+
+# Refusals that would tell a caller an entry outside its policy exists: answered as unknown.
+HIDDEN_FEATURE_REFUSALS = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.POLICY_DENIED})
+
+
+def feature_refusal(kind: str, refused: FeatureRefused) -> Refused:
+    """The JSON-RPC error of a refused read or fetch: unknown (hidden) or invalid params, else the reason.
+
+    Reasons other than the request's own (too large, timeout, budgets, the person) are
+    `-32603` with the contract's `error_code` in `data`: HTTP 200 in both eras, never a 500.
+    """
+    if refused.code in HIDDEN_FEATURE_REFUSALS:
+        return Refused(INVALID_PARAMS, f"unknown {kind}")
+    if refused.code is ErrorCode.VALIDATION:
+        return Refused(INVALID_PARAMS, refused.safe_message)
+    return Refused(INTERNAL_ERROR, refused.safe_message, {"error_code": refused.code.value})
 
 
 def _bad_state(name: str) -> ToolExecResult:
@@ -369,7 +430,7 @@ def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any
     """The REST exec body these params stand for, checked by the REST serializer (one set of rules)."""
     out_of_band = {field: meta[key] for key, field in CALL_META_FIELDS.items() if key in meta}
     serializer = ExecInputSerializer(data={"tool_id": name, "args": arguments, **out_of_band})
-    errors = [] if serializer.is_valid() else _field_errors(serializer.errors, "")
+    errors = [] if serializer.is_valid() else drf_field_errors(serializer.errors, top_level=MCP_PATH_OF_FIELD)
     if any(key not in CALL_META_FIELDS and key != SUBJECT_META_KEY for key in meta):  # a typo must not drop an id
         errors.append(FieldError(path="_meta", message=f"unknown {META_PREFIX} key"))
     if errors:
@@ -384,29 +445,6 @@ def exec_request_of(name: str, arguments: dict[str, Any], meta: Mapping[str, Any
             errors=tuple(errors),
         )
     return ExecRequest.of(serializer.validated_data)
-
-
-def _field_errors(detail: Any, path: str) -> list[FieldError]:
-    """DRF's nested error detail as FieldErrors at MCP's paths (messages name rules, not values)."""
-    if isinstance(detail, Mapping):
-        errors = []
-        for key, value in detail.items():
-            part = str(key) if path else MCP_PATH_OF_FIELD.get(str(key), "")  # non_field_errors: the whole call
-            errors += _field_errors(value, _join(path, part))
-        return errors
-    if isinstance(detail, list):
-        if all(isinstance(item, str) for item in detail):
-            return [FieldError(path=path, message=str(item)) for item in detail]
-        return [
-            error for index, item in enumerate(detail) if item for error in _field_errors(item, _join(path, str(index)))
-        ]
-    return [FieldError(path=path, message=str(detail))]
-
-
-def _join(path: str, part: str) -> str:
-    if not part:
-        return path
-    return f"{path}.{part}" if path else part
 
 
 def protected_resource_metadata_url(request: HttpRequest) -> str:

@@ -1,4 +1,4 @@
-"""Catalog specs and runner results in MCP's shapes (README, "Connect an agent over MCP"), and the list cursor.
+"""Catalog specs and runner results in MCP's shapes (docs/mcp.md), and the list cursor.
 
 Pure functions of their inputs: the same spec gives the same tool entry in
 every process, which is what lets `tools/list` pages from different gunicorn

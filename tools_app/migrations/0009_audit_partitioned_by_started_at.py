@@ -1,6 +1,6 @@
 """On PostgreSQL the audit table becomes partitioned by started_at; tool_call_id claims get a table of their own.
 
-Why and how: tools_app/partitions.py and the README's operations section.
+Why and how: tools_app/partitions.py and docs/performance.md.
 
 - ToolCallClaim is created on every database (SQLite leaves it empty).
 - On PostgreSQL the table is rebuilt as `PARTITION BY RANGE (started_at)`:

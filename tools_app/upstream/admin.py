@@ -29,13 +29,14 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from changes_app.selectors import change_last_actor_label
-from policies_app.admin_display import short_datetime
+from policies_app.admin_display import WrittenElsewhereAdmin, short_datetime
 from policies_app.errors import AppError
 from policies_app.models import ToolPolicy
 from runner.types import ToolEffect
 from tools_app.upstream.definitions import safe_label
+from tools_app.upstream.feature_services import mcp_features_approve, mcp_features_set_enabled
 from tools_app.upstream.host.sandbox import binds_from_rows
-from tools_app.upstream.models import McpServer, McpTool
+from tools_app.upstream.models import McpFeature, McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
     approved_schema_hash,
@@ -308,7 +309,9 @@ class McpServerAdmin(admin.ModelAdmin):
 
 
 @admin.register(McpTool)
-class McpToolAdmin(admin.ModelAdmin):
+class McpToolAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
+    # Tools come from discovery; removed ones stay, for their audit rows.
+    admin_may_change = True
     # Every column fits at 1280 px: the server and the upstream's name are in the tool id (a mapped name and
     # when the tool was last listed are on its page), how and when it was approved in one column, the hash cut.
     list_display = (
@@ -352,12 +355,6 @@ class McpToolAdmin(admin.ModelAdmin):
         "removed_at",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # tools come from discovery
-
-    def has_delete_permission(self, request: HttpRequest, obj: McpTool | None = None) -> bool:
-        return False
 
     @admin.display(description="approved", ordering="approved_at")
     def approved(self, tool: McpTool) -> str | None:
@@ -571,3 +568,94 @@ def definition_comparison(tool: McpTool) -> SafeString:
         return format_html("{}<p>The live definition is the approved one.</p>", rows)
     lines = format_html_join("\n", "{}", ((line,) for line in diff.splitlines()))
     return format_html('{}<h3>Diff</h3><pre class="mcp-definition-diff">{}</pre>', rows, lines)
+
+
+@admin.register(McpFeature)
+class McpFeatureAdmin(admin.ModelAdmin):
+    """Upstream resources and prompts: review the live definition, approve it, switch it on or off.
+
+    Like tools: new entries arrive pending and off, a drifted one is quarantined until it is
+    approved again, and the caller's policy must also name it (allowed_resources /
+    allowed_prompts). Every write goes through feature_services; upstream text is escaped.
+    """
+
+    list_display = ("name", "kind", "server", "status", "is_enabled", "approved_at", "last_seen_at")
+    list_filter = ("kind", "status", "is_enabled", "server")
+    list_select_related = ("server",)
+    search_fields = ("name", "upstream_key")
+    actions = ("approve_definitions", "approve_and_enable", "enable_entries", "disable_entries")
+    readonly_fields = (
+        "server",
+        "kind",
+        "name",
+        "upstream_label",
+        "ident",
+        "status",
+        "is_enabled",
+        "live_json",
+        "approved_json",
+        "live_hash",
+        "approved_hash",
+        "approved_at",
+        "approved_by",
+        "approved_via",
+        "first_seen_at",
+        "last_seen_at",
+        "drifted_at",
+        "removed_at",
+    )
+    fields = readonly_fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: McpFeature | None = None) -> bool:
+        return False
+
+    @admin.display(description="upstream key")
+    def upstream_label(self, row: McpFeature) -> str:
+        return safe_label(row.upstream_key, limit=300)
+
+    @admin.display(description="live definition")
+    def live_json(self, row: McpFeature) -> SafeString:
+        return format_html("<pre>{}</pre>", json.dumps(row.live_definition, indent=2, sort_keys=True))
+
+    @admin.display(description="approved definition")
+    def approved_json(self, row: McpFeature) -> SafeString:
+        if row.approved_definition is None:
+            return format_html("{}", NOT_APPLICABLE)
+        return format_html("<pre>{}</pre>", json.dumps(row.approved_definition, indent=2, sort_keys=True))
+
+    def _approve(self, request: HttpRequest, queryset: QuerySet[McpFeature], *, enable: bool) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        try:
+            mcp_features_approve(names=names, enable=enable, user=request.user, via="admin")  # type: ignore[arg-type]
+        except AppError as exc:
+            self.message_user(request, exc.safe_message, messages.ERROR)
+            return
+        state = "approved and enabled" if enable else "approved (still off)"
+        self.message_user(request, f"{len(names)} {state}; callers also need a policy that allows them")
+
+    @admin.action(description="Approve the live definitions", permissions=["change"])
+    def approve_definitions(self, request: HttpRequest, queryset: QuerySet[McpFeature]) -> None:
+        self._approve(request, queryset, enable=False)
+
+    @admin.action(description="Approve the live definitions and switch on", permissions=["change"])
+    def approve_and_enable(self, request: HttpRequest, queryset: QuerySet[McpFeature]) -> None:
+        self._approve(request, queryset, enable=True)
+
+    def _switch(self, request: HttpRequest, queryset: QuerySet[McpFeature], *, enabled: bool) -> None:
+        try:
+            changed = mcp_features_set_enabled(names=queryset.values_list("name", flat=True), enabled=enabled)
+        except AppError as exc:
+            self.message_user(request, exc.safe_message, messages.ERROR)
+            return
+        self.message_user(request, f"{len(changed)} switched {'on' if enabled else 'off'}")
+
+    @admin.action(description="Switch on", permissions=["change"])
+    def enable_entries(self, request: HttpRequest, queryset: QuerySet[McpFeature]) -> None:
+        self._switch(request, queryset, enabled=True)
+
+    @admin.action(description="Switch off", permissions=["change"])
+    def disable_entries(self, request: HttpRequest, queryset: QuerySet[McpFeature]) -> None:
+        self._switch(request, queryset, enabled=False)

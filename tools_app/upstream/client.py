@@ -39,6 +39,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 from tools_app.upstream.errors import UpstreamError
 from tools_app.upstream.http11 import Http11Pool
 from tools_app.upstream.lean import JsonCaller, NotRun, SwitchToSdk
+from tools_app.upstream.mcp_sdk import absorb_tool_listing
 from tools_app.upstream.netguard import (
     PinnedTransport,
     UnaskedContentEncoding,
@@ -188,6 +189,10 @@ def _leaf(exc: BaseException) -> BaseException:
 class Listing:
     tools: list[dict[str, Any]]
     protocol_version: str
+    # The server's resources and prompts, when it declares those capabilities (else empty).
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    completions: bool = False  # the server declares `completions` (argument suggestions for its prompts)
 
 
 async def list_all_tools(target: UpstreamTarget, *, max_tools: int, max_pages: int) -> Listing:
@@ -205,10 +210,47 @@ async def list_all_tools(target: UpstreamTarget, *, max_tools: int, max_pages: i
                     raise UpstreamError(UpstreamError.TOO_LARGE, f"the server lists more than {max_tools} tools")
                 cursor = page.next_cursor
                 if not cursor:
-                    return Listing(tools=tools, protocol_version=str(client.protocol_version or ""))
+                    resources, prompts = await _list_features(client, max_items=max_tools, max_pages=max_pages)
+                    return Listing(
+                        tools=tools,
+                        protocol_version=str(client.protocol_version or ""),
+                        resources=resources,
+                        prompts=prompts,
+                        completions=client.server_capabilities.completions is not None,
+                    )
             raise UpstreamError(UpstreamError.TOO_LARGE, f"the listing goes past {max_pages} pages")
     except Exception as exc:
         raise classify(exc, transport) from None
+
+
+async def _list_features(
+    client: Client, *, max_items: int, max_pages: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every page of `resources/list` and `prompts/list`, each only when the server declares it."""
+    capabilities = client.server_capabilities
+    resources: list[dict[str, Any]] = []
+    prompts: list[dict[str, Any]] = []
+    if capabilities.resources is not None:
+        resources = await _all_pages(client.list_resources, "resources", max_items=max_items, max_pages=max_pages)
+    if capabilities.prompts is not None:
+        prompts = await _all_pages(client.list_prompts, "prompts", max_items=max_items, max_pages=max_pages)
+    return resources, prompts
+
+
+async def _all_pages(
+    list_page: Callable[..., Any], key: str, *, max_items: int, max_pages: int
+) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _page in range(max_pages):
+        page = await list_page(cursor=cursor)
+        entries.extend(item.model_dump(mode="json", by_alias=True, exclude_none=True) for item in getattr(page, key))
+        if len(entries) > max_items:
+            raise UpstreamError(UpstreamError.TOO_LARGE, f"the server lists more than {max_items} {key}")
+        cursor = page.next_cursor
+        if not cursor:
+            return entries
+    raise UpstreamError(UpstreamError.TOO_LARGE, f"the {key} listing goes past {max_pages} pages")
 
 
 # --- calls: pooled sessions -------------------------------------------------------------
@@ -413,7 +455,7 @@ class UpstreamSession:
             # Absorbing the pinned definition (without its output schema: Toolgate validates
             # against the pinned one itself) means it never fetches or trusts the live listing.
             blank = pinned.model_copy(update={"output_schema": None})
-            client.session._absorb_tool_listing(types.ListToolsResult(tools=[blank]), complete=False)
+            absorb_tool_listing(client, [blank])
             self._absorbed.add(pinned.name)
         before = counters(transport)
         try:
@@ -497,17 +539,39 @@ class SessionPool:
         session = await self.session(target)
         return await session.call(pinned, arguments)
 
+    async def request(self, target: UpstreamTarget, send: Callable[[Client], Any]) -> Any:
+        """Any other request over the pooled session's SDK client (`resources/read`, `prompts/get`).
+
+        Retried on a fresh session only when the pooled one was lost before the request left,
+        as `call` does; whatever the SDK or the transport raised becomes an UpstreamError.
+        """
+        for attempt in range(2):
+            session = await self.session(target)
+            client, transport = session.client, session.transport
+            if client is None or transport is None or session.dead:
+                await self.discard(session)
+                continue
+            before = counters(transport)
+            session.last_used = time.monotonic()
+            try:
+                return await send(client)
+            except Exception as exc:
+                error = classify(exc, transport, before)
+                if session.dead and error.kind == UpstreamError.UNREACHABLE:
+                    error = UpstreamError(UpstreamError.LOST, error.safe_message)
+                if error.kind != UpstreamError.LOST or attempt:
+                    raise error from None
+                await self.discard(session)
+            finally:
+                session.last_used = time.monotonic()
+        raise UpstreamError(UpstreamError.LOST, "the session is closed")
+
     def _close_idle(self) -> None:
         now = time.monotonic()
         for key, session in list(self._sessions.items()):
             if session.dead or now - session.last_used > self._idle_timeout_s:
                 del self._sessions[key]
                 session.close_soon()
-
-    async def close_all(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), {}
-        for session in sessions:
-            await session.close()
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -72,6 +72,9 @@ class McpServer(models.Model):
     )
     last_discovery_error = models.CharField(max_length=500, blank=True)
     protocol_version = models.CharField(max_length=32, blank=True)
+    # Whether the last discovery saw the server declare `completions` (suggestions for its prompts'
+    # arguments): Toolgate offers completion to a caller only for prompts of such servers.
+    offers_completions = models.BooleanField(default=False, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -153,6 +156,102 @@ class McpTool(models.Model):
     def __str__(self) -> str:
         return self.tool_id
 
-    @property
-    def is_quarantined(self) -> bool:
-        return self.status == self.Status.DRIFTED
+
+class McpFeature(models.Model):
+    """One upstream resource or prompt: its live definition beside the approved one, like `McpTool`.
+
+    Not a catalog `Tool`: a resource is read and a prompt fetched, never called, and neither
+    may appear in a tool list. Governed the same way: discovered disabled and pending, pinned by
+    the hash of what an operator approved, quarantined (disabled, `drifted`) when the live
+    definition moves away from it, and served only while approved, enabled and allowed by the
+    caller's policy (`allowed_resources`, `allowed_prompts`).
+    """
+
+    class Kind(models.TextChoices):
+        RESOURCE = "resource", "Resource"
+        PROMPT = "prompt", "Prompt"
+
+    server = models.ForeignKey(McpServer, on_delete=models.PROTECT, related_name="features")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # The upstream's own key (a resource's URI, a prompt's name) and what callers see for it
+    # (`toolgate://<slug>/...`, `mcp__<slug>__<name>`); `ident` is the short id audit rows keep.
+    upstream_key = models.CharField(max_length=2000)
+    name = models.CharField(max_length=2100)
+    ident = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=McpTool.Status.choices, default=McpTool.Status.PENDING)
+    is_enabled = models.BooleanField(default=False)
+    live_definition = models.JSONField()
+    live_hash = models.CharField(max_length=64)
+    approved_definition = models.JSONField(null=True, blank=True)
+    approved_hash = models.CharField(max_length=64, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_via = models.CharField(max_length=150, blank=True)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    drifted_at = models.DateTimeField(null=True, blank=True)
+    enabled_before_quarantine = models.BooleanField(default=False)
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["server__slug", "kind", "name"]
+        verbose_name = "MCP resource or prompt"
+        verbose_name_plural = "MCP resources and prompts"
+        constraints = [
+            models.UniqueConstraint(fields=["server", "kind", "upstream_key"], name="mcpfeature_unique_key"),
+            models.UniqueConstraint(fields=["kind", "name"], name="mcpfeature_unique_name"),
+            models.CheckConstraint(
+                condition=~models.Q(status="approved") | ~models.Q(approved_hash=""),
+                name="mcpfeature_approved_has_hash",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(is_enabled=True) | models.Q(status="approved"),
+                name="mcpfeature_enabled_only_approved",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class McpFeatureRead(models.Model):
+    """The audit row of one `resources/read`, `prompts/get` or `completion/complete`, refusals included.
+
+    A sibling of `ToolInvocation` rather than a `kind` on it: the invocation table is
+    partitioned, claimed for idempotency and written by prepared statements on the tool
+    path; a read has no `tool_call_id` to replay and must not cost the tool path anything.
+    It keeps references and outcomes only (the arguments as a hash, never the contents).
+    """
+
+    tenant = models.ForeignKey("policies_app.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False)
+    service_account = models.ForeignKey(
+        "policies_app.ServiceAccount", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    subject_id = models.CharField(max_length=64, blank=True)
+
+    class Kind(models.TextChoices):
+        RESOURCE = "resource", "Resource read"
+        PROMPT = "prompt", "Prompt fetch"
+        COMPLETION = "completion", "Prompt argument completion"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    ident = models.CharField(max_length=64, blank=True)
+    name = models.CharField(max_length=2100)
+    ok = models.BooleanField(default=False)
+    error_code = models.CharField(max_length=32, blank=True)
+    safe_message = models.CharField(max_length=500, blank=True)
+    args_sha256 = models.CharField(max_length=64, blank=True)
+    result_bytes = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        verbose_name = "MCP resource read or prompt fetch"
+        indexes = [models.Index(fields=["tenant", "-started_at"], name="mcpfeatureread_tenant_started")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} {'ok' if self.ok else self.error_code}"

@@ -54,6 +54,7 @@ from tools_app.upstream.definitions import (
     suggested_effect,
     tool_ids_for,
 )
+from tools_app.upstream.feature_services import FeatureReport, features_reconcile
 from tools_app.upstream.host.egress import AllowedHostInvalid, parse_allowed_hosts
 from tools_app.upstream.host.endpoint import host_target
 from tools_app.upstream.host.environment import DEFAULT_PATH, declared_name_problem
@@ -98,12 +99,20 @@ class DiscoveryReport:
     removed: list[str] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    features: FeatureReport = field(default_factory=FeatureReport)
 
     def summary(self) -> str:
         counts = ", ".join(
             f"{len(getattr(self, name))} {name}" for name in ("new", "drifted", "removed", "returned", "unchanged")
         )
-        return f"{self.slug}: ok ({self.protocol_version or 'unknown protocol'}): {counts}"
+        line = f"{self.slug}: ok ({self.protocol_version or 'unknown protocol'}): {counts}"
+        features = self.features
+        if features.new or features.drifted or features.removed or features.unchanged:
+            line += (
+                f"; resources and prompts: {len(features.new)} new, {len(features.drifted)} drifted, "
+                f"{len(features.removed)} removed, {len(features.unchanged)} unchanged"
+            )
+        return line
 
 
 # Operators (admin, commands, logs) see how to allow an upstream on their own network; tenants never do.
@@ -598,6 +607,11 @@ def mcp_server_discover(*, server_id: int, bounds: DiscoveryBounds | None = None
                 )
                 report = _reconcile(server, listing.tools, bounds)
                 report.protocol_version = listing.protocol_version
+                if not server.provider:  # a provider's reads would need a tenant's connection: not served
+                    report.features = features_reconcile(
+                        server=server, resources=listing.resources, prompts=listing.prompts, bounds=bounds
+                    )
+                    server.offers_completions = listing.completions
                 server.last_discovery_at = timezone.now()
                 server.last_discovery_status = McpServer.DiscoveryStatus.OK
                 server.last_discovery_error = ""

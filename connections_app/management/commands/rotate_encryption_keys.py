@@ -330,7 +330,7 @@ def _key_lines(ring: KeyRing, in_use: dict[str, dict[str, int]], *, after_run: b
     in use must stay (its rows failed or were written meanwhile), and a key in
     use but missing from the ring must come back. Only as true as the moment it
     was read: a process still running with the old key first seals new values
-    under it, which is why the README has every process take the new key first.
+    under it, which is why docs/connections.md has every process take the new key first.
     """
     described = [
         f"{key_id} ({', '.join(f'{label} {n}' for label, n in kinds.items())})" for key_id, kinds in in_use.items()

@@ -27,7 +27,7 @@ def add(a: int, b: int) -> int:
 
 def get_issue(number: int) -> Issue:
     """Read one issue."""
-    return Issue(number=number, title=f"issue {number}", labels=["bug"])
+    return Issue(number=number, title=f"Bug report {number}", labels=["bug"])
 
 
 async def slow(ms: int) -> str:

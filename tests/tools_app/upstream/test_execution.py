@@ -106,7 +106,7 @@ def test_structured_output_is_cut_to_the_pinned_schemas_fields(ready, upstream, 
 
     response = call(key, "mcp__acme__get_issue", {"number": 7})
 
-    assert response.json()["value"] == {"number": 7, "title": "issue 7", "labels": ["bug"]}
+    assert response.json()["value"] == {"number": 7, "title": "Bug report 7", "labels": ["bug"]}
 
 
 def test_bad_args_never_reach_the_upstream(ready, upstream, caller):

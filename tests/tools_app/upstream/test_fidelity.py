@@ -1,4 +1,4 @@
-"""What an upstream sent reaches agents as it was sent (README "Upstream MCP servers", docs/api.md).
+"""What an upstream sent reaches agents as it was sent (docs/mcp-upstream.md, docs/api.md).
 
 A real upstream (the SDK's MCPServer under uvicorn on loopback) answers
 content blocks of every type, structured content and `isError` results; they

@@ -1,4 +1,4 @@
-"""manage.py mcp_server add|list|remove|discover|approve: upstream MCP servers for operators' runbooks."""
+"""manage.py mcp_server add|list|remove|discover|approve|approve-features: upstream MCP servers, for runbooks."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from policies_app.errors import command_errors
 from tools_app.upstream.definitions import safe_label
+from tools_app.upstream.feature_services import mcp_features_approve
 from tools_app.upstream.host.environment import is_toolgate_name
 from tools_app.upstream.host.sandbox import parse_bind
-from tools_app.upstream.models import McpServer, McpTool
+from tools_app.upstream.models import McpFeature, McpServer, McpTool
 from tools_app.upstream.services import (
     DiscoveryFailed,
     mcp_server_check,
@@ -106,6 +107,17 @@ class Command(BaseCommand):
         approve.add_argument("slug")
         approve.add_argument("tools", nargs="*", metavar="TOOL", help="upstream name or tool id (default: all pending)")
         approve.add_argument("--enable", action="store_true", help="also switch the tools on")
+        features = commands.add_parser(
+            "approve-features",
+            help="approve resources' and prompts' live definitions (all pending and drifted by default)",
+            description=(
+                "Pins each resource's and prompt's live definition, all or nothing, and prints its name and "
+                "hash. Callers still need a policy whose allowed_resources / allowed_prompts name them."
+            ),
+        )
+        features.add_argument("slug")
+        features.add_argument("names", nargs="*", metavar="NAME", help="Toolgate name or upstream URI/name")
+        features.add_argument("--enable", action="store_true", help="also switch them on")
 
     def handle(self, *args: str, **options: object) -> None:
         action = options["action"]
@@ -115,6 +127,9 @@ class Command(BaseCommand):
             self._list()
         elif action == "remove":
             self._remove(str(options["slug"]))
+        elif action == "approve-features":
+            names = [str(name) for name in options["names"]]  # type: ignore[attr-defined]
+            self._approve_features(str(options["slug"]), names, enable=bool(options["enable"]))
         elif action == "approve":
             names = [str(tool) for tool in options["tools"]]  # type: ignore[attr-defined]
             self._approve(str(options["slug"]), names, enable=bool(options["enable"]))
@@ -273,6 +288,21 @@ class Command(BaseCommand):
         if failed:
             raise CommandError(f"could not list: {', '.join(failed)}")
 
+    def _approve_features(self, slug: str, names: list[str], *, enable: bool) -> None:
+        server = McpServer.objects.filter(slug=slug).first()
+        if server is None:
+            raise CommandError(f"no MCP server {slug}")
+        wanted = _features_to_approve(server, names)
+        if not wanted:
+            self.stdout.write(f"{slug}: no resource or prompt awaits approval")
+            return
+        with command_errors(f"mcp server {slug!r}: "):
+            rows = mcp_features_approve(names=wanted, enable=enable, via="mcp_server approve-features")
+        for row in rows:
+            self.stdout.write(f"{row.kind} {row.name} hash=sha256:{row.approved_hash}")
+        state = "approved and enabled" if enable else "approved (still off: add --enable or use admin)"
+        self.stdout.write(self.style.SUCCESS(f"{slug}: {len(rows)} {state}"))
+
     def _approve(self, slug: str, names: list[str], *, enable: bool) -> None:
         server = McpServer.objects.filter(slug=slug).first()
         if server is None:
@@ -302,6 +332,17 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"{slug}: {len(previews)} tool(s) {state}; callers need a policy that allows these ids")
         )
+
+
+def _features_to_approve(server: McpServer, names: list[str]) -> list[str]:
+    rows = McpFeature.objects.filter(server=server)
+    if not names:
+        return sorted(rows.filter(status__in=("pending", "drifted")).values_list("name", flat=True))
+    by_name = {row.upstream_key: row.name for row in rows} | {row.name: row.name for row in rows}
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        raise CommandError(f"{server.slug} has no resource or prompt {', '.join(unknown)}")
+    return sorted({by_name[name] for name in names})
 
 
 def _read_env(variable: str) -> str:

@@ -1,6 +1,6 @@
 """manage.py policy export [FILE] / manage.py policy import FILE [--prune]
 
-Policies and tool switches as JSON (the format is in README, "Upstream MCP servers" and "Pinning in git"): export
+Policies and tool switches as JSON (the format is in docs/policy.md): export
 to review them in git, import to apply them from CI. FILE "-" is stdout/stdin.
 """
 

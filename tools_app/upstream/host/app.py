@@ -6,7 +6,9 @@ worker: the host reads no database, spec.py says why); for a server with a provi
 the worker adds `X-Toolgate-Connection` (the connection's id) and `X-Toolgate-Credential`
 (its secret, resolved by the broker after grant ∩ declared). The request is answered by
 that server's child for that connection, started on demand; `tools/list` and `tools/call`
-are passed to it and its answers passed back as sent.
+(and `resources/list`, `resources/read`, `prompts/list`, `prompts/get`, which a child that
+declares no resources or prompts answers with nothing) are passed to it and its answers
+passed back as sent.
 
 `POST /connections/<id>/stop` (same token) stops that connection's children at once: the
 service that revokes a connection, or marks it for re-authorisation, calls it after its
@@ -130,10 +132,50 @@ def build_server(supervisor: Supervisor, resolver: SpecResolver) -> Server[Any]:
             raise MCPError(INVALID_PARAMS, "mcp host: the answer carries a declared secret; it was withheld")
         return result
 
-    return Server("toolgate-mcp-host", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+    async def relayed(ctx: Any, capability: str, send: Any, empty: Any) -> Any:
+        """A resources or prompts request passed to the child; one that declared none lists nothing."""
+        child = await child_for(ctx)
+        try:
+            if not child.offers(capability):
+                return empty
+            result = await child.relay(send)
+        except HostError as exc:
+            raise _refused(slug_of(ctx), exc) from None
+        if _carries_secret(result, child.spec.secret_values):
+            raise MCPError(INVALID_PARAMS, "mcp host: the answer carries a declared secret; it was withheld")
+        return result
+
+    async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        cursor = params.cursor if params is not None else None
+        empty = types.ListResourcesResult(resources=[])
+        return await relayed(ctx, "resources", lambda client: client.list_resources(cursor=cursor), empty)
+
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        empty = types.ReadResourceResult(contents=[])
+        return await relayed(ctx, "resources", lambda client: client.read_resource(str(params.uri)), empty)
+
+    async def list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        cursor = params.cursor if params is not None else None
+        empty = types.ListPromptsResult(prompts=[])
+        return await relayed(ctx, "prompts", lambda client: client.list_prompts(cursor=cursor), empty)
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        empty = types.GetPromptResult(messages=[])
+        return await relayed(ctx, "prompts", lambda client: client.get_prompt(params.name, params.arguments), empty)
+
+    return Server(
+        "toolgate-mcp-host",
+        version="1",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
 
 
-def _carries_secret(result: types.CallToolResult, secret_values: tuple[str, ...]) -> bool:
+def _carries_secret(result: Any, secret_values: tuple[str, ...]) -> bool:
     """A child that echoes an operator's secret (or the connection's) must not hand it to a model."""
     fragments = secret_fragments(secret_values)  # the runner's rule: base64 and space-split forms too
     return bool(fragments) and carries_credential(result.model_dump(mode="json", by_alias=True), fragments)

@@ -40,6 +40,7 @@ from tools_app.upstream.host.sandbox import (
     egress_environment,
     launch_argv,
 )
+from tools_app.upstream.mcp_sdk import absorb_tool_listing
 
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("toolgate.mcp_host.stderr")
@@ -264,9 +265,19 @@ class StdioChild:
             # The SDK would list tools after a call to check the output against the live schema;
             # the gateway checks against the pinned one, so the host passes results on as sent.
             blank = types.Tool.model_validate({"name": name, "inputSchema": {"type": "object"}})
-            client.session._absorb_tool_listing(types.ListToolsResult(tools=[blank]), complete=False)
+            absorb_tool_listing(client, [blank])
             self._absorbed.add(name)
         return await self._exchange(client.call_tool(name, arguments))
+
+    async def relay(self, send: Callable[[Client], Awaitable[Any]]) -> Any:
+        """Any other request to the child (resources, prompts), bounded like a call."""
+        client = self._live_client()
+        return await self._exchange(send(client))
+
+    def offers(self, capability: str) -> bool:
+        """Whether the child declared `resources` or `prompts` (a child without them is asked nothing)."""
+        client = self._live_client()
+        return getattr(client.server_capabilities, capability, None) is not None
 
     async def _exchange(self, request: Awaitable[Any]) -> Any:
         self.busy += 1

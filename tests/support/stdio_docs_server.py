@@ -1,0 +1,23 @@
+"""A stdio MCP server with one resource and one prompt (no tools): the official SDK's MCPServer.
+
+Run as `python stdio_docs_server.py` (the MCP host starts it as a child). Standard library and
+the SDK only, like stdio_server.py.
+"""
+
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer(name="stdio-docs")
+
+
+@app.resource("note://welcome", name="welcome", description="A welcome note.", mime_type="text/plain")
+def welcome() -> str:
+    return "welcome from stdio"
+
+
+@app.prompt(name="summarise", description="Summarise a text.")
+def summarise(text: str) -> str:
+    return f"Summarise: {text}"
+
+
+if __name__ == "__main__":
+    app.run("stdio")
