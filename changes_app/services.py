@@ -94,6 +94,23 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "status",
         "revoked_at",
     ),
+    # Single sign-on: providers (never the client secret), role mappings, logins and the roles they set.
+    "identity_app.identityprovider": (
+        "slug",
+        "display_name",
+        "issuer",
+        "client_id",
+        "scopes",
+        "username_claim",
+        "email_claim",
+        "groups_claim",
+        "tenant",
+        "link_by_verified_email",
+        "is_enabled",
+    ),
+    "identity_app.rolemapping": ("provider", "group", "operator_role", "is_staff", "tenant", "tenant_role"),
+    "identity_app.login": ("provider", "subject", "username", "audience", "groups", "reason"),
+    "identity_app.roles": ("is_staff", "is_superuser", "operator_groups", "tenant_roles"),
     # Key ids are public names, never key material; one triple of counts per kind of sealed row.
     "connections_app.keyring": (
         "primary_key_id",
@@ -102,6 +119,7 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
             for kind in (
                 "connections",
                 "providers",
+                "sso_providers",
                 "mcp_tokens",
                 "mcp_secret_envs",
                 "approval_args",

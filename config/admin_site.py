@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 
 # Toolgate's own sections, in the order the index shows them (the change log after what it records).
-TOOLGATE_APPS = ("connections_app", "policies_app", "tools_app", "changes_app")
+TOOLGATE_APPS = ("connections_app", "policies_app", "tools_app", "identity_app", "changes_app")
 # app label -> (the name the index shows, the models it lists there)
 MAINTENANCE_APPS = {
     "axes": ("Maintenance: log-in lockouts", ("AccessAttempt",)),
@@ -33,6 +34,12 @@ class ToolgateAdminSite(admin.AdminSite):
     # the filters another fifth: lists would hide their key columns (the kill switch among them).
     # The breadcrumbs and the index lead everywhere the sidebar did.
     enable_nav_sidebar = False
+
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Admin's password form, refused outright when local passwords are off (single sign-on only)."""
+        if request.method == "POST" and not settings.TOOLGATE_LOCAL_LOGIN:
+            return HttpResponseForbidden("local passwords are switched off: sign in with your identity provider")
+        return super().login(request, extra_context)
 
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
         apps = super().get_app_list(request, app_label)

@@ -100,6 +100,7 @@ INSTALLED_APPS = [
     "changes_app",  # the lowest Toolgate app: the change log every domain app writes to
     "tools_app",
     "policies_app",
+    "identity_app",  # single sign-on: OpenID Connect providers and the roles their groups grant
     "connections_app",
     "config.apps.ToolgateConfig",  # deployment checks (`manage.py check --deploy`)
 ]
@@ -122,7 +123,8 @@ MIDDLEWARE = [
 
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses locked-out logins before checking passwords
-    "django.contrib.auth.backends.ModelBackend",
+    "identity_app.backends.LocalPasswordBackend",  # Django's password check, off when TOOLGATE_LOCAL_LOGIN=false
+    "identity_app.backends.SingleSignOnBackend",  # loads single sign-on sessions' users; checks no credentials
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -235,6 +237,13 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = not DEBUG
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+
+# Single sign-on (docs/sso.md). TOOLGATE_LOCAL_LOGIN=false switches every password form off (break glass:
+# `manage.py sso_break_glass`); a session opened by single sign-on lasts at most TOOLGATE_SSO_SESSION_SECONDS.
+TOOLGATE_LOCAL_LOGIN = env.bool("TOOLGATE_LOCAL_LOGIN", default=True)
+TOOLGATE_SSO_SESSION_SECONDS = env.int("TOOLGATE_SSO_SESSION_SECONDS", default=8 * 3600)
+# Identity providers on private addresses (an in-house Keycloak): off by default, like upstreams and webhooks.
+TOOLGATE_SSO_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_SSO_ALLOW_PRIVATE_NETWORKS", default=False)
 
 # Brute-force lockout (django-axes): 5 failures per username and address, 15 minutes.
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)

@@ -46,6 +46,7 @@ urlpatterns = [
     re_path(r"^api/", api.api_not_found),  # keep after every /api/ route
     path("mcp", McpGatewayView.as_view(runtime_provider=runtime), name="mcp"),
     path("mcp/t/<str:toolset>", McpGatewayView.as_view(runtime_provider=runtime), name="mcp-toolset"),
+    path("", include("identity_app.urls")),  # single sign-on: start, callback, break glass, sign out
     path("", include("connections_app.signin.urls")),  # MCP sign-in: discovery, authorize, token, register, revoke
     path("", include("connections_app.web.urls")),
 ]

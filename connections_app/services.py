@@ -318,6 +318,7 @@ def key_rotation_record(
 
     `counts` maps each kind the run looked at to its counts, under the change
     log's names: `connections`, `providers` (OAuth client secrets),
+    `sso_providers` (identity providers' client secrets),
     `mcp_tokens` (MCP servers' operator tokens), `mcp_secret_envs` (stdio
     servers' secret environments), `approval_args` (pending approvals'
     arguments), `webhook_secrets` (tenant webhooks' signing secrets).

@@ -9,12 +9,14 @@ Revocations are two steps: GET shows what will happen, POST does it (one helper:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import LoginView
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -77,9 +79,16 @@ NO_FILTERS = {"tool_id": "", "ok": None, "run_id": "", "subject_id": ""}
 
 
 class TenantLoginView(LoginView):
+    """The portal's sign-in page: identity providers' buttons, and the password form unless switched off."""
+
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
     form_class = LoginForm
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.TOOLGATE_LOCAL_LOGIN:
+            return HttpResponseForbidden("local passwords are switched off: sign in with your identity provider")
+        return super().post(request, *args, **kwargs)
 
 
 @tenant_member_required

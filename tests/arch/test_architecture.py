@@ -384,7 +384,9 @@ def test_leaf_detector_reports_other_apps_config_and_the_runner() -> None:
 # --- the MCP endpoint is an interface: the catalog selector and the runner, nothing else ---------
 
 MCP_SERVER_DIR = PROJECT_ROOT / "tools_app" / "mcp_server"
-PROJECT_PACKAGES = frozenset({"config", "runner", "changes_app", "tools_app", "policies_app", "connections_app"})
+PROJECT_PACKAGES = frozenset(
+    {"config", "runner", "changes_app", "tools_app", "policies_app", "identity_app", "connections_app"}
+)
 # What the MCP interface may use of the project besides runner types and wording and its own package: the caller's
 # catalog and the runner (through the services REST uses), the REST exec serializer (one set of rules
 # for the out-of-band ids) and their names (its `_meta` keys), and the API-key authentication.
@@ -511,6 +513,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("changes_app",),
     ("policies_app",),
     ("tools_app",),
+    ("identity_app",),
     ("connections_app",),
     ("config",),
 )
@@ -548,8 +551,8 @@ def test_layer_detector_flags_upward_and_sideways_imports_and_allows_downward_on
     found = detect(upward_imports, source, PROJECT_ROOT / "policies_app" / "example.py")
 
     assert found == [
-        (1, "connections_app.models (layer 4 from layer 2)"),
-        (1, "connections_app.models.ExecutionGrant (layer 4 from layer 2)"),
+        (1, "connections_app.models (layer 5 from layer 2)"),
+        (1, "connections_app.models.ExecutionGrant (layer 5 from layer 2)"),
         (3, "tools_app (layer 3 from layer 2)"),
         (3, "tools_app.services (layer 3 from layer 2)"),
     ]

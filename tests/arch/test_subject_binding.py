@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.arch.test_architecture import PROJECT_ROOT, python_files
 
-APP_DIRS = ("runner", "changes_app", "policies_app", "tools_app", "connections_app", "config")
+APP_DIRS = ("runner", "changes_app", "policies_app", "tools_app", "identity_app", "connections_app", "config")
 SUBJECT_SET_IN = PROJECT_ROOT / "runner" / "pipeline.py"
 CONTEXT_BUILT_FROM_REQUESTS_IN = PROJECT_ROOT / "tools_app" / "services.py"
 

@@ -29,13 +29,14 @@ def test_index_lists_toolgate_first_and_maintenance_last(admin_client):
         "connections_app",
         "policies_app",
         "tools_app",
+        "identity_app",
         "changes_app",
         "auth",
         "axes",
         "django_celery_beat",
     ]
-    assert [model["object_name"] for model in apps[5]["models"]] == ["AccessAttempt"]
-    assert [model["object_name"] for model in apps[6]["models"]] == ["PeriodicTask"]
+    assert [model["object_name"] for model in apps[6]["models"]] == ["AccessAttempt"]
+    assert [model["object_name"] for model in apps[7]["models"]] == ["PeriodicTask"]
 
 
 def test_maintenance_sections_keep_every_list_on_their_own_page(admin_client):

@@ -26,6 +26,8 @@ from connections_app.management.commands import rotate_encryption_keys
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider, TenantWebhook, WebhookDelivery
 from connections_app.services import connection_credentials_open
 from connections_app.webhooks import webhook_deliver, webhook_set, webhook_signature
+from identity_app.models import IdentityProvider
+from identity_app.services import provider_save
 from policies_app import crypto
 from policies_app.crypto import KeyRing, open_json, open_sealed, seal, seal_json
 from tests.factories import ConnectionFactory, TenantFactory, service_account_with_key
@@ -46,7 +48,15 @@ SUMMARY = "rewrapped {}, already current {}, skipped because changed concurrentl
 CONNECTIONS = "connections: " + SUMMARY
 K1_CAN_GO = "no sealed value uses k1: can be removed from TOOLGATE_ENCRYPTION_KEYS"
 KEEP_K1 = "still in use, keep in TOOLGATE_ENCRYPTION_KEYS: k1"
-ALL_KINDS = ("connections", "providers", "mcp_tokens", "mcp_secret_envs", "approval_args", "webhook_secrets")
+ALL_KINDS = (
+    "connections",
+    "providers",
+    "sso_providers",
+    "mcp_tokens",
+    "mcp_secret_envs",
+    "approval_args",
+    "webhook_secrets",
+)
 ADVICE = (
     "Add any missing key back to TOOLGATE_ENCRYPTION_KEYS and run again; a connection whose credentials do not "
     "decrypt with any key must be revoked and entered again by its tenant (an OAuth provider's client secret: "
@@ -576,6 +586,10 @@ def test_every_sealed_kind_is_counted_in_the_output_and_in_the_change_log(settin
     account, _key = service_account_with_key(tenant, name="agent")
     pending_approval(account, {"title": "t"})
     webhook_set(tenant=tenant, url="http://127.0.0.1:9/hooks", user=None)
+    provider_save(
+        provider=IdentityProvider(slug="corp", display_name="Corp", issuer="https://idp.example", client_id="tg"),
+        client_secret="sso-client-secret",
+    )
     settings.TOOLGATE_KEY_RING = ROTATING
     since = Change.objects.count()
 
@@ -586,23 +600,27 @@ def test_every_sealed_kind_is_counted_in_the_output_and_in_the_change_log(settin
     assert dry.splitlines()[1:] == [
         "connections: already current 0, to rewrap 1 (k1: 1)",
         "oauth provider client secrets: already current 0, to rewrap 1 (k1: 1)",
+        "identity provider client secrets: already current 0, to rewrap 1 (k1: 1)",
         "mcp server operator tokens: already current 0, to rewrap 1 (k1: 1)",
         "mcp server secret environments: already current 0, to rewrap 1 (k1: 1)",
         "pending approvals' arguments: already current 0, to rewrap 1 (k1: 1)",
         "tenant webhook secrets: already current 0, to rewrap 1 (k1: 1)",
-        "key ids in use now: k1 (connections 1, oauth provider client secrets 1, mcp server operator tokens 1, "
+        "key ids in use now: k1 (connections 1, oauth provider client secrets 1, "
+        "identity provider client secrets 1, mcp server operator tokens 1, "
         "mcp server secret environments 1, pending approvals' arguments 1, tenant webhook secrets 1)",
     ]
     lines = out.splitlines()
-    assert lines[0] == "rotating to key 'k2': 0 already current, 6 to rewrap, 500 per batch"
+    assert lines[0] == "rotating to key 'k2': 0 already current, 7 to rewrap, 500 per batch"
     assert [line for line in lines if "batch 1" not in line][1:] == [
         CONNECTIONS.format(1, 0, 0, 0),
         "oauth provider client secrets: " + SUMMARY.format(1, 0, 0, 0),
+        "identity provider client secrets: " + SUMMARY.format(1, 0, 0, 0),
         "mcp server operator tokens: " + SUMMARY.format(1, 0, 0, 0),
         "mcp server secret environments: " + SUMMARY.format(1, 0, 0, 0),
         "pending approvals' arguments: " + SUMMARY.format(1, 0, 0, 0),
         "tenant webhook secrets: " + SUMMARY.format(1, 0, 0, 0),
-        "key ids in use now: k2 (connections 1, oauth provider client secrets 1, mcp server operator tokens 1, "
+        "key ids in use now: k2 (connections 1, oauth provider client secrets 1, "
+        "identity provider client secrets 1, mcp server operator tokens 1, "
         "mcp server secret environments 1, pending approvals' arguments 1, tenant webhook secrets 1)",
         K1_CAN_GO,
     ]
@@ -612,5 +630,5 @@ def test_every_sealed_kind_is_counted_in_the_output_and_in_the_change_log(settin
         f"{kind}_{n}": 1 if n == "rewrapped" else 0 for kind in ALL_KINDS for n in ("rewrapped", "skipped", "failed")
     }
     assert (entry.action, entry.after) == ("keys.rotate", {"primary_key_id": "k2", **counts, "key_ids_in_use": ["k2"]})
-    for secret in ("ghp_a", "gh-client-secret", "op-token", "sk-docs"):
+    for secret in ("ghp_a", "gh-client-secret", "op-token", "sk-docs", "sso-client-secret"):
         assert secret not in out + dry + json.dumps(entry.after)

@@ -48,6 +48,8 @@ from connections_app.services import (
     oauth_provider_rewrap,
 )
 from connections_app.webhooks import webhook_secret_rewrap
+from identity_app.selectors import identity_provider_key_usage, identity_providers_to_rewrap
+from identity_app.services import provider_secret_rewrap
 from policies_app.crypto import KeyRing
 from policies_app.key_rotation import UNREADABLE_ENVELOPE, RewrapOutcome
 from policies_app.selectors import approval_args_key_usage, approvals_args_to_rewrap
@@ -111,6 +113,19 @@ KINDS: tuple[SealedKind, ...] = (
         rewrap=lambda row, ring: oauth_provider_rewrap(provider=row, ring=ring),
         name=lambda row: row.name,
         cursor=lambda row: row.name,
+    ),
+    SealedKind(
+        "identity provider client secrets",
+        "identity provider",
+        "sso_providers",
+        usage=identity_provider_key_usage,
+        batch=lambda key_id, after, limit: identity_providers_to_rewrap(
+            primary_key_id=key_id, after=after, limit=limit
+        ),
+        rewrap=lambda row, ring: provider_secret_rewrap(provider=row, ring=ring),
+        name=lambda row: row.slug,
+        cursor=lambda row: row.slug,
+        remedy="An identity provider's client secret: set it again in admin (Single sign-on, identity providers).",
     ),
     SealedKind(
         "mcp server operator tokens",
@@ -192,7 +207,8 @@ class Tally:
 
 class Command(BaseCommand):
     help = (
-        f"Re-encrypt every value sealed with {RING} (connections, OAuth client secrets, MCP servers' tokens and "
+        f"Re-encrypt every value sealed with {RING} (connections, OAuth and identity providers' client secrets, "
+        "MCP servers' tokens and "
         "secret environments, pending approvals' arguments, tenant webhook secrets) under its primary (first) "
         "key, in batches, then say which key ids are still in use. Safe to interrupt and to run again; a value "
         "written meanwhile is skipped, never overwritten. Exits non-zero naming the rows it could not decrypt."
