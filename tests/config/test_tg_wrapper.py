@@ -17,7 +17,7 @@ def test_tg_runs_manage_py_in_development_mode_from_any_directory(tmp_path):
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: manage.py mcp_server")
-    assert "{add,list,remove,discover,approve}" in done.stdout
+    assert "{add,list,remove,discover,approve,approve-features}" in done.stdout
 
 
 def test_the_readme_names_the_wrapper_once_near_the_top():

@@ -133,6 +133,7 @@ def test_the_readme_demo_walks_without_friction(browsing: Browsing, demo: dict[s
         "connections",
         "policies",
         "tools",
+        "single sign-on",
         "change log",
         "authentication and authorization",
         "maintenance: log-in lockouts",
