@@ -21,7 +21,8 @@ The optional idempotency stage (a port of its own) answers a repeated
 tool_call_id with its recorded result. It sits after the kill switch, the
 policy and the grant, so a replay never outlives the permission that let the
 call run (a disabled tool or a revoked grant replays nothing), and before the
-budgets, so a replay spends none. The connection gate runs before the budgets
+budgets, so a replay spends none. For the same reason a replay is judged again
+by the current argument rules (a deny saved since refuses it) and result guards. The connection gate runs before the budgets
 for the same reason; it reads grants only, no credential.
 The argument rules (runner/rules.py) read the validated arguments, so they run
 after input validation and before the approval and the broker: a denied call
@@ -434,6 +435,8 @@ class IdempotencyStage:
     """
 
     store: IdempotencyStore
+    rules: RuleStage | None = None
+    guards: GuardStage | None = None
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         if call.ctx.tool_call_id_generated:
@@ -446,12 +449,36 @@ class IdempotencyStage:
             wait_s=runtime_budget_ms(call) / 1000,
         )
         if isinstance(claim, Replay):
-            call.decision = Decision.REPLAYED
-            return replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False)
+            return self._replay(call, replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False))
         if isinstance(claim, Conflict):
             return call.fail(ErrorCode.IDEMPOTENCY_CONFLICT, claim.safe_message, retry_after_s=claim.retry_after_s)
         call.audit_ref = claim.ref
         return proceed(call)
+
+    def _replay(self, call: Call, recorded: ToolExecResult) -> ToolExecResult:
+        """The recorded answer, judged again by today's argument rules and result guards.
+
+        A replay hands the model a tool's answer, so it must not outlive a deny
+        rule saved since the call ran (as it does not outlive the policy or the
+        grant), nor carry a secret a guard added since would have kept back.
+        Rules that ask for a person do not stop a replay: nothing runs again, and
+        the action they would gate has already happened. A recorded refusal is
+        no tool's answer and is replayed as it is.
+        """
+        if self.rules is None or not answered(recorded):
+            call.decision = Decision.REPLAYED
+            return recorded
+
+        def recorded_answer(_call: Call) -> ToolExecResult:
+            return recorded
+
+        def guarded(judged: Call) -> ToolExecResult:
+            return self.guards(judged, recorded_answer) if self.guards is not None else recorded
+
+        result = self.rules(call, guarded)
+        if call.decision is not Decision.DENY:
+            call.decision = Decision.REPLAYED
+        return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -849,6 +876,8 @@ def default_stages(
     Without a rule book, no argument rule or result guard stage is built.
     `pages` are the portal's pages a refused connection choice sends the person to.
     """
+    rule_stage = RuleStage(rules, grants, clock) if rules is not None else None
+    guard_stage = GuardStage() if rules is not None else None
     return [
         AuditStage(audit, events, clock),
         FreshnessStage(governance),
@@ -857,15 +886,15 @@ def default_stages(
         PolicyStage(source, policy),
         AuthorizationStage(authorization or DelegationAuthorization(NoDelegations(), clock)),
         ConnectionGateStage(grants, clock, pages or ChoicePages()),
-        *([IdempotencyStage(idempotency)] if idempotency is not None else []),
+        *([IdempotencyStage(idempotency, rule_stage, guard_stage)] if idempotency is not None else []),
         BudgetStage(limiter),
         ValidateInputStage(),
-        *([RuleStage(rules, grants, clock)] if rules is not None else []),
+        *([rule_stage] if rule_stage is not None else []),
         ApprovalStage(approvals or PolicyApprovalDesk(policy)),
         BrokerStage(broker),
         StartEventStage(events),
         ResultSizeStage(default_max_result_bytes),
-        *([GuardStage()] if rules is not None else []),
+        *([guard_stage] if guard_stage is not None else []),
         RedactStage(),
         ValidateOutputStage(),
         ExecuteStage(clock, loop),
