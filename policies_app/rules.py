@@ -146,6 +146,8 @@ def guard_problems(guard: ResultGuard) -> dict[str, str]:
         problems["detectors"] = "the guard looks for nothing: choose detectors or write patterns"
     if guard.action not in guardrails.GuardAction.__members__.values():
         problems["action"] = "one of " + ", ".join(action.value for action in guardrails.GuardAction)
+    if guard.arguments not in guardrails.ArgumentScan.__members__.values():
+        problems["arguments"] = "one of " + ", ".join(scan.value for scan in guardrails.ArgumentScan)
     if len(guard.message or "") > MAX_MESSAGE_CHARS:
         problems["message"] = f"at most {MAX_MESSAGE_CHARS} characters"
     return problems
@@ -230,6 +232,7 @@ def _load() -> _Loaded:
             message=row.message,
             detectors=tuple(detectors),
             covers=_covers(row.tools, row.tags),
+            arguments=guardrails.ArgumentScan(row.arguments),
         )
         guards.append((row.tenant_id, str(row.service_account_id) if row.service_account_id else None, guard))
     return _Loaded(arguments=tuple(arguments), guards=tuple(guards))
@@ -306,6 +309,7 @@ class RuleShown:
     condition: str | None
     detectors: tuple[str, ...] = ()
     pattern_count: int = 0
+    arguments: str = "ignore"
 
 
 def _scope_shown(row: ScopedRule) -> str:
@@ -354,6 +358,7 @@ def rules_shown_to_tenant(*, tenant_id: int) -> list[RuleShown]:
                 condition=None,
                 detectors=tuple(BUILTIN_DETECTORS[kind][0] for kind in guard.detectors if kind in BUILTIN_DETECTORS),
                 pattern_count=len(guard.patterns),
+                arguments=guard.arguments,
             )
         )
     return sorted(shown, key=lambda row: (row.kind, _rank(row.scope), row.name))

@@ -73,7 +73,16 @@ from runner.errors import (
     ToolFailure,
 )
 from runner.grants import ChoicePages, ChosenConnection, GateRefusal, check_connection, resolve_connection
-from runner.guardrails import GuardAction, GuardOutcome, guards_for, scan, withheld_message
+from runner.guardrails import (
+    ArgumentFinding,
+    ArgumentScan,
+    GuardAction,
+    GuardOutcome,
+    guards_for,
+    scan,
+    scan_arguments,
+    withheld_message,
+)
 from runner.ports import (
     NO_RULES,
     ApprovalDesk,
@@ -155,6 +164,7 @@ class Call:
     rules: CallRules = field(default=NO_RULES, repr=False)
     rule_match: RuleMatch | None = None
     guard_outcome: GuardOutcome | None = None
+    argument_finding: ArgumentFinding | None = None
     # What the person the call is for declared for its caller (set by the authorization stage from
     # the delegation); None for a call on nobody's behalf. The connection gate chooses among them.
     consented_connection_ids: frozenset[str] | None = None
@@ -269,7 +279,7 @@ class AuditStage:
                 authz_reason=call.authz_reason,
                 rule_id=call.rule_match.rule_id if call.rule_match is not None else None,
                 rule_action=call.rule_match.action.value if call.rule_match is not None else None,
-                guardrail=call.guard_outcome.audit() if call.guard_outcome is not None else None,
+                guardrail=guardrail_audit(call),
                 connection_choice=call.connection_choice,
                 approved_by=call.approved_by,
             )
@@ -523,6 +533,8 @@ class RuleStage:
     require_confirmation send it to the approval stage with the rule as the
     reason; allow (an exception to a broader deny) lets it go on as the policy
     decided. A call with no rule covering it costs one cached lookup.
+    First, the guards that scan arguments look for secrets in them: one that
+    refuses ends the call before any rule, approval page or credential sees it.
     """
 
     book: RuleBook
@@ -532,6 +544,14 @@ class RuleStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         call.rules = rules = self.book.for_caller(call.ctx)
         spec = call.bound.spec
+        if rules.guards:
+            finding = scan_arguments(guards_for(rules.guards, spec), call.raw_args)
+            if finding is not None:
+                call.argument_finding = finding
+                if finding.action is ArgumentScan.REFUSE:
+                    logger.warning("tool call %s: a secret in the arguments; refused", call.ctx.tool_call_id)
+                    call.decision = Decision.DENY
+                    return call.fail(ErrorCode.POLICY_DENIED, finding.refusal())
         covering = [rule for rule in rules.arguments if rule.covers(spec)]
         if not covering:  # no rule for this tool: nothing to evaluate, no variables to build
             return proceed(call)
@@ -795,6 +815,14 @@ def _compute(tool: BoundTool, call: Call, caps: ToolCapabilities, budget_ms: int
     if (time.perf_counter() - started) * 1000 > budget_ms:
         raise ToolTimedOut
     return output
+
+
+def guardrail_audit(call: Call) -> dict[str, Any] | None:
+    """The audit row's `guardrail`: what the result guards did, and under `arguments` what they found in the args."""
+    audit = call.guard_outcome.audit() if call.guard_outcome is not None else {}
+    if call.argument_finding is not None:
+        audit["arguments"] = call.argument_finding.audit()
+    return audit or None
 
 
 def answered(result: ToolExecResult) -> bool:

@@ -276,3 +276,37 @@ def test_a_guard_applies_to_a_builtin_tool_as_to_an_upstream_one(caller):
     result_guard_save(guard=guard)
     response = exec_call(key, "core__get_current_time", {"timezone": "Europe/Paris"})
     assert response.json()["value"]["timezone"] == "[redacted: zones pattern 1]"
+
+
+@pytest.mark.django_db
+def test_a_secret_in_the_arguments_refuses_the_call_before_the_upstream_or_only_is_recorded(ready, upstream):
+    _tenant, _account, key = ready
+    guard = result_guard_save(
+        guard=ResultGuard(
+            name="no-secrets-in",
+            tools=["mcp__up__read_config"],
+            detectors=["aws_access_key", "private_key"],
+            action="redact",
+            arguments="refuse",
+        )
+    )
+
+    response = exec_call(key, "mcp__up__read_config", {"name": f"backup-{AWS_KEY}.ini"}, tool_call_id="arg_1")
+
+    assert response.status_code == 403, response.json()
+    assert response.json()["error_code"] == "policy_denied"
+    assert response.json()["safe_message"] == "the arguments carry a secret (aws key); send the call without it"
+    assert upstream.calls() == 0
+    row = ToolInvocation.objects.get(tool_call_id="arg_1")
+    assert (row.decision, row.executed) == ("deny", False)
+    assert row.guardrail == {"arguments": {"action": "refuse", "guards": [str(guard.pk)], "found": {"aws key": 1}}}
+
+    guard.arguments = "record"
+    result_guard_save(guard=guard)
+    response = exec_call(key, "mcp__up__read_config", {"name": f"backup-{AWS_KEY}.ini"}, tool_call_id="arg_2")
+
+    assert response.status_code == 200, response.json()
+    assert upstream.calls("read_config") == 1
+    row = ToolInvocation.objects.get(tool_call_id="arg_2")
+    assert row.guardrail["arguments"] == {"action": "record", "guards": [str(guard.pk)], "found": {"aws key": 1}}
+    assert row.guardrail["action"] == "redact"  # the result's own key and PEM block, redacted as before
