@@ -22,8 +22,9 @@ tool_call_id with its recorded result. It sits after the kill switch, the
 policy and the grant, so a replay never outlives the permission that let the
 call run (a disabled tool or a revoked grant replays nothing), and before the
 budgets, so a replay spends none. For the same reason a replay is judged again
-by the current argument rules (a deny saved since refuses it) and result guards. The connection gate runs before the budgets
-for the same reason; it reads grants only, no credential.
+by the current argument rules (a deny saved since refuses it) and result guards.
+The connection gate runs before the budgets for the same reason; it reads
+grants only, no credential.
 The argument rules (runner/rules.py) read the validated arguments, so they run
 after input validation and before the approval and the broker: a denied call
 never touches a credential, and a rule that asks for a person opens the

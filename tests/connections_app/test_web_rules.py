@@ -46,7 +46,9 @@ def tenants():
             message="globex keeps to its zone",
         )
     )
-    argument_rule_save(rule=ArgumentRule(name="globex-own", tenant=other, tools=[TOOL], condition="true", action="deny"))
+    argument_rule_save(
+        rule=ArgumentRule(name="globex-own", tenant=other, tools=[TOOL], condition="true", action="deny")
+    )
     argument_rule_save(
         rule=ArgumentRule(
             name="acme-inactive", tenant=acme, tools=[TOOL], condition="true", action="deny", is_active=False
@@ -76,12 +78,14 @@ def test_owners_and_members_read_the_rules_that_apply_to_their_tenant_and_nothin
     assert response.status_code == 200
     page = response.content.decode()
     assert [row.name for row in response.context["rules"]] == ["bot-asks", "acme-no-paris", "global-globex-only"]
-    assert "not Paris here" in page and "args.timezone == &quot;Paris&quot;" in page
+    assert "not Paris here" in page
+    assert "args.timezone == &quot;Paris&quot;" in page
     assert "Service account bot" in page
     # A global condition reading `caller` may name another tenant: described, not shown.
     assert "globex" not in page.replace("globex keeps to its zone", "").replace("global-globex-only", "")
     assert "depends on the caller" in page
-    assert "globex-own" not in page and "acme-inactive" not in page
+    assert "globex-own" not in page
+    assert "acme-inactive" not in page
     [guard] = response.context["guards"]
     assert (guard.detectors, guard.pattern_count) == (("aws key", "private key"), 1)
     assert "tok_internal" not in page  # an operator's pattern is not shown
@@ -92,4 +96,5 @@ def test_owners_and_members_read_the_rules_that_apply_to_their_tenant_and_nothin
 def test_the_page_needs_a_signed_in_member(client):
     response = client.get(LIST)
 
-    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    assert response.status_code == 302
+    assert "/accounts/login/" in response["Location"]

@@ -11,6 +11,7 @@ from runner.rules import ArgumentRule, ConditionError, RuleAction, RuleScope
 from runner.types import Decision, ErrorCode
 from tests.runner import tools
 from tests.runner.fakes import make_harness
+from tests.runner.test_pipeline import MemoryIdempotency
 
 
 class Book:
@@ -127,8 +128,6 @@ def test_a_guard_that_withholds_answers_a_tool_error_with_its_message():
 
 
 def test_a_replay_is_judged_again_by_todays_rules_and_guards():
-    from tests.runner.test_pipeline import MemoryIdempotency
-
     h = make_harness(tools.ALL)
     book = Book(CallRules())
     h.runner = ToolRunner(h.stages(rules=book, idempotency=MemoryIdempotency(h.audit)), h.clock)
