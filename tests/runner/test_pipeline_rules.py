@@ -160,3 +160,20 @@ def test_a_replay_is_judged_again_by_todays_rules_and_guards():
     ]
     assert h.audit.records[2].guardrail == {"action": "redact", "guards": ["g1"], "found": {"greeting": 1}}
     assert len([r for r in h.audit.records if r.executed]) == 1
+
+
+def test_the_result_budget_measures_the_redacted_result():
+    guard = ResultGuard(
+        "g1", "hi", GuardAction.REDACT, "", (Detector("greeting", re.compile("hi")),), _covers("test__echo")
+    )
+    h = make_harness(tools.ALL)
+    raw = len('{"text":"hi"}')
+    redacted = len('{"text":"[redacted: greeting]"}')
+    h.runner = ToolRunner(h.stages(rules=Book(CallRules(guards=(guard,))), default_max_result_bytes=raw + 2), h.clock)
+
+    result = h.exec("test__echo", {"text": "hi", "repeat": 1})
+
+    assert (result.error_code, result.safe_message) == (
+        ErrorCode.RESULT_TOO_LARGE,
+        f"result is {redacted} bytes; the budget is {raw + 2}",
+    )
