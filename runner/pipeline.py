@@ -545,8 +545,9 @@ class RuleStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         call.rules = rules = self.book.for_caller(call.ctx)
         spec = call.bound.spec
-        if rules.guards:
-            finding = scan_arguments(guards_for(rules.guards, spec), call.raw_args)
+        scanning = [g for g in rules.guards if g.arguments is not ArgumentScan.IGNORE and g.covers(spec)]
+        if scanning:  # a result-only guard costs nothing here
+            finding = scan_arguments(scanning, call.raw_args)
             if finding is not None:
                 call.argument_finding = finding
                 if finding.action is ArgumentScan.REFUSE:
