@@ -524,6 +524,14 @@ class GuardAction(models.TextChoices):
     RECORD = "record", "Only record it in the audit"
 
 
+class ArgumentScan(models.TextChoices):
+    """What a guard does with a secret in a call's arguments (runner/guardrails.py); never a rewrite of them."""
+
+    IGNORE = "ignore", "Results only"
+    REFUSE = "refuse", "Refuse the call"
+    RECORD = "record", "Only record it in the audit"
+
+
 class ScopedRule(GovernedScope, models.Model):
     """What argument rules and result guards share: a scope as policies have, the tools covered, a message.
 
@@ -594,12 +602,22 @@ class ResultGuard(ScopedRule):
         default=list, blank=True, help_text="Extra regular expressions (RE2 syntax), one secret kind each."
     )
     action = models.CharField(max_length=16, choices=GuardAction.choices, default=GuardAction.REDACT)
+    arguments = models.CharField(
+        max_length=16,
+        choices=ArgumentScan.choices,
+        default=ArgumentScan.IGNORE,
+        help_text="Also scan a call's arguments: refuse the call, or only record what was found.",
+    )
 
     class Meta(ScopedRule.Meta):
         constraints = [
             models.CheckConstraint(
                 condition=Q(service_account__isnull=True) | Q(tenant__isnull=False),
                 name="resultguard_service_account_needs_tenant",
+            ),
+            models.CheckConstraint(
+                condition=Q(arguments__in=[choice.value for choice in ArgumentScan]),
+                name="resultguard_arguments_known",
             ),
             models.CheckConstraint(
                 condition=Q(action__in=[choice.value for choice in GuardAction]), name="resultguard_action_known"

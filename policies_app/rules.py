@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import re2
+from django.db.models import Q
 
 from policies_app.catalog import tool_ids_known, tool_server_prefixes
 from policies_app.cel import ConditionInvalid, activation, condition_compile, condition_evaluate
@@ -145,6 +146,8 @@ def guard_problems(guard: ResultGuard) -> dict[str, str]:
         problems["detectors"] = "the guard looks for nothing: choose detectors or write patterns"
     if guard.action not in guardrails.GuardAction.__members__.values():
         problems["action"] = "one of " + ", ".join(action.value for action in guardrails.GuardAction)
+    if guard.arguments not in guardrails.ArgumentScan.__members__.values():
+        problems["arguments"] = "one of " + ", ".join(scan.value for scan in guardrails.ArgumentScan)
     if len(guard.message or "") > MAX_MESSAGE_CHARS:
         problems["message"] = f"at most {MAX_MESSAGE_CHARS} characters"
     return problems
@@ -229,6 +232,7 @@ def _load() -> _Loaded:
             message=row.message,
             detectors=tuple(detectors),
             covers=_covers(row.tools, row.tags),
+            arguments=guardrails.ArgumentScan(row.arguments),
         )
         guards.append((row.tenant_id, str(row.service_account_id) if row.service_account_id else None, guard))
     return _Loaded(arguments=tuple(arguments), guards=tuple(guards))
@@ -280,3 +284,88 @@ def _caller_variable(ctx: ToolInvocationContext) -> dict[str, Any]:
         "service_account": account.name if account is not None else "",
         "service_account_id": ctx.actor_id,
     }
+
+
+# --- what a tenant's portal shows ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RuleShown:
+    """One active rule or guard as a tenant's members read it: what it covers, does and says; no operator secret.
+
+    A guard's own regular expressions are not shown (an operator may write part
+    of an internal token format in one), only how many there are; a global
+    rule's condition that reads `caller` may name other tenants, so it is
+    described, not shown.
+    """
+
+    kind: str  # "rule" or "guard"
+    name: str
+    scope: str  # "global", "tenant" or "service account <name>"
+    tools: tuple[str, ...]
+    tags: tuple[str, ...]
+    action: str
+    message: str
+    condition: str | None
+    detectors: tuple[str, ...] = ()
+    pattern_count: int = 0
+    arguments: str = "ignore"
+
+
+def _scope_shown(row: ScopedRule) -> str:
+    if row.service_account_id:
+        return f"service account {row.service_account.name}"
+    return "tenant" if row.tenant_id else "global"
+
+
+def rules_shown_to_tenant(*, tenant_id: int) -> list[RuleShown]:
+    """The active argument rules and result guards that can apply to this tenant's calls, most specific first."""
+    shown: list[RuleShown] = []
+    for rule in (
+        ArgumentRule.objects.filter(is_active=True)
+        .filter(Q(tenant_id=tenant_id) | Q(tenant__isnull=True))
+        .select_related("service_account")
+        .order_by("name")
+    ):
+        hidden = rule.tenant_id is None and "caller" in rule.condition
+        shown.append(
+            RuleShown(
+                kind="rule",
+                name=rule.name,
+                scope=_scope_shown(rule),
+                tools=tuple(rule.tools),
+                tags=tuple(rule.tags),
+                action=rule.action,
+                message=rule.message,
+                condition=None if hidden else rule.condition,
+            )
+        )
+    for guard in (
+        ResultGuard.objects.filter(is_active=True)
+        .filter(Q(tenant_id=tenant_id) | Q(tenant__isnull=True))
+        .select_related("service_account")
+        .order_by("name")
+    ):
+        shown.append(
+            RuleShown(
+                kind="guard",
+                name=guard.name,
+                scope=_scope_shown(guard),
+                tools=tuple(guard.tools),
+                tags=tuple(guard.tags),
+                action=guard.action,
+                message=guard.message,
+                condition=None,
+                detectors=tuple(BUILTIN_DETECTORS[kind][0] for kind in guard.detectors if kind in BUILTIN_DETECTORS),
+                pattern_count=len(guard.patterns),
+                arguments=guard.arguments,
+            )
+        )
+    return sorted(shown, key=lambda row: (row.kind, _rank(row.scope), row.name))
+
+
+def _rank(scope: str) -> int:
+    """Most specific first, the order precedence reads them in."""
+    if scope.startswith("service account"):
+        return 0
+    return 1 if scope == "tenant" else 2

@@ -83,6 +83,7 @@ class ResultGuardForm(_ScopedForm):
             "detectors",
             "patterns",
             "action",
+            "arguments",
             "message",
         ]
         help_texts = {"detectors": "A list of: " + ", ".join(BUILTIN_DETECTORS)}
@@ -169,7 +170,7 @@ class ResultGuardAdmin(_ScopedAdmin):
         (None, {"fields": ("name", "is_active")}),
         ("Scope", {"fields": ("tenant", "service_account"), "description": SCOPE_HELP}),
         ("Tools", {"fields": ("tools", "tags")}),
-        ("Detection", {"fields": ("detectors", "patterns", "action", "message")}),
+        ("Detection", {"fields": ("detectors", "patterns", "action", "arguments", "message")}),
         ("History", {"fields": ("created_at", "updated_at", "updated_by")}),
     )
 

@@ -14,6 +14,11 @@ cannot switch off a global secret guard), and the strictest action among the
 guards that found something decides. The audit row records the guards, the
 action and how many matches of each kind, never the matched text.
 
+A guard may also scan a call's arguments (`arguments`: refuse or record),
+after input validation and before any rule, approval or credential: a model
+that pastes a private key into a call's arguments is stopped before the tool
+or a person's approval page sees it (`scan_arguments`).
+
 Detectors are compiled by the adapter (linear-time RE2 patterns for the
 built-in table and operators' lists): the runner only calls `finditer`/`sub`.
 """
@@ -32,6 +37,14 @@ class GuardAction(enum.StrEnum):
     REDACT = "redact"
     WITHHOLD = "withhold"
     RECORD = "record"
+
+
+class ArgumentScan(enum.StrEnum):
+    """What a guard does with a secret in a call's arguments (its result action is separate)."""
+
+    IGNORE = "ignore"  # the guard looks at results only
+    REFUSE = "refuse"  # the call is refused before it runs, with the guard's message
+    RECORD = "record"  # the call goes on; the audit row says what was seen
 
 
 GUARD_STRICTNESS = {GuardAction.WITHHOLD: 2, GuardAction.REDACT: 1, GuardAction.RECORD: 0}
@@ -61,6 +74,7 @@ class ResultGuard:
     message: str
     detectors: tuple[Detector, ...]
     covers: Callable[[ToolSpec], bool] = field(repr=False)
+    arguments: ArgumentScan = ArgumentScan.IGNORE
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,24 @@ class GuardOutcome:
 
     def audit(self) -> dict[str, Any]:
         return {"action": self.action.value, "guards": list(self.guard_ids), "found": dict(self.counts)}
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentFinding:
+    """Secrets the guards found in a call's arguments: refuse or record, the guards, counts per label."""
+
+    action: ArgumentScan
+    guard_ids: tuple[str, ...]
+    counts: Mapping[str, int]
+    message: str
+
+    def audit(self) -> dict[str, Any]:
+        return {"action": self.action.value, "guards": list(self.guard_ids), "found": dict(self.counts)}
+
+    def refusal(self) -> str:
+        """What the model reads: the operator's words, else what was found and what to do instead."""
+        kinds = ", ".join(self.counts)
+        return self.message or f"the arguments carry a secret ({kinds}); send the call without it"
 
 
 def redaction_mark(label: str) -> str:
@@ -152,6 +184,31 @@ def scan(
     redacted_value = replacer.walk(value)
     redacted_content = tuple(replacer.walk(dict(block)) for block in content) if content is not None else None
     return redacted_value, redacted_content, outcome
+
+
+def scan_arguments(guards: Sequence[ResultGuard], args: Any) -> ArgumentFinding | None:
+    """What the guards that scan arguments find in these (validated) arguments; None: nothing, or no such guard.
+
+    Arguments are never rewritten: a tool handed `[redacted: ...]` would do
+    something else than the model asked, so a secret refuses the call or is
+    only recorded.
+    """
+    scanning = [guard for guard in guards if guard.arguments is not ArgumentScan.IGNORE]
+    if not scanning:
+        return None
+    finder = _Scan([(guard.guard_id, detector) for guard in scanning for detector in guard.detectors], replace=False)
+    finder.walk(args)
+    if not finder.guards:
+        return None
+    finding = [guard for guard in scanning if guard.guard_id in finder.guards]
+    refusing = [guard for guard in finding if guard.arguments is ArgumentScan.REFUSE]
+    deciding = refusing[0] if refusing else finding[0]
+    return ArgumentFinding(
+        action=deciding.arguments,
+        guard_ids=tuple(sorted(finder.guards)),
+        counts=dict(sorted(finder.counts.items())),
+        message=deciding.message,
+    )
 
 
 def _blocks(content: tuple[Mapping[str, Any], ...] | None) -> tuple[dict[str, Any], ...] | None:

@@ -21,8 +21,10 @@ The optional idempotency stage (a port of its own) answers a repeated
 tool_call_id with its recorded result. It sits after the kill switch, the
 policy and the grant, so a replay never outlives the permission that let the
 call run (a disabled tool or a revoked grant replays nothing), and before the
-budgets, so a replay spends none. The connection gate runs before the budgets
-for the same reason; it reads grants only, no credential.
+budgets, so a replay spends none. For the same reason a replay is judged again
+by the current argument rules (a deny saved since refuses it) and result guards.
+The connection gate runs before the budgets for the same reason; it reads
+grants only, no credential.
 The argument rules (runner/rules.py) read the validated arguments, so they run
 after input validation and before the approval and the broker: a denied call
 never touches a credential, and a rule that asks for a person opens the
@@ -72,7 +74,16 @@ from runner.errors import (
     ToolFailure,
 )
 from runner.grants import ChoicePages, ChosenConnection, GateRefusal, check_connection, resolve_connection
-from runner.guardrails import GuardAction, GuardOutcome, guards_for, scan, withheld_message
+from runner.guardrails import (
+    ArgumentFinding,
+    ArgumentScan,
+    GuardAction,
+    GuardOutcome,
+    guards_for,
+    scan,
+    scan_arguments,
+    withheld_message,
+)
 from runner.ports import (
     NO_RULES,
     ApprovalDesk,
@@ -154,6 +165,7 @@ class Call:
     rules: CallRules = field(default=NO_RULES, repr=False)
     rule_match: RuleMatch | None = None
     guard_outcome: GuardOutcome | None = None
+    argument_finding: ArgumentFinding | None = None
     # What the person the call is for declared for its caller (set by the authorization stage from
     # the delegation); None for a call on nobody's behalf. The connection gate chooses among them.
     consented_connection_ids: frozenset[str] | None = None
@@ -268,7 +280,7 @@ class AuditStage:
                 authz_reason=call.authz_reason,
                 rule_id=call.rule_match.rule_id if call.rule_match is not None else None,
                 rule_action=call.rule_match.action.value if call.rule_match is not None else None,
-                guardrail=call.guard_outcome.audit() if call.guard_outcome is not None else None,
+                guardrail=guardrail_audit(call),
                 connection_choice=call.connection_choice,
                 approved_by=call.approved_by,
             )
@@ -434,6 +446,8 @@ class IdempotencyStage:
     """
 
     store: IdempotencyStore
+    rules: RuleStage | None = None
+    guards: GuardStage | None = None
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         if call.ctx.tool_call_id_generated:
@@ -446,12 +460,36 @@ class IdempotencyStage:
             wait_s=runtime_budget_ms(call) / 1000,
         )
         if isinstance(claim, Replay):
-            call.decision = Decision.REPLAYED
-            return replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False)
+            return self._replay(call, replace(claim.result, tool_call_id=call.ctx.tool_call_id, executed=False))
         if isinstance(claim, Conflict):
             return call.fail(ErrorCode.IDEMPOTENCY_CONFLICT, claim.safe_message, retry_after_s=claim.retry_after_s)
         call.audit_ref = claim.ref
         return proceed(call)
+
+    def _replay(self, call: Call, recorded: ToolExecResult) -> ToolExecResult:
+        """The recorded answer, judged again by today's argument rules and result guards.
+
+        A replay hands the model a tool's answer, so it must not outlive a deny
+        rule saved since the call ran (as it does not outlive the policy or the
+        grant), nor carry a secret a guard added since would have kept back.
+        Rules that ask for a person do not stop a replay: nothing runs again, and
+        the action they would gate has already happened. A recorded refusal is
+        no tool's answer and is replayed as it is.
+        """
+        if self.rules is None or not answered(recorded):
+            call.decision = Decision.REPLAYED
+            return recorded
+
+        def recorded_answer(_call: Call) -> ToolExecResult:
+            return recorded
+
+        def guarded(judged: Call) -> ToolExecResult:
+            return self.guards(judged, recorded_answer) if self.guards is not None else recorded
+
+        result = self.rules(call, guarded)
+        if call.decision is not Decision.DENY:
+            call.decision = Decision.REPLAYED
+        return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,6 +534,8 @@ class RuleStage:
     require_confirmation send it to the approval stage with the rule as the
     reason; allow (an exception to a broader deny) lets it go on as the policy
     decided. A call with no rule covering it costs one cached lookup.
+    First, the guards that scan arguments look for secrets in them: one that
+    refuses ends the call before any rule, approval page or credential sees it.
     """
 
     book: RuleBook
@@ -505,6 +545,15 @@ class RuleStage:
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
         call.rules = rules = self.book.for_caller(call.ctx)
         spec = call.bound.spec
+        scanning = [g for g in rules.guards if g.arguments is not ArgumentScan.IGNORE and g.covers(spec)]
+        if scanning:  # a result-only guard costs nothing here
+            finding = scan_arguments(scanning, call.raw_args)
+            if finding is not None:
+                call.argument_finding = finding
+                if finding.action is ArgumentScan.REFUSE:
+                    logger.warning("tool call %s: a secret in the arguments; refused", call.ctx.tool_call_id)
+                    call.decision = Decision.DENY
+                    return call.fail(ErrorCode.POLICY_DENIED, finding.refusal())
         covering = [rule for rule in rules.arguments if rule.covers(spec)]
         if not covering:  # no rule for this tool: nothing to evaluate, no variables to build
             return proceed(call)
@@ -770,6 +819,14 @@ def _compute(tool: BoundTool, call: Call, caps: ToolCapabilities, budget_ms: int
     return output
 
 
+def guardrail_audit(call: Call) -> dict[str, Any] | None:
+    """The audit row's `guardrail`: what the result guards did, and under `arguments` what they found in the args."""
+    audit = call.guard_outcome.audit() if call.guard_outcome is not None else {}
+    if call.argument_finding is not None:
+        audit["arguments"] = call.argument_finding.audit()
+    return audit or None
+
+
 def answered(result: ToolExecResult) -> bool:
     """The tool ran and answered: a value, or an error meant for the model (both pass the output guards)."""
     return result.ok or result.error_code is ErrorCode.TOOL_ERROR
@@ -849,6 +906,8 @@ def default_stages(
     Without a rule book, no argument rule or result guard stage is built.
     `pages` are the portal's pages a refused connection choice sends the person to.
     """
+    rule_stage = RuleStage(rules, grants, clock) if rules is not None else None
+    guard_stage = GuardStage() if rules is not None else None
     return [
         AuditStage(audit, events, clock),
         FreshnessStage(governance),
@@ -857,15 +916,15 @@ def default_stages(
         PolicyStage(source, policy),
         AuthorizationStage(authorization or DelegationAuthorization(NoDelegations(), clock)),
         ConnectionGateStage(grants, clock, pages or ChoicePages()),
-        *([IdempotencyStage(idempotency)] if idempotency is not None else []),
+        *([IdempotencyStage(idempotency, rule_stage, guard_stage)] if idempotency is not None else []),
         BudgetStage(limiter),
         ValidateInputStage(),
-        *([RuleStage(rules, grants, clock)] if rules is not None else []),
+        *([rule_stage] if rule_stage is not None else []),
         ApprovalStage(approvals or PolicyApprovalDesk(policy)),
         BrokerStage(broker),
         StartEventStage(events),
         ResultSizeStage(default_max_result_bytes),
-        *([GuardStage()] if rules is not None else []),
+        *([guard_stage] if guard_stage is not None else []),
         RedactStage(),
         ValidateOutputStage(),
         ExecuteStage(clock, loop),

@@ -19,8 +19,10 @@ from policies_app.services import argument_rule_save, result_guard_save, scoped_
 
 SHARED_KEYS = ("name", "tenant", "service_account", "tools", "tags", "action", "message")
 RULE_KEYS = frozenset({*SHARED_KEYS, "condition", "active"})
-GUARD_KEYS = frozenset({*SHARED_KEYS, "detectors", "patterns", "active"})
+GUARD_KEYS = frozenset({*SHARED_KEYS, "detectors", "patterns", "arguments", "active"})
 FILE_KEYS = ("argument_rules", "result_guards")
+# What a key a file leaves out means (a list field: empty).
+FIELD_DEFAULTS: dict[str, Any] = {"condition": "", "arguments": "ignore"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +35,7 @@ class _Kind:
 
 KINDS = (
     _Kind("argument_rules", ArgumentRule, ("condition",), RULE_KEYS),
-    _Kind("result_guards", ResultGuard, ("detectors", "patterns"), GUARD_KEYS),
+    _Kind("result_guards", ResultGuard, ("detectors", "patterns", "arguments"), GUARD_KEYS),
 )
 
 
@@ -135,7 +137,7 @@ def _row(
     row.tenant, row.service_account = tenant, account
     row.tools, row.tags = entry.get("tools", []), entry.get("tags", [])
     for field in kind.fields:
-        setattr(row, field, entry.get(field, [] if field != "condition" else ""))
+        setattr(row, field, entry.get(field, FIELD_DEFAULTS.get(field, [])))
     row.action = entry.get("action", "")  # type: ignore[attr-defined]
     row.message = entry.get("message", "")
     row.is_active = active

@@ -3,7 +3,7 @@
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from connections_app.web import calls, delegations, oauth, toolsets, views
+from connections_app.web import calls, delegations, oauth, rules, toolsets, views
 
 app_name = "web"
 
@@ -59,6 +59,7 @@ urlpatterns = [
     path("toolsets/new/", toolsets.toolset_edit, name="toolset-new"),
     path("toolsets/<int:toolset_id>/", toolsets.toolset_edit, name="toolset-edit"),
     path("toolsets/<int:toolset_id>/delete/", toolsets.toolset_delete_confirm, name="toolset-delete"),
+    path("rules/", rules.rules, name="rule-list"),
     path("activity/", views.activity, name="activity"),
     path("changes/", views.changes, name="change-list"),
 ]

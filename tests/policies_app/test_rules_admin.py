@@ -74,6 +74,7 @@ def test_a_guard_with_a_lookaround_pattern_is_refused_and_a_good_one_saved(admin
         "detectors": '["aws_access_key"]',
         "patterns": '["(?<=key=)[a-z]+"]',
         "action": "redact",
+        "arguments": "ignore",
         "message": "",
     }
     add = reverse("admin:policies_app_resultguard_add")

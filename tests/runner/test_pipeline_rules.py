@@ -11,6 +11,7 @@ from runner.rules import ArgumentRule, ConditionError, RuleAction, RuleScope
 from runner.types import Decision, ErrorCode
 from tests.runner import tools
 from tests.runner.fakes import make_harness
+from tests.runner.test_pipeline import MemoryIdempotency
 
 
 class Book:
@@ -123,4 +124,56 @@ def test_a_guard_that_withholds_answers_a_tool_error_with_its_message():
         False,
         ErrorCode.TOOL_ERROR,
         ({"type": "text", "text": "not shown"},),
+    )
+
+
+def test_a_replay_is_judged_again_by_todays_rules_and_guards():
+    h = make_harness(tools.ALL)
+    book = Book(CallRules())
+    h.runner = ToolRunner(h.stages(rules=book, idempotency=MemoryIdempotency(h.audit)), h.clock)
+    first = h.exec("test__echo", {"text": "hi", "repeat": 1})
+    assert first.ok is True
+
+    book.rules = CallRules(arguments=(rule(RuleAction.REQUIRE_APPROVAL, lambda v: True),))
+    asks_for_a_person = h.exec("test__echo", {"text": "hi", "repeat": 1})  # nothing runs again: no approval
+    guard = ResultGuard(
+        "g1", "hi", GuardAction.REDACT, "", (Detector("greeting", re.compile("hi")),), _covers("test__echo")
+    )
+    book.rules = CallRules(guards=(guard,))
+    guarded = h.exec("test__echo", {"text": "hi", "repeat": 1})
+    book.rules = CallRules(arguments=(rule(RuleAction.DENY, lambda v: True),))
+    denied = h.exec("test__echo", {"text": "hi", "repeat": 1})
+
+    assert (asks_for_a_person.ok, asks_for_a_person.value) == (True, first.value)
+    assert guarded.value == {"text": "[redacted: greeting]"}
+    assert (denied.ok, denied.error_code, denied.safe_message, denied.value) == (
+        False,
+        ErrorCode.POLICY_DENIED,
+        "texts are short here",
+        None,
+    )
+    assert [(r.decision, r.rule_action) for r in h.audit.records] == [
+        (Decision.ALLOW, None),
+        (Decision.REPLAYED, "require_approval"),
+        (Decision.REPLAYED, None),
+        (Decision.DENY, "deny"),
+    ]
+    assert h.audit.records[2].guardrail == {"action": "redact", "guards": ["g1"], "found": {"greeting": 1}}
+    assert len([r for r in h.audit.records if r.executed]) == 1
+
+
+def test_the_result_budget_measures_the_redacted_result():
+    guard = ResultGuard(
+        "g1", "hi", GuardAction.REDACT, "", (Detector("greeting", re.compile("hi")),), _covers("test__echo")
+    )
+    h = make_harness(tools.ALL)
+    raw = len('{"text":"hi"}')
+    redacted = len('{"text":"[redacted: greeting]"}')
+    h.runner = ToolRunner(h.stages(rules=Book(CallRules(guards=(guard,))), default_max_result_bytes=raw + 2), h.clock)
+
+    result = h.exec("test__echo", {"text": "hi", "repeat": 1})
+
+    assert (result.error_code, result.safe_message) == (
+        ErrorCode.RESULT_TOO_LARGE,
+        f"result is {redacted} bytes; the budget is {raw + 2}",
     )

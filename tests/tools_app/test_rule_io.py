@@ -42,6 +42,7 @@ GUARD = {
     "detectors": ["aws_access_key", "private_key"],
     "patterns": ["acme_[a-z0-9]{32}"],
     "action": "redact",
+    "arguments": "refuse",
     "message": "",
     "active": True,
 }

@@ -276,3 +276,59 @@ def test_a_guard_applies_to_a_builtin_tool_as_to_an_upstream_one(caller):
     result_guard_save(guard=guard)
     response = exec_call(key, "core__get_current_time", {"timezone": "Europe/Paris"})
     assert response.json()["value"]["timezone"] == "[redacted: zones pattern 1]"
+
+
+@pytest.mark.django_db
+def test_a_secret_in_the_arguments_refuses_the_call_before_the_upstream_or_only_is_recorded(ready, upstream):
+    _tenant, _account, key = ready
+    guard = result_guard_save(
+        guard=ResultGuard(
+            name="no-secrets-in",
+            tools=["mcp__up__read_config"],
+            detectors=["aws_access_key", "private_key"],
+            action="redact",
+            arguments="refuse",
+        )
+    )
+
+    response = exec_call(key, "mcp__up__read_config", {"name": f"backup-{AWS_KEY}.ini"}, tool_call_id="arg_1")
+
+    assert response.status_code == 403, response.json()
+    assert response.json()["error_code"] == "policy_denied"
+    assert response.json()["safe_message"] == "the arguments carry a secret (aws key); send the call without it"
+    assert upstream.calls() == 0
+    row = ToolInvocation.objects.get(tool_call_id="arg_1")
+    assert (row.decision, row.executed) == ("deny", False)
+    assert row.guardrail == {"arguments": {"action": "refuse", "guards": [str(guard.pk)], "found": {"aws key": 1}}}
+
+    guard.arguments = "record"
+    result_guard_save(guard=guard)
+    response = exec_call(key, "mcp__up__read_config", {"name": f"backup-{AWS_KEY}.ini"}, tool_call_id="arg_2")
+
+    assert response.status_code == 200, response.json()
+    assert upstream.calls("read_config") == 1
+    row = ToolInvocation.objects.get(tool_call_id="arg_2")
+    assert row.guardrail["arguments"] == {"action": "record", "guards": [str(guard.pk)], "found": {"aws key": 1}}
+    assert row.guardrail["action"] == "redact"  # the result's own key and PEM block, redacted as before
+
+
+@pytest.mark.django_db
+def test_a_replay_after_a_deny_rule_was_saved_is_refused_with_its_message(ready, upstream):
+    tenant, _account, key = ready
+    first = exec_call(key, "mcp__up__add", {"a": 2, "b": 40}, tool_call_id="again_1")
+    assert first.json()["value"] == {"result": 42}
+    replayed = exec_call(key, "mcp__up__add", {"a": 2, "b": 40}, tool_call_id="again_1")
+    assert replayed.json()["value"] == {"result": 42}
+
+    rule = deny_big_numbers(tenant, condition="args.a + args.b > 10")
+    refused = exec_call(key, "mcp__up__add", {"a": 2, "b": 40}, tool_call_id="again_1")
+
+    assert refused.status_code == 403
+    assert (refused.json()["error_code"], refused.json()["safe_message"]) == ("policy_denied", MESSAGE)
+    assert "42" not in refused.content.decode()
+    assert upstream.calls("add") == 1
+    decisions = list(
+        ToolInvocation.objects.filter(tool_call_id="again_1").order_by("started_at").values_list("decision", "rule_id")
+    )
+    assert decisions[-1] == ("deny", str(rule.pk))
+    assert [decision for decision, _ in decisions] == ["allow", "replayed", "deny"]
