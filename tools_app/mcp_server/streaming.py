@@ -22,6 +22,7 @@ import contextvars
 import json
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -34,6 +35,10 @@ from tools_app.mcp_server.protocol import Reply, internal_error_reply
 EVENT_STREAM = "text/event-stream"
 # How often the writer looks whether the call ended while no event came.
 POLL_S = 0.05
+# After this long without an event the writer sends an SSE comment: the only way a WSGI
+# server notices a client that went away is a write that fails.
+HEARTBEAT_S = 1.0
+HEARTBEAT = b": waiting\n\n"
 
 _IN_FLIGHT: dict[tuple[str, Any], ProgressSink] = {}
 _IN_FLIGHT_LOCK = threading.Lock()
@@ -102,11 +107,16 @@ def _events(
     worker = threading.Thread(target=work, name="toolgate-mcp-stream", daemon=True)
     worker.start()
     try:
+        quiet_since = time.monotonic()
         while worker.is_alive() or not sink.events.empty():
             try:
                 event = sink.events.get(timeout=POLL_S)
             except queue.Empty:
+                if time.monotonic() - quiet_since >= HEARTBEAT_S:
+                    quiet_since = time.monotonic()
+                    yield HEARTBEAT
                 continue
+            quiet_since = time.monotonic()
             yield _sse(_progress(token, event))
         worker.join()
         reply = done[0] if done else internal_error_reply()
