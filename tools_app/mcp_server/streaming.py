@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from django.db import connections
 from django.http import StreamingHttpResponse
 
 from runner.progress import CALL_PROGRESS, ProgressEvent, ProgressSink
 from tools_app.mcp_server.protocol import Reply, internal_error_reply
+from tools_app.services import release_thread_connections
 
 EVENT_STREAM = "text/event-stream"
 # How often the writer looks whether the call ended while no event came.
@@ -99,7 +99,7 @@ def _events(
         except Exception:  # the JSON path's own handler words everything it knows; this is the rest
             done.append(internal_error_reply())
         finally:
-            connections.close_all()  # this thread's connections only
+            release_thread_connections()
 
     key = (caller_key, request_id)
     with _IN_FLIGHT_LOCK:

@@ -22,6 +22,7 @@ from mcp.server.mcpserver import Context
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from runner.progress import DEFAULT_MAX_EVENTS
+from runner.types import Decision
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.mcp_upstream import McpUpstream
 from tools_app.models import ToolInvocation
@@ -207,7 +208,11 @@ def test_a_dropped_stream_cancels_the_upstream_call_and_the_row_says_so(live_ser
         "jsonrpc": "2.0",
         "id": 9,
         "method": "tools/call",
-        "params": {"name": "mcp__up__hang", "arguments": {}, "_meta": {"progressToken": 1}},
+        "params": {
+            "name": "mcp__up__hang",
+            "arguments": {},
+            "_meta": {"progressToken": 1, "toolgate/tool_call_id": "hang-once"},
+        },
     }
     headers = {
         "Authorization": f"Bearer {key}",
@@ -226,3 +231,11 @@ def test_a_dropped_stream_cancels_the_upstream_call_and_the_row_says_so(live_ser
         time.sleep(0.05)
     (row,) = rows("mcp__up__hang")
     assert row.error_code == "cancelled"
+
+    repeat = httpx.post(f"{live_server.url}/mcp", json=message, headers=headers, timeout=10)
+    (answer,) = [json.loads(line[6:]) for line in repeat.text.splitlines() if line.startswith("data: ")]
+    assert answer["result"]["isError"] is True
+    assert "cancelled" in answer["result"]["content"][0]["text"]
+    assert upstream.calls("hang") == 1  # the repeat answered the recorded outcome; nothing ran again
+    decisions = sorted(row.decision for row in rows("mcp__up__hang"))
+    assert decisions == [Decision.ALLOW.value, Decision.REPLAYED.value]  # one run, one audited replay of it
