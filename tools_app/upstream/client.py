@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import time
 import weakref
@@ -37,6 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 
 from runner.progress import ProgressSink
+from tools_app.upstream.definitions import visible_text
 from tools_app.upstream.errors import UpstreamError
 from tools_app.upstream.http11 import Http11Pool
 from tools_app.upstream.lean import JsonCaller, NotRun, SwitchToSdk
@@ -58,6 +60,8 @@ CLOSE_TIMEOUT_S = 5.0
 SESSION_TERMINATED = "Session terminated"
 # A flood of `notifications/tools/list_changed` from one server within this window is reported once.
 LIST_CHANGED_WINDOW_S = 0.5
+# An upstream's progress message reaches the agent cut at this length.
+PROGRESS_MESSAGE_MAX_CHARS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,7 +497,12 @@ async def _call_with_progress(
     """
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.report(value, total, message)
+        # Upstream text, shown to the agent: hidden characters written out as for descriptions, and
+        # bounded; a value JSON cannot carry (NaN, infinity) is not passed on.
+        if not math.isfinite(value) or (total is not None and not math.isfinite(total)):
+            return
+        shown = visible_text(message[:PROGRESS_MESSAGE_MAX_CHARS]) if message is not None else None
+        progress.report(value, total, shown)
 
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=on_progress))

@@ -44,7 +44,8 @@ def install(upstream: Upstream) -> None:
     async def count(steps: int, ctx: Context) -> str:
         """Report `steps` progress events, then answer."""
         for step in range(1, steps + 1):
-            await ctx.report_progress(step, steps, f"step {step}")
+            hidden = "\u200b" if step == steps else ""  # a zero-width space: upstream text is untrusted
+            await ctx.report_progress(step, steps, f"step {step}{hidden}")
             await asyncio.sleep(0.05)
         return f"counted {steps}"
 
@@ -125,7 +126,8 @@ def test_progress_events_arrive_before_the_result_re_keyed_to_the_clients_token(
 
     assert result.is_error is False
     assert result.content[0].text == "counted 3"
-    assert [(progress, message) for progress, message, _ in seen] == [(1, "step 1"), (2, "step 2"), (3, "step 3")]
+    expected = [(1, "step 1"), (2, "step 2"), (3, "step 3[U+200B]")]
+    assert [(progress, message) for progress, message, _ in seen] == expected
     assert all(at <= answered_at for _, _, at in seen)
     assert seen[0][2] < answered_at - 0.05  # the first came while the tool still ran, not with the answer
     (row,) = rows("mcp__up__count")
