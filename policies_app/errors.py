@@ -57,6 +57,7 @@ ERROR_STATUS: Final[Mapping[str, int]] = {
     ErrorCode.CONNECTION_UNAVAILABLE: 409,
     ErrorCode.AUTH_REFRESH_FAILED: 502,
     ErrorCode.TIMEOUT: 504,
+    ErrorCode.CANCELLED: 499,
     ErrorCode.EXECUTION: 502,
     ErrorCode.OUTPUT_INVALID: 500,
     ErrorCode.REDACTION_FAILED: 500,

@@ -49,6 +49,10 @@ class ToolFailure(_UpstreamNamed):
     """Raised by a tool to fail with a message it vouches is safe (e.g. "repository not found")."""
 
 
+class ToolCancelled(ToolFailure):
+    """Raised by a tool whose caller cancelled it mid-call: recorded as `cancelled`, not as a failure."""
+
+
 class ToolError(ToolgateError):
     """Raised by a tool to answer an error meant for the model, which reads it to correct itself.
 

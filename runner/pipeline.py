@@ -70,6 +70,7 @@ from runner.errors import (
     InputInvalid,
     OutputInvalid,
     RedactionError,
+    ToolCancelled,
     ToolError,
     ToolFailure,
 )
@@ -772,6 +773,8 @@ class ExecuteStage:
             return call.fail(ErrorCode.TIMEOUT, f"the tool ran past its {budget_ms} ms budget")
         except ToolError as exc:  # the tool's own answer for the model, not a failure of the call
             return call.tool_error(exc.content)
+        except ToolCancelled as exc:
+            return call.fail(ErrorCode.CANCELLED, str(exc))
         except (ToolFailure, CapabilityError) as exc:
             if exc.host:  # it met an upstream: name it for operators (the caller's message stays as it is)
                 logger.warning(

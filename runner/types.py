@@ -67,6 +67,9 @@ class ErrorCode(enum.StrEnum):
     # tool's provider is both granted to the caller and declared by the person: the person must connect
     # one, or allow one for this caller. The result names the provider (`connection_provider`).
     CONNECTION_REQUIRED = "connection_required"
+    # The caller cancelled the call while it ran (an MCP `notifications/cancelled`, or it dropped the
+    # event stream it asked for): the upstream was told to stop, and the row ends here.
+    CANCELLED = "cancelled"
 
 
 class ConnectionChoice(enum.StrEnum):

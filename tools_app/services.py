@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
@@ -309,3 +309,13 @@ def tool_metadata_set(*, tool_id: str, consequence_level: str, requires_confirma
         after=new,
     )
     return True
+
+
+def release_thread_connections() -> None:
+    """Close the calling thread's database connections: a helper thread (a streamed MCP call) ends here.
+
+    Django opens one connection per thread and closes a request's at its end; a
+    thread that is not a request's would keep its connection open until the
+    process exits.
+    """
+    connections.close_all()

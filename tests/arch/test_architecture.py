@@ -394,6 +394,8 @@ MCP_ALLOWED_NAMES = frozenset(
     {
         "tools_app.services.tool_catalog",
         "tools_app.services.tool_exec",
+        # a streamed call runs in a helper thread, which gives its database connection back when done
+        "tools_app.services.release_thread_connections",
         "tools_app.services.ExecRequest",
         "tools_app.routing.CALL_ROUTING_FIELDS",
         "tools_app.api.serializers.ExecInputSerializer",
@@ -435,7 +437,7 @@ MCP_ALLOWED_NAMES = frozenset(
         "tools_app.upstream.feature_exec.features_listed",
     }
 )
-MCP_ALLOWED_PREFIXES = ("runner.types.", "runner.wording.", "tools_app.mcp_server.")
+MCP_ALLOWED_PREFIXES = ("runner.types.", "runner.wording.", "runner.progress.", "tools_app.mcp_server.")
 
 
 def imported_names(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:

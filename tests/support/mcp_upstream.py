@@ -15,7 +15,7 @@ Every HTTP request is recorded (method, JSON-RPC method and id, tool name,
 `_meta`, Authorization) before it reaches the SDK. `refuse_plain = 406` answers
 that status to Toolgate's plain-JSON calls (tools_app/upstream/lean.py) before
 they run; `stream_calls = True` answers every tools/call as an event stream; `content_encoding = "gzip"` (or "deflate")
-compresses every answer. `restart()` stops the server and
+compresses every answer; `json_response=False` lets the SDK answer event streams. `restart()` stops the server and
 serves a fresh app (new session table) on the same port.
 """
 
@@ -191,8 +191,11 @@ def _as_event_stream(send: Callable) -> Callable:
 class McpUpstream:
     """An MCPServer served by uvicorn on 127.0.0.1:<free port>, in a thread."""
 
-    def __init__(self, *, legacy: bool, name: str = "upstream", stateless: bool | None = None) -> None:
+    def __init__(
+        self, *, legacy: bool, name: str = "upstream", stateless: bool | None = None, json_response: bool = True
+    ) -> None:
         self.legacy = legacy
+        self.json_response = json_response  # False: the SDK answers event streams (progress, log messages)
         self.stateless = not legacy if stateless is None else stateless
         self.refuse_plain: int | None = None
         self.stream_calls = False
@@ -219,7 +222,7 @@ class McpUpstream:
             allowed_origins=[],
         )
         app = self.server.streamable_http_app(
-            stateless_http=self.stateless, json_response=True, transport_security=security
+            stateless_http=self.stateless, json_response=self.json_response, transport_security=security
         )
         return _Recorder(self, app)
 

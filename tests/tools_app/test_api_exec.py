@@ -622,6 +622,7 @@ def test_contract_statuses_of_the_table():
         "connection_unavailable": 409,
         "auth_refresh_failed": 502,
         "timeout": 504,
+        "cancelled": 499,
         "execution": 502,
         "output_invalid": 500,
         "redaction_failed": 500,

@@ -49,6 +49,7 @@ from policies_app.errors import AppError, drf_field_errors
 from policies_app.outages import OUTAGE_ERRORS
 from policies_app.selectors import Caller
 from runner.pipeline import DEPENDENCY_MESSAGE, DEPENDENCY_RETRY_AFTER_S
+from runner.progress import DEFAULT_MAX_EVENTS
 from runner.types import ErrorCode, FieldError, ToolExecResult, ToolSpec
 from tools_app.api.serializers import ExecInputSerializer
 from tools_app.api.views import ToolRuntime
@@ -73,6 +74,7 @@ from tools_app.mcp_server.protocol import (
     not_a_request_reply,
     parse_error_reply,
 )
+from tools_app.mcp_server.streaming import cancel_in_flight, progress_token, streamed_call
 from tools_app.mcp_server.wire import CALL_META_FIELDS, META_PREFIX
 from tools_app.services import ExecRequest, tool_catalog, tool_exec
 from tools_app.upstream.feature_exec import FeatureRefused, feature_fetch, features_any_visible, features_listed
@@ -230,8 +232,20 @@ class McpView(APIView):
         message = request.data
         meta = request.META
         headers = {name: meta[key] for name, key in ROUTING_META_KEYS if key in meta}
+        caller_key = str(request_caller(request).service_account_id)
         sessions = SealedSessions(request_caller(request).service_account_id)
-        return _response(handle(message, headers, self.backend_for(request, **kwargs), sessions))
+        backend = self.backend_for(request, **kwargs)
+        token = progress_token(message, meta.get("HTTP_ACCEPT", ""))
+        if token is not None:
+            return streamed_call(
+                caller_key=caller_key,
+                request_id=message.get("id"),
+                token=token,
+                run=lambda: handle(message, headers, backend, sessions),
+                max_events=DEFAULT_MAX_EVENTS,
+            )
+        cancel_in_flight(caller_key, message)
+        return _response(handle(message, headers, backend, sessions))
 
     def backend_for(self, request: Request, **kwargs: Any) -> Backend:
         """The caller's backend; a subclass narrows it (`/mcp/t/<toolset>`) or swaps it (`?mode=search`)."""

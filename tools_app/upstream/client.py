@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import time
 import weakref
@@ -36,6 +37,8 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST
 
+from runner.progress import ProgressSink
+from tools_app.upstream.definitions import visible_text
 from tools_app.upstream.errors import UpstreamError
 from tools_app.upstream.http11 import Http11Pool
 from tools_app.upstream.lean import JsonCaller, NotRun, SwitchToSdk
@@ -57,6 +60,8 @@ CLOSE_TIMEOUT_S = 5.0
 SESSION_TERMINATED = "Session terminated"
 # A flood of `notifications/tools/list_changed` from one server within this window is reported once.
 LIST_CHANGED_WINDOW_S = 0.5
+# An upstream's progress message reaches the agent cut at this length.
+PROGRESS_MESSAGE_MAX_CHARS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,18 +373,24 @@ class UpstreamSession:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await asyncio.shield(self._task)
 
-    async def call(self, pinned: types.Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        """`tools/call` of a pinned tool: a plain POST when the upstream allows, else the SDK's way."""
+    async def call(
+        self, pinned: types.Tool, arguments: Mapping[str, Any], *, progress: ProgressSink | None = None
+    ) -> types.CallToolResult:
+        """`tools/call` of a pinned tool: a plain POST when the upstream allows, else the SDK's way.
+
+        With a `progress` sink the call goes the SDK's way (it asks the upstream for
+        progress and reads its event stream), and the sink can stop it.
+        """
         client, transport = self.client, self.transport
         if client is None or transport is None or self.dead:
             raise UpstreamError(UpstreamError.LOST, "the session is closed")
         self.last_used = time.monotonic()
         try:
-            if self.json_caller is not None:
+            if self.json_caller is not None and progress is None:
                 result = await self._call_plain(self.json_caller, transport, pinned, arguments)
                 if result is not None:
                     return result
-            return await self._call_sdk(client, transport, pinned, arguments)
+            return await self._call_sdk(client, transport, pinned, arguments, progress)
         finally:
             self.last_used = time.monotonic()
 
@@ -447,7 +458,12 @@ class UpstreamSession:
             self.last_used = time.monotonic()
 
     async def _call_sdk(
-        self, client: Client, transport: PinnedTransport, pinned: types.Tool, arguments: Mapping[str, Any]
+        self,
+        client: Client,
+        transport: PinnedTransport,
+        pinned: types.Tool,
+        arguments: Mapping[str, Any],
+        progress: ProgressSink | None = None,
     ) -> types.CallToolResult:
         """`tools/call` through the SDK client; it validates nothing against a live listing."""
         if pinned.name not in self._absorbed:
@@ -459,13 +475,45 @@ class UpstreamSession:
             self._absorbed.add(pinned.name)
         before = counters(transport)
         try:
-            return await client.call_tool(pinned.name, dict(arguments))
+            if progress is None:
+                return await client.call_tool(pinned.name, dict(arguments))
+            return await _call_with_progress(client, pinned.name, dict(arguments), progress)
         except Exception as exc:
             error = classify(exc, transport, before)
             if self.dead and error.kind == UpstreamError.UNREACHABLE:
                 # The session itself died (restart, connection refused): the request never ran.
                 error = UpstreamError(UpstreamError.LOST, error.safe_message)
             raise error from None
+
+
+async def _call_with_progress(
+    client: Client, name: str, arguments: dict[str, Any], progress: ProgressSink
+) -> types.CallToolResult:
+    """The SDK's call with a progress callback, in a task the sink's reader can cancel.
+
+    Cancelling the task is how the SDK stops a request: it sends the upstream
+    `notifications/cancelled` for it. The cancellation surfaces as an UpstreamError
+    of kind CANCELLED (not asyncio's CancelledError, which would read as the budget's cut).
+    """
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        # Upstream text, shown to the agent: hidden characters written out as for descriptions, and
+        # bounded; a value JSON cannot carry (NaN, infinity) is not passed on.
+        if not math.isfinite(value) or (total is not None and not math.isfinite(total)):
+            return
+        shown = visible_text(message[:PROGRESS_MESSAGE_MAX_CHARS]) if message is not None else None
+        progress.report(value, total, shown)
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(client.call_tool(name, arguments, progress_callback=on_progress))
+    progress.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        if progress.cancelled.is_set() and task.cancelled():
+            raise UpstreamError(UpstreamError.CANCELLED, "the call was cancelled by the client") from None
+        raise
 
 
 def plain_json_caller(target: UpstreamTarget, client: Client, transport: PinnedTransport) -> JsonCaller | None:
@@ -522,7 +570,12 @@ class SessionPool:
         await session.close()
 
     async def call(
-        self, target: UpstreamTarget, pinned: types.Tool, arguments: Mapping[str, Any]
+        self,
+        target: UpstreamTarget,
+        pinned: types.Tool,
+        arguments: Mapping[str, Any],
+        *,
+        progress: ProgressSink | None = None,
     ) -> types.CallToolResult:
         """Call over the pooled session; a lost session is replaced and the call sent once more.
 
@@ -531,13 +584,13 @@ class SessionPool:
         """
         session = await self.session(target)
         try:
-            return await session.call(pinned, arguments)
+            return await session.call(pinned, arguments, progress=progress)
         except UpstreamError as error:
             if error.kind != UpstreamError.LOST:
                 raise
             await self.discard(session)
         session = await self.session(target)
-        return await session.call(pinned, arguments)
+        return await session.call(pinned, arguments, progress=progress)
 
     async def request(self, target: UpstreamTarget, send: Callable[[Client], Any]) -> Any:
         """Any other request over the pooled session's SDK client (`resources/read`, `prompts/get`).

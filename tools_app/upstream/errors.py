@@ -14,6 +14,7 @@ class UpstreamError(Exception):
     TIMEOUT = "timeout"
     TOO_LARGE = "too_large"
     LOST = "lost"  # the session is gone (restart, 404); the request did not run
+    CANCELLED = "cancelled"  # the caller cancelled it (or left); the upstream was told
 
     def __init__(self, kind: str, safe_message: str) -> None:
         super().__init__(safe_message)

@@ -27,8 +27,9 @@ from runner import wording
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, BearerAuth, ClockCapability, ToolCapabilities
 from runner.contracts import ON_LOOP, ToolArgs, ToolContract, ToolDefinition, ToolOutput
-from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolError, ToolFailure
+from runner.errors import CapabilityError, InputInvalid, OutputInvalid, ToolCancelled, ToolError, ToolFailure
 from runner.ports import ToolSource
+from runner.progress import CALL_PROGRESS
 from runner.redaction import carries_credential, compile_allowlist, credential_fragments
 from runner.strict_json import strings_are_clean
 from runner.types import ConsequenceLevel, FieldError, ToolContent, ToolEffect, ToolInvocationContext, ToolSpec
@@ -190,9 +191,14 @@ def _executor(upstream: _Upstream) -> Any:
         started, outcome = time.monotonic(), "error"
         try:
             target = upstream.target(auth, ctx)
-            result = await pool_for_running_loop().call(target, upstream.pinned, args.arguments)
+            result = await pool_for_running_loop().call(
+                target, upstream.pinned, args.arguments, progress=CALL_PROGRESS.get()
+            )
             outcome = "tool_error" if result.is_error else "ok"
         except UpstreamError as error:
+            if error.kind == UpstreamError.CANCELLED:
+                outcome = "cancelled"
+                raise ToolCancelled(error.safe_message) from None
             raise _failure(upstream, error) from None
         except asyncio.CancelledError:  # cut at the runtime budget
             outcome = "timeout"
@@ -217,6 +223,8 @@ def _blocking_executor(upstream: _Upstream) -> Any:
     ) -> Any:
         if upstream.token_unreadable:
             raise ToolFailure(UNREADABLE_TOKEN)
+        if CALL_PROGRESS.get() is not None:  # progress travels on an event stream: the SDK's path, on the loop
+            return ON_LOOP
         auth = caps.auth
         started, outcome = time.monotonic(), "error"
         try:
