@@ -163,6 +163,25 @@ def test_modern_headers_that_disagree_with_the_body_are_refused_before_anything_
     assert ToolInvocation.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("era", "headers", "refusal"),
+    [
+        ("modern", {"Mcp-Name": "core__wait"}, (400, -32020, 1)),
+        ("legacy", {"MCP-Protocol-Version": "2025-03-26"}, (400, -32022, 1)),
+    ],
+)
+def test_a_call_that_asks_for_progress_is_refused_like_any_other_before_a_stream_starts(client, era, headers, refusal):
+    stream = {"Accept": "application/json, text/event-stream"}
+    params = {"name": TIME, "arguments": {}, "_meta": {"progressToken": "p-1"}}
+    send = modern if era == "modern" else legacy
+
+    response = send(client, "tools/call", params, **stream, **headers)
+
+    assert response["Content-Type"] == "application/json"  # an error with its status, not a 200 stream
+    assert error_of(response) == refusal
+    assert ToolInvocation.objects.count() == 0
+
+
 def test_a_modern_request_without_its_envelope_is_invalid_params(client):
     response = post(client, rpc("tools/list"), **{"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"})
 

@@ -203,6 +203,20 @@ def handle(
     `headers` maps lower-case names to values (at least the MCP routing headers
     and `mcp-session-id`); `sessions` seals what a handshake-era client declared.
     """
+    admitted = admit(message, headers, sessions)
+    if isinstance(admitted, Reply):
+        return admitted
+    return answer(message, admitted, backend, sessions)
+
+
+def admit(
+    message: Mapping[str, Any], headers: Mapping[str, str], sessions: Sessions | None = None
+) -> Reply | CallEnvelope:
+    """The refusal (or a notification's 202) a message gets before any method runs, else how to answer it.
+
+    Separate from `answer` so that a call answered as an event stream is refused
+    with the same HTTP status as a JSON one, before the stream's 200 is sent.
+    """
     envelope_problem = _envelope_problem(message)
     if envelope_problem is not None:
         request_id = message.get("id") if _valid_id(message.get("id")) else None
@@ -213,7 +227,6 @@ def handle(
             return _unsupported(version_header, None)
         return Reply(ACCEPTED, None)
     request_id = message["id"]
-    method: str = message["method"]
     params: Mapping[str, Any] = message.get("params") or {}
     meta = params.get("_meta")
     modern = version_header in MODERN_VERSIONS or (isinstance(meta, Mapping) and PROTOCOL_VERSION_META_KEY in meta)
@@ -222,15 +235,22 @@ def handle(
         if isinstance(verdict, InboundLadderRejection):
             status = ERROR_CODE_HTTP_STATUS.get(verdict.code, BAD_REQUEST)
             return error_reply(status, verdict.code, verdict.message, request_id=request_id, data=verdict.data)
-    elif version_header is not None and version_header not in HANDSHAKE_VERSIONS and method != "initialize":
-        return _unsupported(version_header, request_id)
-    if modern:
-        envelope = CallEnvelope(
+        return CallEnvelope(
             modern=True, url_elicitation=modern_url_elicitation(meta), request_state=_request_state(params)
         )
-    else:
-        url_elicitation = sessions is not None and sessions.url_elicitation(headers.get(SESSION_HEADER))
-        envelope = CallEnvelope(url_elicitation=url_elicitation)
+    if version_header is not None and version_header not in HANDSHAKE_VERSIONS and message["method"] != "initialize":
+        return _unsupported(version_header, request_id)
+    return CallEnvelope(url_elicitation=sessions is not None and sessions.url_elicitation(headers.get(SESSION_HEADER)))
+
+
+def answer(
+    message: Mapping[str, Any], envelope: CallEnvelope, backend: Backend, sessions: Sessions | None = None
+) -> Reply:
+    """Run an admitted request's method and answer it (`admit` said how)."""
+    request_id = message["id"]
+    method: str = message["method"]
+    params: Mapping[str, Any] = message.get("params") or {}
+    modern = envelope.modern
     reply_headers: dict[str, str] = {}
     try:
         result = _dispatch(method, params, backend, envelope)

@@ -68,6 +68,8 @@ from tools_app.mcp_server.protocol import (
     Backend,
     Refused,
     Reply,
+    admit,
+    answer,
     error_reply,
     handle,
     internal_error_reply,
@@ -237,11 +239,14 @@ class McpView(APIView):
         backend = self.backend_for(request, **kwargs)
         token = progress_token(message, meta.get("HTTP_ACCEPT", ""))
         if token is not None:
+            admitted = admit(message, headers, sessions)  # a refusal keeps its HTTP status: no stream for it
+            if isinstance(admitted, Reply):
+                return _response(admitted)
             return streamed_call(
                 caller_key=caller_key,
                 request_id=message.get("id"),
                 token=token,
-                run=lambda: handle(message, headers, backend, sessions),
+                run=lambda: answer(message, admitted, backend, sessions),
                 max_events=DEFAULT_MAX_EVENTS,
             )
         cancel_in_flight(caller_key, message)
