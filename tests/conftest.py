@@ -61,7 +61,22 @@ def _engine_sensitive(item: pytest.Item) -> bool:
     )
 
 
+# Folders whose files hold the suite's longest tests (live servers, subprocesses, installs), handed out first:
+# `--dist loadfile` gives files to workers in collection order, and a long file taken last keeps the
+# whole run waiting on one worker. The browser tests stay last (see the Makefile's test target).
+FIRST_FOLDERS = ("tests/integration/", "tests/tools_app/upstream/", "tests/config/")
+LAST_FOLDERS = ("tests/e2e/",)
+
+
+def _turn(item: pytest.Item) -> int:
+    path = item.nodeid
+    if path.startswith(LAST_FOLDERS):
+        return len(FIRST_FOLDERS) + 1
+    return next((turn for turn, folder in enumerate(FIRST_FOLDERS) if path.startswith(folder)), len(FIRST_FOLDERS))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_turn)  # stable: each file keeps its own order, and its tests stay together
     if not config.getoption("engine_sensitive"):
         return
     selected = [item for item in items if _engine_sensitive(item)]

@@ -134,12 +134,18 @@ def test_a_change_whose_push_is_lost_still_reaches_every_process_within_a_second
     changed_at = time.monotonic()
 
     # then: each process refuses within the staleness bound
+    # (timed from when each call was sent, not answered: a loaded machine's answer time is not staleness)
     seen_after = []
     for index, url in enumerate(two_servers):
         attempt = 0
-        while _exec(url, key, f"poll-{index}-{attempt}").status_code == 200:
+        last_allowed = changed_at
+        while True:
+            sent = time.monotonic()
+            if _exec(url, key, f"poll-{index}-{attempt}").status_code != 200:
+                break
+            last_allowed = sent
             attempt += 1
-            assert time.monotonic() - changed_at < MAX_STALENESS_S + 1.0, f"{url} still allows the tool"
+            assert sent - changed_at < MAX_STALENESS_S + 1.0, f"{url} still allows the tool"
             time.sleep(0.05)
-        seen_after.append(time.monotonic() - changed_at)
+        seen_after.append(last_allowed - changed_at)
     assert max(seen_after) < MAX_STALENESS_S + 1.0

@@ -103,11 +103,14 @@ EXEC_RESPONSES = {
         "tool_call_id, tool_id and ok=false."
     ),
     404: _refused("`unavailable`: no such tool."),
-    409: _refused("`idempotency_conflict` or `connection_unavailable`."),
+    409: _refused("`idempotency_conflict`, `connection_unavailable` or `connection_required`."),
     413: error_response("`validation`: the body exceeds 64 KiB."),
     415: error_response("`unsupported_media_type`: send application/json."),
     422: error_response("`validation`: the request or the args are invalid; a refused call also carries tool_call_id."),
     429: error_response("`rate_limited`: the policy's or the API's budget is spent; see Retry-After."),
+    499: _refused(
+        "`cancelled`: the MCP client cancelled the call or went away before it ended (recorded; not a REST answer)."
+    ),
     500: error_response("`internal`, `output_invalid` or `redaction_failed`."),
     502: _refused("`execution`, `auth_refresh_failed` or `result_too_large`."),
     504: _refused("`timeout`: the tool ran past its runtime budget."),
