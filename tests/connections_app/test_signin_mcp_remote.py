@@ -97,6 +97,24 @@ class Person:
             self.error = error
 
 
+def _in_own_thread(work):
+    """Run `work` on a thread of its own: a worker that ran a browser test keeps an event loop on its main thread."""
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 @pytest.mark.parametrize("protocol", ["legacy", "auto"])
 def test_mcp_remote_signs_in_and_calls_on_behalf_of_the_person(live_server, mcp_remote, tmp_path, protocol):
     _tenant, ada, account, _key = signin_tenant()
@@ -121,7 +139,7 @@ def test_mcp_remote_signs_in_and_calls_on_behalf_of_the_person(live_server, mcp_
 
     browser.start()
     try:
-        names, called = asyncio.run(asyncio.wait_for(run(), timeout=120))
+        names, called = _in_own_thread(lambda: asyncio.run(asyncio.wait_for(run(), timeout=120)))
     except TimeoutError:
         raise AssertionError(f"{person.error}; mcp-remote said: {stderr.read_text()[-1500:]}") from None
     browser.join(timeout=10)
