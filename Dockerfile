@@ -5,7 +5,7 @@ COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 # bubblewrap sandboxes the MCP host's stdio servers (no network, read-only root). Where the container
 # may not create namespaces the host refuses to start them in production (docker-compose.yml allows it).
-# Node and npm run npm MCP servers, installed at `mcp_server add --npm` (never by a child).
+# Node and npm run npm MCP servers, installed at `mcp_upstream add --npm` (never by a child).
 RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap nodejs npm && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Settings refuse production mode without real secrets; these placeholders exist only for this build step.

@@ -7,7 +7,7 @@ MCP1_VENV := .venv-mcp1
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-dev run test docs lint format bench clean
+.PHONY: install install-dev run test docs lint format bench unasync clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,11 +73,17 @@ bench: install-dev
 	$(BIN)/python -m bench.machine
 	$(BIN)/python -m bench.runner_overhead
 	$(BIN)/python -m bench.exec_throughput
+	$(BIN)/python -m bench.exec_cost
 	$(BIN)/python -m bench.mcp_vs_rest
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.mcp_gateway
 	$(BIN)/python -m bench.refresh_scale
 	$(BIN)/python -m bench.audit_scale
 	$(BIN)/python -m bench.tool_search
+	$(BIN)/python -m bench.http_clients
+
+# The blocking HTTP/1.1 pool and fetch loop are generated from their async sources (runner/http1/unasync.py).
+unasync:
+	$(BIN)/python -m runner.http1.unasync
 
 clean:
 	rm -rf $(VENV) $(MCP1_VENV) .pytest_cache .ruff_cache .mypy_cache

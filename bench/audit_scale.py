@@ -85,10 +85,11 @@ def build(rows: int, first_day: datetime) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             f'INSERT INTO "{TABLE}" (state, tool_call_id, run_id, tool_id, connection_id, grant_id, subject_id, '
-            "authz_reason, decision, ok, executed, error_code, safe_message, args_sha256, result, result_bytes, "
-            "started_at, ended_at, duration_ms, attempt, tenant_id) "
-            "SELECT 'done', 'call_' || g, 'run_' || (g / 10), 'core__get_current_time', '', '', '', '', 'allow', "
-            "true, true, '', '', repeat('a', 64), jsonb_build_object('iso', 'x', 'epoch_ms', g), 40, "
+            "authz_reason, rule_id, rule_action, connection_choice, approved_by, decision, ok, executed, error_code, "
+            "safe_message, args_sha256, result, result_bytes, started_at, ended_at, duration_ms, attempt, tenant_id) "
+            "SELECT 'done', 'call_' || g, 'run_' || (g / 10), 'core__get_current_time', "
+            "'', '', '', '', '', '', '', '', 'allow', true, true, '', '', repeat('a', 64), "
+            "jsonb_build_object('iso', 'x', 'epoch_ms', g), 40, "
             "ts, ts + interval '5 ms', 5, 0, %s "
             "FROM (SELECT g, %s + (g - 1) * %s * interval '1 second' AS ts FROM generate_series(1, %s) g) s",
             [tenant.pk, first_day, DAYS * 86400 / rows, rows],

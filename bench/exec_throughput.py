@@ -2,7 +2,8 @@
 
 What it measures: gunicorn as config/gunicorn.conf.py starts it (or
 `--worker-class`, `--workers`, `--threads`) on PostgreSQL and Redis (loopback),
-wrk -t2 -c32 and -c1, 64 service accounts rotated, `core__get_current_time`
+wrk -t2 -c32 and -c1, 64 service accounts rotated, against `/healthz` through the
+API's middleware list (`/healthz/api`, what exec runs; `/healthz` itself beside it), `core__get_current_time`
 with a policy and no connection, and the same with ten active argument rules
 on it (bench/rule_set.py, none matching: all ten evaluated); then `github__get_user` with a connection and
 a grant (decrypt, broker, a loopback GitHub answering a fixed user). Each
@@ -31,8 +32,9 @@ same disturbances.
 
 Needs PostgreSQL and Redis: DATABASE_URL (default a `toolgate_bench` database
 on 127.0.0.1, dropped and re-created each run) and REDIS_URL (default db 9).
-Installs wrk with apt-get when it is missing. Prints a table; nothing passes
-or fails.
+Installs wrk with apt-get when it is missing. Prints a table, then one line
+per target with its figure and goal (`target: built-in exec / floor = 0.78
+(goal >= 0.90)`); nothing passes or fails.
 """
 
 from __future__ import annotations
@@ -60,9 +62,18 @@ from bench.database import fresh_database, manage, production_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
-BASELINES = frozenset({"healthz", "bare DRF", "floor", "floor + provider"})
+BASELINES = frozenset({"healthz", "healthz api", "bare DRF", "floor", "floor + provider"})
 # Each target's floor: the round trips it cannot do without, and nothing else of exec.
 FLOOR_OF = {"exec + connection": "floor + provider", "floor + provider": "floor + provider"}
+# What exec is compared with: the probe through the API's middleware list (settings.API_MIDDLEWARE), as exec
+# and the floors run; `healthz` (the site's whole list) is shown beside it.
+HEALTHZ = "healthz api"
+# The targets (docs/performance.md): (label, connections, what is measured, the goal and its direction).
+TARGETS = (
+    ("built-in exec / floor", 32, ("exec", "floor", "rate"), 0.90, ">="),
+    ("exec with a connection / its floor", 32, ("exec + connection", "floor + provider", "rate"), 0.90, ">="),
+    ("c1 p50 of exec / healthz's", 1, ("exec", HEALTHZ, "p50"), 3.0, "<="),
+)
 USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
 
 
@@ -321,6 +332,7 @@ def _measure(
         directory = Path(tmp)
         targets = {
             "healthz": _script(directory, "healthz", "GET", "/healthz", [("", "")]),
+            HEALTHZ: _script(directory, "healthz_api", "GET", "/healthz/api", [("", "")]),
             "bare DRF": _script(directory, "bare", "POST", "/bench/bare", [("Bearer bench-bare-token", time_body)]),
             "floor": _script(directory, "floor", "POST", "/bench/floor", [("Bearer bench-bare-token", time_body)]),
             "floor + provider": _script(
@@ -373,7 +385,7 @@ def _measure(
                         run = _wrk_run(wrk, server.base, script, connections, seconds)
                         run.cpu_ms_per_answer = (_gateway_cpu_s(server.pid) - cpu_before) * 1000 / max(run.requests, 1)
                         run.name, run.server = name, server.label
-                        if name not in ("healthz", "bare DRF"):  # the targets that write audit rows
+                        if name not in ("healthz", HEALTHZ, "bare DRF"):  # the targets that write audit rows
                             time.sleep(0.5)  # answers in flight when wrk stopped
                             run.audit_rows = ToolInvocation.objects.count() - before
                         turns[server.label, name].append(run)
@@ -459,7 +471,7 @@ def _report(runs: list[Run], servers: list[Server]) -> None:
         )
         for connections in (32, 1):
             group = {run.name: run for run in runs if run.connections == connections and run.server == server.label}
-            healthz, bare, floor = group["healthz"], group["bare DRF"], group["floor"]
+            healthz, bare, floor = group[HEALTHZ], group["bare DRF"], group["floor"]
             for run in group.values():
                 audit = f"{run.audit_rows}/{run.requests}" if run.audit_rows is not None else "-"
                 print(
@@ -473,6 +485,22 @@ def _report(runs: list[Run], servers: list[Server]) -> None:
             if "exec" in group:
                 print(f", exec's {group['exec'].p50_ms / healthz.p50_ms:.1f}x", end="")
             print()
+        for line in target_lines(runs, server.label):
+            print(line)
+
+
+def target_lines(runs: list[Run], server: str = "") -> list[str]:
+    """One line per target measured in this run: its figure and its goal (`x healthz` is the API list's probe)."""
+    by = {(run.name, run.connections): run for run in runs if run.server == server}
+    lines = []
+    for label, connections, (measured, baseline, figure), goal, direction in TARGETS:
+        target, base = by.get((measured, connections)), by.get((baseline, connections))
+        if target is None or base is None:
+            continue
+        value = target.requests_per_s / base.requests_per_s if figure == "rate" else target.p50_ms / base.p50_ms
+        met = value >= goal if direction == ">=" else value <= goal
+        lines.append(f"target: {label} = {value:.2f} (goal {direction} {goal:.2f}){'' if met else '  not met'}")
+    return lines
 
 
 if __name__ == "__main__":

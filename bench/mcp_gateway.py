@@ -6,7 +6,7 @@ stdio server run by Toolgate's MCP host (`manage.py mcp_host`, one child, no
 sandbox: bubblewrap costs only at spawn); serves Toolgate with two gunicorns
 started as production starts them (config/gunicorn.conf.py: its worker class
 and counts), one at a time under load: one as configured, whose calls to these
-stateless JSON upstreams go out as plain POSTs (tools_app/upstream/lean.py),
+stateless JSON upstreams go out as plain POSTs (gateway/upstream/lean.py),
 and one with TOOLGATE_MCP_PLAIN_JSON_CALLS=false, whose calls all go through
 the SDK client: the same-run baseline of that path. wrk drives each target at
 32 and 1 connections:
@@ -94,7 +94,7 @@ django.setup()
 from policies_app.models import Tenant, ToolPolicy
 from policies_app.services import service_account_create
 from tools_app.services import tool_set_enabled
-from tools_app.upstream.services import mcp_server_register, mcp_server_discover, mcp_tool_approve
+from gateway.upstream.services import mcp_server_register, mcp_server_discover, mcp_tool_approve
 tenant = Tenant.objects.create(slug="bench", name="Bench")
 keys = [service_account_create(tenant=tenant, name=f"bench-{{i}}", scopes=("tools:exec",))[1] for i in range({KEYS})]
 ToolPolicy.objects.create(
@@ -103,7 +103,7 @@ ToolPolicy.objects.create(
 server, _ = mcp_server_register(slug="bench", url={upstream_url!r})
 mcp_server_discover(server_id=server.pk)
 mcp_tool_approve(tool_id="mcp__bench__add", via="bench", only_if_unapproved=True)
-stdio, _ = mcp_server_register(slug="benchstdio", command={stdio_command!r})
+stdio, _ = mcp_server_register(slug="benchstdio", command={stdio_command!r}, trusted_unsandboxed=True)
 mcp_server_discover(server_id=stdio.pk)
 mcp_tool_approve(tool_id="mcp__benchstdio__add", via="bench", only_if_unapproved=True)
 tool_set_enabled(tool_ids=["mcp__bench__add", "mcp__benchstdio__add", "core__get_current_time"], enabled=True)

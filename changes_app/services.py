@@ -23,8 +23,17 @@ from changes_app.models import Change
 RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
     "tools_app.tool": ("is_enabled", "effect", "consequence_level", "requires_confirmation", "tags"),
     "tools_app.toolset": ("tenant", "name", "description", "tool_ids", "tags"),
-    "tools_app.mcpfeature": ("status", "approved_hash", "approved_via", "is_enabled"),
-    "tools_app.mcptool": ("status", "approved_hash", "approved_via", "effect", "effect_confirmed", "is_enabled"),
+    "gateway.mcpfeature": ("status", "approved_hash", "approved_via", "is_enabled"),
+    "gateway.mcptool": (
+        "status",
+        "approved_hash",
+        "approved_via",
+        "effect",
+        "effect_confirmed",
+        "is_enabled",
+        "elicitation_allowed",
+        "sampling_allowed",
+    ),
     "policies_app.toolpolicy": (
         "name",
         "tenant",
@@ -42,6 +51,7 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "max_result_bytes",
         "rate_limit_per_minute",
         "max_concurrency",
+        "max_samples_per_call",
     ),
     "policies_app.argumentrule": (
         "name",
@@ -80,8 +90,8 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
         "revoked_at",
     ),
     # MCP clients that sign in: never a code, token, prefix or digest.
-    "policies_app.signinclient": ("client_id", "kind", "client_name", "redirect_uris", "revoked_at"),
-    "policies_app.signingrant": ("client", "delegation", "tenant", "redirect_uri", "revoked_at", "revoke_reason"),
+    "signin.signinclient": ("client_id", "kind", "client_name", "redirect_uris", "revoked_at"),
+    "signin.signingrant": ("client", "delegation", "tenant", "redirect_uri", "revoked_at", "revoke_reason"),
     "connections_app.executiongrant": ("tenant", "service_account", "connections", "expires_at", "revoked_at"),
     "policies_app.approvalrequest": ("status", "decided_by_name", "reason"),
     "connections_app.connection": (
@@ -110,6 +120,7 @@ RECORDED_FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "identity_app.rolemapping": ("provider", "group", "operator_role", "is_staff", "tenant", "tenant_role"),
     "identity_app.login": ("provider", "subject", "username", "audience", "groups", "reason"),
+    "identity_app.logout": ("provider", "subject", "sid", "username", "sessions_ended", "via"),
     "identity_app.roles": ("is_staff", "is_superuser", "operator_groups", "tenant_roles"),
     # Key ids are public names, never key material; one triple of counts per kind of sealed row.
     "connections_app.keyring": (

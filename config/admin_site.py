@@ -18,7 +18,7 @@ from django.contrib.admin.apps import AdminConfig
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 
 # Toolgate's own sections, in the order the index shows them (the change log after what it records).
-TOOLGATE_APPS = ("connections_app", "policies_app", "tools_app", "identity_app", "changes_app")
+TOOLGATE_APPS = ("connections_app", "policies_app", "signin", "tools_app", "gateway", "identity_app", "changes_app")
 # app label -> (the name the index shows, the models it lists there)
 MAINTENANCE_APPS = {
     "axes": ("Maintenance: log-in lockouts", ("AccessAttempt",)),

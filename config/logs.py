@@ -20,7 +20,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -139,7 +139,7 @@ class LogContextObserver:
     def call_started(self, call: Call) -> None:
         bind_contextvars(tenant_id=call.ctx.tenant_id, tool_call_id=call.ctx.tool_call_id)
 
-    def stage_finished(self, stage: str, seconds: float) -> None:
+    def stages_finished(self, times: Sequence[tuple[str, float]]) -> None:
         return None
 
     def call_finished(self, call: Call, result: ToolExecResult, seconds: float) -> None:

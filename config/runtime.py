@@ -7,6 +7,7 @@ adapters here. Nothing else instantiates bound tools or a ToolRunner.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -15,8 +16,13 @@ from django.conf import settings
 from django.urls import reverse
 
 from config.logs import LogContextObserver
-from config.tracing import OtelStageTracer, tracing_provider
+from config.tracing import OtelStageTracer, client_traced, tracing_provider
 from connections_app.adapters import DatabaseConnectionBroker, DatabaseGrantStore
+from core.netguard import parse_endpoint, resolve_checked_now
+from gateway.upstream.client import on_tools_list_changed
+from gateway.upstream.services import allow_private_networks
+from gateway.upstream.source import CompositeToolSource, McpToolSource
+from gateway.upstream.tasks import discovery_queue_for_list_change
 from policies_app.adapters import (
     CachedGovernanceView,
     CacheRateLimiter,
@@ -39,11 +45,6 @@ from tools_app.adapters import CatalogToolSource, DatabaseAuditSink, DatabaseIde
 from tools_app.metrics import PrometheusCallObserver
 from tools_app.registry import code_registry
 from tools_app.search import CatalogSearchIndex
-from tools_app.upstream.client import on_tools_list_changed
-from tools_app.upstream.netguard import parse_endpoint, resolve_checked_now
-from tools_app.upstream.services import allow_private_networks
-from tools_app.upstream.source import CompositeToolSource, McpToolSource
-from tools_app.upstream.tasks import discovery_queue_for_list_change
 
 
 def provider_base_urls() -> dict[str, str]:
@@ -65,12 +66,13 @@ def bind_tools(
             base_url = base_urls.get(definition.contract.provider or "")
             if base_url is None:
                 raise ContractError(f"{tool_id}: no base URL is configured for provider {definition.contract.provider}")
-            # httpx's own transport when tracing is on: the OpenTelemetry instrumentation patches that one.
+            # httpx2's own client when tracing is on, instrumented by OpenTelemetry (that client only).
             http = HttpCapability(
                 base_url,
                 upstream=definition.contract.provider or "",
                 keep_alive_transport=tracing_provider() is None,
                 redirect_guard=redirect_guard,
+                instrument=client_traced if tracing_provider() is not None else None,
             )
         uses_catalog = "catalog" in definition.contract.capabilities
         bound[tool_id] = bind_tool(definition, http=http, catalog=catalog if uses_catalog else None)
@@ -134,7 +136,10 @@ def build_runtime() -> Runtime:
     # Metrics, logs and traces watch the stages from outside: the chain itself is unchanged.
     observers = [
         PrometheusCallObserver(
-            max_tools=settings.TOOLGATE_METRICS_MAX_TOOLS, max_tenants=settings.TOOLGATE_METRICS_MAX_TENANTS
+            max_tools=settings.TOOLGATE_METRICS_MAX_TOOLS,
+            max_tenants=settings.TOOLGATE_METRICS_MAX_TENANTS,
+            # gunicorn's workers write their counts to files there (config/metrics.py sums them at scrape time)
+            multiprocess_directory=os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None,
         ),
         LogContextObserver(),
     ]

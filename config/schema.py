@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 
-from policies_app.errors import ERROR_STATUS, envelope
+from core.errors import ERROR_STATUS, envelope
 from runner.types import ErrorCode
 
 SCHEMA_FORMATS = ("json", "yaml")

@@ -28,7 +28,7 @@ VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
 # The one file every process of a clone reads (web, worker, beat, the MCP host, manage.py): a setting
-# exported in one shell reaches only that shell's command (tools_app.upstream.services checks one).
+# exported in one shell reaches only that shell's command (gateway.upstream.services checks one).
 DOTENV_FILE = BASE_DIR / ".env"
 if DOTENV_FILE.is_file():
     env.read_env(DOTENV_FILE)
@@ -97,16 +97,22 @@ INSTALLED_APPS = [
     "axes",
     "django_celery_beat",
     "django_prometheus",
-    "changes_app",  # the lowest Toolgate app: the change log every domain app writes to
+    "core",  # the lowest Toolgate app: the shared kernel (errors, API plumbing, crypto), no tables
+    "changes_app",  # the change log every domain app writes to
     "tools_app",
     "policies_app",
+    "gateway",  # the MCP gateway: the /mcp server, upstream MCP servers, the stdio host's clients
     "identity_app",  # single sign-on: OpenID Connect providers and the roles their groups grant
     "connections_app",
+    "signin",  # MCP clients that sign in: Toolgate's OAuth 2.1 authorization server
+    "portal",  # the tenant web UI
+    "policy_files",  # policy as code: one JSON file with sections of every app above (`manage.py policy`)
     "config.apps.ToolgateConfig",  # deployment checks (`manage.py check --deploy`)
 ]
 
 MIDDLEWARE = [
     "config.logs.request_log",  # first: its request id is on every line, its one line ends the request
+    "config.middleware.api_middleware",  # the JSON API's paths leave here for API_MIDDLEWARE (below)
     "django.middleware.security.SecurityMiddleware",
     "config.middleware.refuse_nul_in_urls",  # PostgreSQL refuses NUL: never let one reach a lookup
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from gunicorn too: no separate web server needed
@@ -120,6 +126,19 @@ MIDDLEWARE = [
     "config.middleware.SitePolicyCSPMiddleware",  # django-csp's, building the site's policy once
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
+
+# The JSON API's paths (and the liveness probe's variant that measures them) run the rest of their request
+# through this shorter list: MIDDLEWARE's, less what has nothing to do on a JSON endpoint authenticated by a
+# Bearer key (static files, sessions, CSRF, Django's user, messages, login lockouts, the NUL check the API
+# makes itself). Same order, same headers and answers (docs/performance.md, "The API's middleware").
+API_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",  # the Host check (ALLOWED_HOSTS) and Content-Length
+    "config.middleware.change_source",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "config.middleware.SitePolicyCSPMiddleware",
+]
+API_MIDDLEWARE_PATHS = ("/api/v1/", "/healthz/api")
 
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses locked-out logins before checking passwords
@@ -351,7 +370,7 @@ TOOLGATE_METRICS_TOKEN = env.str("TOOLGATE_METRICS_TOKEN", default="")
 # Upstream MCP servers on loopback/private addresses (tests, single-host installs); refused by default.
 TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS = env.bool("TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS", default=False)
 # Calls to upstreams that negotiated without a session and answer JSON go out as one plain POST
-# (tools_app/upstream/lean.py) instead of through the SDK client; false keeps every call on the SDK.
+# (gateway/upstream/lean.py) instead of through the SDK client; false keeps every call on the SDK.
 TOOLGATE_MCP_PLAIN_JSON_CALLS = env.bool("TOOLGATE_MCP_PLAIN_JSON_CALLS", default=True)
 # The MCP host (`manage.py mcp_host`) runs stdio MCP servers and serves them on this loopback URL
 # (trusted configuration: the private-address guard is for operator-entered URLs only). Its token is
@@ -404,6 +423,7 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT}
 else:
     CELERY_BROKER_URL = "filesystem://localhost//"  # a host named: kombu warns about a missing one
+    CELERY_BROKER_TRANSPORT = "config.embedded_broker:Transport"  # messages appear whole (see the module)
     _queue_dir, _control_dir = VAR_DIR / "celery" / "queue", VAR_DIR / "celery" / "control"  # made by config/apps.py
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
@@ -460,18 +480,18 @@ if TOOLGATE_AUDIT_RETENTION_DAYS > 0:
     }
 
 # --- REST API (docs/api.md) -----------------------------------------------------
-# The API's JSON parser enforces the 64 KiB body limit itself (policies_app/api/parser.py); this
+# The API's JSON parser enforces the 64 KiB body limit itself (core/api/parser.py); this
 # bounds every other body Django reads (admin and UI forms) the same way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["policies_app.authentication.ServiceAccountAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["policies_app.api.parser.HardenedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.parser.HardenedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["policies_app.authentication.ServiceAccountRateThrottle"],
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.handlers.exception_handler",
     "URL_FORMAT_OVERRIDE": None,  # `?format=openai` belongs to the tool catalog
     "STRICT_JSON": True,
     "UNICODE_JSON": True,

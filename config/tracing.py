@@ -11,9 +11,11 @@ the environment itself), and are made for:
   the chain (`StageTracer` below): tool id, tenant, decision, error code;
 - each Celery task, continuing the trace of whoever queued it, and each
   publish (Celery instrumentation: W3C trace context in the task headers);
-- each outbound HTTP request of the runner's capability (httpx
-  instrumentation: GitHub) with W3C `traceparent`; the OAuth and MCP clients
-  (httpx2) inject it themselves (policies_app/tracing.py).
+- each outbound HTTP request of the runner's capability (GitHub), with W3C
+  `traceparent`: OpenTelemetry's httpx2 instrumentation of that one client
+  (`client_traced`, handed to it by config/runtime.py), not of httpx2 as a
+  whole; the OAuth, MCP and webhook clients inject the trace context
+  themselves (policies_app/tracing.py).
 
 Off, nothing is instrumented and the runner is built without the tracer: a
 call pays nothing for tracing. Span attributes are ids and outcomes only,
@@ -25,12 +27,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
 from opentelemetry.instrumentation.django import DjangoInstrumentor
-from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanProcessor
@@ -71,10 +74,14 @@ def tracing_configure(*, processor: SpanProcessor | None = None) -> TracerProvid
     provider.add_span_processor(processor or BatchSpanProcessor(_exporter()))
     trace.set_tracer_provider(provider)
     DjangoInstrumentor().instrument(tracer_provider=provider)
-    HTTPXClientInstrumentor().instrument(tracer_provider=provider)
     CeleryInstrumentor().instrument(tracer_provider=provider)
     _configured = provider
     return provider
+
+
+def client_traced(client: Any) -> None:
+    """Trace one httpx2 client's requests (a CLIENT span each, `traceparent` sent) with the configured provider."""
+    HTTPX2ClientInstrumentor.instrument_client(client, tracer_provider=_configured)
 
 
 def tracing_provider() -> TracerProvider | None:
@@ -88,7 +95,6 @@ def tracing_reset() -> None:
     if _configured is None:
         return
     DjangoInstrumentor().uninstrument()
-    HTTPXClientInstrumentor().uninstrument()
     CeleryInstrumentor().uninstrument()
     _configured = None
 

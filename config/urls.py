@@ -11,12 +11,13 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from config import api, health, metrics
+from config import health, metrics
 from config.runtime import runtime
 from config.schema import SchemaView
-from connections_app.web.forms import AdminLoginForm
+from core.api import handlers as api
+from gateway.inbound.gateway import McpGatewayView
+from portal.forms import AdminLoginForm
 from tools_app.api.urls import urlpatterns_for as tools_api_urlpatterns
-from tools_app.mcp_server.gateway import McpGatewayView
 
 handler400 = api.bad_request
 handler403 = api.permission_denied
@@ -36,6 +37,8 @@ urlpatterns = [
     # Browsers and tools ask for /favicon.ico whatever the page links: answer with the icon, not a 404.
     path("favicon.ico", favicon),
     path("healthz", health.healthz, name="healthz"),
+    # The same probe through the API's middleware list (settings.API_MIDDLEWARE): what exec is measured against.
+    path("healthz/api", health.healthz, name="healthz-api"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),  # Prometheus: token or loopback (config/metrics.py)
     path("api/schema/", SchemaView.as_view(), name="api-schema"),
@@ -47,6 +50,6 @@ urlpatterns = [
     path("mcp", McpGatewayView.as_view(runtime_provider=runtime), name="mcp"),
     path("mcp/t/<str:toolset>", McpGatewayView.as_view(runtime_provider=runtime), name="mcp-toolset"),
     path("", include("identity_app.urls")),  # single sign-on: start, callback, break glass, sign out
-    path("", include("connections_app.signin.urls")),  # MCP sign-in: discovery, authorize, token, register, revoke
-    path("", include("connections_app.web.urls")),
+    path("", include("signin.urls")),  # MCP sign-in: discovery, authorize, token, register, revoke
+    path("", include("portal.urls")),
 ]

@@ -15,9 +15,9 @@ from connections_app.models import Connection
 from connections_app.refresh import RefreshOutcome, connection_refresh
 from connections_app.selectors import GrantRow, UsableConnection, connection_for_use, grant_for_gate, grants_for_caller
 from connections_app.services import connection_credentials_open, connection_touch, connection_use_denied
-from policies_app.crypto import CredentialError
+from core.crypto import CredentialError
+from core.outages import outage_guard
 from policies_app.governance import governance_cache
-from policies_app.outages import outage_guard
 from policies_app.selectors import subject_id_of
 from runner.capabilities import AuthCapability
 from runner.errors import BrokerError

@@ -15,14 +15,13 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from connections_app import approvals_admin  # registers the approval requests' screen
 from connections_app.forms import OAuthProviderAdminForm
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from connections_app.services import connection_refresh_resume, connection_revoke, grant_revoke
-from policies_app.admin_display import RevokedFilter, WrittenElsewhereAdmin, act_on_each, revoke_action, short_datetime
+from core.admin_display import RevokedFilter, WrittenElsewhereAdmin, act_on_each, revoke_action, short_datetime
 from policies_app.models import ServiceAccount
 
-__all__ = ["ConnectionAdmin", "approvals_admin"]
+__all__ = ["ConnectionAdmin"]
 
 
 @admin.register(Connection)

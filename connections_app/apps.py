@@ -10,8 +10,9 @@ class ConnectionsAppConfig(AppConfig):
     def ready(self) -> None:
         # Model-importing modules load once the app registry is ready, hence here and not above.
         from connections_app.models import Connection, ExecutionGrant  # noqa: PLC0415
-        from connections_app.selectors import CONNECTION_ROW  # noqa: PLC0415
+        from connections_app.selectors import CONNECTION_ROW, connection_label  # noqa: PLC0415
         from connections_app.tasks import approval_webhook_listener  # noqa: PLC0415
+        from policies_app.connection_labels import install_connection_label  # noqa: PLC0415
         from policies_app.services import approval_listener_add  # noqa: PLC0415
         from policies_app.signals import cache_rows, govern  # noqa: PLC0415
 
@@ -23,3 +24,4 @@ class ConnectionsAppConfig(AppConfig):
         cache_rows(Connection, kind=CONNECTION_ROW)
 
         approval_listener_add(approval_webhook_listener)  # tenants' webhooks hear of approvals
+        install_connection_label(connection_label)  # the approvals admin names a call's connection

@@ -1,6 +1,6 @@
 """A tenant's third-party accounts and what happened to them.
 
-Credentials exist only as an AES-GCM envelope (policies_app.crypto) bound to
+Credentials exist only as an AES-GCM envelope (core.crypto) bound to
 the row's tenant, id and provider; there is no plaintext column. Rows are never
 deleted, only revoked: grants and audit rows keep pointing at them.
 """
@@ -15,7 +15,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from policies_app.models import Revocable, ServiceAccount, Tenant
+from core.models import Revocable
+from policies_app.models import ServiceAccount, Tenant
 
 REFRESH_ERROR_CATEGORIES = {
     "timeout": "provider unreachable",

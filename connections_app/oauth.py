@@ -8,7 +8,7 @@ refusal (`invalid_grant` and other OAuth errors) or a transient failure
 (timeout, network error, 5xx) that may be retried.
 
 Authlib 1.9 speaks httpx2 (the fork the MCP SDK depends on, pinned in requirements.txt), so
-the exceptions caught here are httpx2's; the runner's own HTTP capability stays on httpx.
+the exceptions caught here are httpx2's (the one HTTP client library Toolgate runs on).
 
 Authlib's clients log request bodies (PKCE verifier, codes, tokens) at DEBUG:
 settings keep the `authlib` logger at WARNING.
@@ -37,8 +37,8 @@ from changes_app.services import change_snapshot
 from connections_app.credentials import credentials_validate
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider
 from connections_app.services import connection_change_record, connection_event_record, seal_credentials_into
-from policies_app.crypto import KeyRing, open_sealed, seal
-from policies_app.errors import AppError, field_errors_of
+from core.crypto import KeyRing, open_sealed, seal
+from core.errors import AppError, field_errors_of
 from policies_app.models import Tenant
 from policies_app.tracing import trace_context_injected
 
@@ -117,7 +117,7 @@ def oauth_client(provider: OAuthProvider, *, redirect_uri: str | None = None, ti
         follow_redirects=False,
         verify=_tls_context(),
     )
-    client.event_hooks["request"].append(trace_context_injected)  # httpx2: not seen by the httpx instrumentation
+    client.event_hooks["request"].append(trace_context_injected)  # only the capability's client is instrumented
     client.register_compliance_hook("access_token_response", _refuse_server_errors)
     client.register_compliance_hook("refresh_token_response", _refuse_server_errors)
     return client

@@ -45,7 +45,7 @@ from connections_app.services import (
     connection_event_record,
     seal_credentials_into,
 )
-from policies_app.crypto import CredentialError
+from core.crypto import CredentialError
 from policies_app.signals import row_changed
 from policies_app.tracing import tracer
 

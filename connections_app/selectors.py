@@ -22,9 +22,9 @@ from connections_app.models import (
     TenantWebhook,
     WebhookDelivery,
 )
+from core.ids import uuid_or_none
+from core.key_rotation import envelope_key_usage, not_sealed_under
 from policies_app.governance import governance_cache
-from policies_app.ids import uuid_or_none
-from policies_app.key_rotation import envelope_key_usage, not_sealed_under
 from policies_app.models import ApprovalRequest, Approver, ServiceAccount, Tenant
 from policies_app.selectors import approval_for_tenant, approvals_for_tenant, subject_id_of
 from tools_app.models import ToolInvocation
@@ -190,7 +190,7 @@ def oauth_provider_key_usage() -> dict[str, int]:
 def webhooks_secret_to_rewrap(*, primary_key_id: str, after: int | None, limit: int) -> list[TenantWebhook]:
     """The next batch of tenant webhooks whose signing secret is not under the primary key, in pk order.
 
-    The row stores no key id: the envelope's header says (policies_app.key_rotation).
+    The row stores no key id: the envelope's header says (core.key_rotation).
     """
     rows = not_sealed_under(TenantWebhook.objects.select_related("tenant"), "secret_sealed", primary_key_id)
     if after is not None:

@@ -21,18 +21,17 @@ from changes_app.services import ObjectRef, change_record, change_snapshot
 from connections_app.credentials import MANUAL_TYPES, SHAPES, CredentialsInvalid, credentials_validate
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant, OAuthProvider
 from connections_app.selectors import UsableConnection, connections_of_tenant
-from policies_app.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
-from policies_app.errors import AppError
+from core.crypto import CredentialError, KeyRing, open_json, open_sealed, seal, seal_json
+from core.errors import AppError
+from core.ids import uuid_or_none
+from core.key_rotation import RewrapOutcome
+from gateway.upstream.host_endpoint import host_stop_connection
 from policies_app.governance import governance_bump
-from policies_app.ids import uuid_or_none
-from policies_app.key_rotation import RewrapOutcome
 from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership
 from policies_app.services import consent_approve, delegation_create, revoke_once
 from policies_app.signals import row_changed
-from policies_app.signin import signin_consent
 from runner import wording
 from tools_app.selectors import tool_providers
-from tools_app.upstream.host.endpoint import host_stop_connection
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # This process's own touches (connection id -> when), beside the cached rows' older last_used_at;
@@ -469,15 +468,6 @@ def delegation_connections_set(*, delegation: Delegation, connection_ids: Iterab
     change_record(action="delegation.connections_set", obj=stored, before=before, after=change_snapshot(stored))
     delegation.connection_ids = stored.connection_ids
     return delegation
-
-
-@transaction.atomic
-def signin_consent_declaring(
-    *, user: AbstractBaseUser, service_account: ServiceAccount, tools: list[str], connection_ids: Iterable[object]
-) -> Delegation:
-    """The sign-in consent's answer: the person's delegation (reused or made) and the connections it may use."""
-    delegation = signin_consent(user=user, service_account=service_account, tools=tools)
-    return delegation_connections_set(delegation=delegation, connection_ids=connection_ids)
 
 
 # --- connecting an account for a call that waits on its person (URL elicitation) --------------

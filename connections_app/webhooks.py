@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
+import httpx2
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -39,11 +39,12 @@ from django.utils import timezone
 
 from connections_app.models import TenantWebhook, WebhookDelivery
 from connections_app.selectors import approval_audience
-from policies_app.crypto import CredentialError, KeyRing, open_sealed, reseal, seal
-from policies_app.errors import AppError
-from policies_app.key_rotation import RewrapOutcome
+from core.crypto import CredentialError, KeyRing, open_sealed, reseal, seal
+from core.errors import AppError
+from core.key_rotation import RewrapOutcome
+from core.netguard import UpstreamAddressRefused, check_url_now, parse_endpoint, resolve_checked_now
 from policies_app.models import ApprovalRequest, Tenant
-from tools_app.upstream.netguard import UpstreamAddressRefused, check_url_now, parse_endpoint, resolve_checked_now
+from policies_app.tracing import trace_context_injected
 
 SIGNATURE_HEADER = "Toolgate-Signature"
 DELIVERY_TIMEOUT_S = 10.0
@@ -190,7 +191,7 @@ def webhook_deliver(*, delivery_id: str, final_attempt: bool) -> DeliveryOutcome
         status = _post(webhook.url, body, secret=secret, event=delivery.event, delivery_id=str(delivery.pk))
     except AppError as refused:
         return _finish(delivery, WebhookDelivery.Status.FAILED, str(refused))
-    except httpx.HTTPError as error:
+    except httpx2.HTTPError as error:
         return _transient(delivery, f"could not reach the receiver ({type(error).__name__})", final_attempt)
     if 200 <= status < 300:
         return _finish(delivery, WebhookDelivery.Status.DELIVERED, f"HTTP {status}")
@@ -236,7 +237,11 @@ def _post(url: str, body: bytes, *, secret: str, event: str, delivery_id: str) -
     }
     # Only the status counts: the receiver's body is never read, so a large or compressed one costs nothing.
     with (
-        httpx.Client(timeout=DELIVERY_TIMEOUT_S, follow_redirects=False) as client,
+        httpx2.Client(
+            timeout=DELIVERY_TIMEOUT_S,
+            follow_redirects=False,
+            event_hooks={"request": [trace_context_injected]},
+        ) as client,
         client.stream(
             "POST", pinned, content=body, headers=headers, extensions={"sni_hostname": endpoint.host}
         ) as response,

@@ -1,5 +1,5 @@
 """Admin for single sign-on: providers (the client secret can be replaced, never read), role mappings,
-and the identities logins have linked (read-only: they are made by logins)."""
+the identities logins have linked and the sessions they opened (read-only: logins make them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from identity_app.models import ExternalIdentity, IdentityProvider, RoleMapping
+from identity_app.models import ExternalIdentity, IdentityProvider, RoleMapping, SingleSignOnSession
 from identity_app.services import provider_save, role_mapping_delete, role_mapping_save
 
 
@@ -99,3 +99,25 @@ class ExternalIdentityAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: ExternalIdentity | None = None) -> bool:
         return False
+
+
+@admin.register(SingleSignOnSession)
+class SingleSignOnSessionAdmin(admin.ModelAdmin):
+    """Who is signed in through which provider, for back-channel logout. The session key is a bearer
+    credential (it is the session cookie's value): never shown."""
+
+    fields = ("provider", "user", "subject", "sid", "created_at", "expires_at")
+    list_display = ("user", "provider", "subject", "created_at", "expires_at")
+    list_filter = ("provider",)
+    search_fields = ("subject", "user__username")
+    list_select_related = ("provider", "user")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: SingleSignOnSession | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: SingleSignOnSession | None = None) -> bool:
+        return False  # deleting the row would not end the session; the provider's logout or deactivation does

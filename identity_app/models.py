@@ -144,3 +144,30 @@ class ExternalIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.provider}"
+
+
+class SingleSignOnSession(models.Model):
+    """Which Django session a single sign-on login opened, under the provider's session id (`sid`) and subject.
+
+    A back-channel logout names the provider's session or subject, never ours:
+    this row finds the Django sessions to end. Rows go with their session (a
+    logout, a sign-out) or once it has expired.
+    """
+
+    provider = models.ForeignKey(IdentityProvider, on_delete=models.CASCADE, related_name="sessions")
+    subject = models.CharField(max_length=255)
+    sid = models.CharField(max_length=255, blank=True, help_text="The provider's session id from the ID token.")
+    session_key = models.CharField(max_length=40, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "single sign-on session"
+        indexes = [
+            models.Index(fields=["provider", "sid"], name="sso_session_sid"),
+            models.Index(fields=["provider", "subject"], name="sso_session_subject"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.provider_id} ({self.sid or 'no sid'})"

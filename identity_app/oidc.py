@@ -33,9 +33,10 @@ from joserfc import jwt
 from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 from joserfc.jws import JWSRegistry
+from joserfc.jwt import JWTClaimsRegistry
 
-from policies_app.errors import FORBIDDEN, AppError
-from tools_app.upstream.netguard import UpstreamAddressRefused, parse_endpoint, resolve_checked_now
+from core.errors import FORBIDDEN, AppError
+from core.netguard import UpstreamAddressRefused, parse_endpoint, resolve_checked_now
 
 HTTP_TIMEOUT_S = 10.0
 DISCOVERY_TTL_S = 3600.0
@@ -43,6 +44,11 @@ JWKS_REFETCH_MIN_INTERVAL_S = 60.0
 CLOCK_LEEWAY_S = 60
 MAX_DOCUMENT_BYTES = 512 * 1024
 # Symmetric algorithms would make the client secret a signing key; OpenID providers sign with keys pairs.
+BACKCHANNEL_LOGOUT_EVENT = "http://schemas.openid.net/event/backchannel-logout"
+# A logout token is sent the moment the person signs out at the provider: an old one is a replay, and the
+# replay cache needs to keep its jti only this long.
+LOGOUT_TOKEN_MAX_AGE_S = 600
+MAX_LOGOUT_TOKEN_CHARS = 16 * 1024
 ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 
@@ -102,6 +108,7 @@ class ProviderMetadata:
     jwks_uri: str
     end_session_endpoint: str
     algorithms: tuple[str, ...]
+    userinfo_endpoint: str = ""
 
 
 _lock = threading.Lock()
@@ -116,10 +123,12 @@ def caches_clear() -> None:
         _key_sets.clear()
 
 
-def _get_json(url: str) -> dict[str, Any]:
+def _get_json(url: str, *, headers: dict[str, str] | None = None) -> dict[str, Any]:
     try:
         with oidc_client() as client:
-            response = client.request("GET", url, headers={"Accept": "application/json"}, withhold_token=True)
+            response = client.request(
+                "GET", url, headers={"Accept": "application/json", **(headers or {})}, withhold_token=True
+            )
     except httpx2.HTTPError as error:
         raise LoginRefused(f"the identity provider could not be reached ({type(error).__name__})") from None
     if response.status_code != 200:
@@ -152,6 +161,7 @@ def provider_metadata(issuer: str) -> ProviderMetadata:
             token_endpoint=str(document["token_endpoint"]),
             jwks_uri=str(document["jwks_uri"]),
             end_session_endpoint=str(document.get("end_session_endpoint") or ""),
+            userinfo_endpoint=str(document.get("userinfo_endpoint") or ""),
             algorithms=tuple(
                 alg
                 for alg in document.get("id_token_signing_alg_values_supported") or ("RS256",)
@@ -232,6 +242,20 @@ def code_exchange(
     return dict(token)
 
 
+def _signed_by_provider(value: str, *, metadata: ProviderMetadata, what: str) -> jwt.Token:
+    """The JWT once its signature verifies with one of the provider's keys (an unknown key id: fetch them again)."""
+    registry = JWSRegistry(algorithms=list(metadata.algorithms))
+    try:
+        try:
+            return jwt.decode(value, provider_keys(metadata), registry=registry)
+        except InvalidKeyIdError:
+            return jwt.decode(value, provider_keys(metadata, refresh=True), registry=registry)
+    except InvalidKeyIdError:
+        raise LoginRefused(f"{what} is signed with a key the provider does not publish") from None
+    except (JoseError, ValueError, TypeError) as error:
+        raise LoginRefused(f"{what} does not verify ({type(error).__name__})") from None
+
+
 def id_token_claims(
     id_token: str, *, metadata: ProviderMetadata, client_id: str, nonce: str, access_token: str | None = None
 ) -> dict[str, Any]:
@@ -240,16 +264,7 @@ def id_token_claims(
     An unknown key id fetches the key set once more (rotation); a bad signature,
     a wrong audience or issuer, an expired token or another nonce is refused.
     """
-    registry = JWSRegistry(algorithms=list(metadata.algorithms))
-    try:
-        try:
-            token = jwt.decode(id_token, provider_keys(metadata), registry=registry)
-        except InvalidKeyIdError:
-            token = jwt.decode(id_token, provider_keys(metadata, refresh=True), registry=registry)
-    except InvalidKeyIdError:
-        raise LoginRefused("the ID token is signed with a key the provider does not publish") from None
-    except (JoseError, ValueError, TypeError) as error:
-        raise LoginRefused(f"the ID token does not verify ({type(error).__name__})") from None
+    token = _signed_by_provider(id_token, metadata=metadata, what="the ID token")
     params: dict[str, Any] = {"nonce": nonce, "client_id": client_id}
     if access_token:
         params["access_token"] = access_token
@@ -266,3 +281,78 @@ def id_token_claims(
     if not nonce or claims.get("nonce") != nonce:
         raise LoginRefused("the ID token's nonce does not match this login")
     return dict(claims)
+
+
+# What the ID token says about itself: never taken from the UserInfo response.
+ID_TOKEN_ONLY_CLAIMS = frozenset(
+    {"iss", "aud", "exp", "iat", "nbf", "nonce", "azp", "at_hash", "c_hash", "auth_time", "sid"}
+)
+
+
+def userinfo_claims(*, metadata: ProviderMetadata, access_token: str) -> dict[str, Any]:
+    """The UserInfo response (JSON) for this access token, through the outbound guard like every request."""
+    if not metadata.userinfo_endpoint:
+        raise LoginRefused("the provider publishes no userinfo endpoint, and the ID token lacks claims it needs")
+    if not access_token:
+        raise LoginRefused("the token response carries no access token to read the userinfo claims with")
+    return _get_json(metadata.userinfo_endpoint, headers={"Authorization": f"Bearer {access_token}"})
+
+
+def claims_with_userinfo(id_claims: dict[str, Any], userinfo: dict[str, Any]) -> dict[str, Any]:
+    """The ID token's claims, completed by UserInfo's where the ID token has none (OpenID Connect Core 5.3.2).
+
+    UserInfo's `sub` must be the ID token's, or the response is someone else's
+    and the login is refused; the ID token's own claims always win.
+    """
+    if userinfo.get("sub") != id_claims.get("sub"):
+        raise LoginRefused("the userinfo response is for another subject than the ID token")
+    extra = {name: value for name, value in userinfo.items() if name not in ID_TOKEN_ONLY_CLAIMS}
+    return {**extra, **id_claims}
+
+
+class LogoutTokenRefused(AppError):
+    """A back-channel logout token that must not end anything; the message is safe to send back and to log."""
+
+    def __init__(self, safe_message: str) -> None:
+        super().__init__(safe_message)
+
+
+def logout_token_claims(logout_token: str, *, metadata: ProviderMetadata, client_id: str) -> dict[str, Any]:
+    """A back-channel logout token's claims once it holds (OpenID Connect Back-Channel Logout 1.0, 2.6).
+
+    The signature by the provider's keys, `iss`, `aud`, a recent `iat`, a `jti`,
+    the logout event, `sid` and/or `sub`, and no `nonce` (which would make it an
+    ID token passed off as a logout token). The `jti` is checked for replay by
+    the caller, which owns the cache.
+    """
+    if not logout_token or len(logout_token) > MAX_LOGOUT_TOKEN_CHARS:
+        raise LogoutTokenRefused("logout_token is missing or too long")
+    try:
+        token = _signed_by_provider(logout_token, metadata=metadata, what="the logout token")
+    except LoginRefused as refused:
+        raise LogoutTokenRefused(refused.safe_message) from None
+    claims = dict(token.claims)
+    registry = JWTClaimsRegistry(
+        leeway=CLOCK_LEEWAY_S,
+        iss={"essential": True, "value": metadata.issuer},
+        aud={"essential": True, "value": client_id},
+        iat={"essential": True},
+        jti={"essential": True},
+    )
+    try:
+        registry.validate(claims)
+    except JoseError as error:
+        raise LogoutTokenRefused(f"the logout token is not valid here ({error.error}: {error.description})") from None
+    if claims["iat"] < time.time() - LOGOUT_TOKEN_MAX_AGE_S:
+        raise LogoutTokenRefused(f"the logout token was issued more than {LOGOUT_TOKEN_MAX_AGE_S} seconds ago")
+    events = claims.get("events")
+    if not isinstance(events, dict) or not isinstance(events.get(BACKCHANNEL_LOGOUT_EVENT), dict):
+        raise LogoutTokenRefused(f"the logout token's events claim has no {BACKCHANNEL_LOGOUT_EVENT} member")
+    if "nonce" in claims:
+        raise LogoutTokenRefused("a logout token must not carry a nonce")
+    sid, sub = claims.get("sid"), claims.get("sub")
+    if not (isinstance(sid, str) and sid) and not (isinstance(sub, str) and sub):
+        raise LogoutTokenRefused("the logout token names neither a session (sid) nor a subject (sub)")
+    if any(value is not None and not isinstance(value, str) for value in (sid, sub)):
+        raise LogoutTokenRefused("the logout token's sid and sub must be strings")
+    return claims

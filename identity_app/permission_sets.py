@@ -17,7 +17,7 @@ from django.db.models import Q
 from identity_app.models import OPERATOR_GROUP_NAMES
 
 # The apps whose rows operators look after (django-axes and Celery beat are maintenance, kept for superusers).
-TOOLGATE_APPS = ("tools_app", "policies_app", "connections_app", "changes_app", "identity_app")
+TOOLGATE_APPS = ("tools_app", "gateway", "policies_app", "signin", "connections_app", "changes_app", "identity_app")
 
 
 def _viewer() -> Q:
@@ -33,7 +33,7 @@ def _approver() -> Q:
 
 
 def _tool_admin() -> Q:
-    return _viewer() | Q(content_type__app_label__in=("tools_app", "policies_app"))
+    return _viewer() | Q(content_type__app_label__in=("tools_app", "gateway", "policies_app", "signin"))
 
 
 PERMISSION_SETS = {"viewer": _viewer, "approver": _approver, "tool_admin": _tool_admin}

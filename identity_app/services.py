@@ -25,16 +25,22 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from changes_app.context import actor_for_user, change_source, current_source
-from changes_app.kinds import Origin
+from changes_app.context import Actor, actor_for_user, change_source, current_source
+from changes_app.kinds import ActorKind, Origin
 from changes_app.services import ObjectRef, change_record, change_snapshot
+from core.crypto import CredentialError, KeyRing, open_sealed, reseal, seal
+from core.errors import AppError
+from core.key_rotation import RewrapOutcome
 from identity_app import oidc
-from identity_app.models import OPERATOR_GROUP_NAMES, ExternalIdentity, IdentityProvider, RoleMapping
-from identity_app.oidc import LoginRefused
+from identity_app.models import (
+    OPERATOR_GROUP_NAMES,
+    ExternalIdentity,
+    IdentityProvider,
+    RoleMapping,
+    SingleSignOnSession,
+)
+from identity_app.oidc import LOGOUT_TOKEN_MAX_AGE_S, LoginRefused, LogoutTokenRefused
 from identity_app.permission_sets import operator_groups_ensure
-from policies_app.crypto import CredentialError, KeyRing, open_sealed, reseal, seal
-from policies_app.errors import AppError
-from policies_app.key_rotation import RewrapOutcome
 from policies_app.models import TenantMembership
 
 PENDING_KEY = "toolgate_sso_pending"
@@ -151,6 +157,8 @@ class LoginOutcome:
     audience: str
     next_url: str
     id_token: str
+    subject: str
+    sid: str  # the provider's session id, when its ID token names one (back-channel logout uses it)
 
 
 def _origin(audience: str) -> str:
@@ -230,13 +238,33 @@ def login_complete(*, session: Any, state: str, code: str, error: str = "") -> L
             nonce=str(flow["nonce"]),
             access_token=token.get("access_token"),
         )
+        if _claims_missing(provider, claims):
+            userinfo = oidc.userinfo_claims(metadata=metadata, access_token=str(token.get("access_token") or ""))
+            claims = oidc.claims_with_userinfo(claims, userinfo)
     except LoginRefused as refused:
         login_refusal_record(reason=refused.safe_message, provider=provider, audience=audience)
         raise
     user = identity_login(provider=provider, claims=claims, audience=audience)
     return LoginOutcome(
-        user=user, provider=provider, audience=audience, next_url=str(flow["next"]), id_token=str(token["id_token"])
+        user=user,
+        provider=provider,
+        audience=audience,
+        next_url=str(flow["next"]),
+        id_token=str(token["id_token"]),
+        subject=_claim_text(claims, "sub"),
+        sid=_claim_text(claims, "sid")[:255],
     )
+
+
+def _claims_missing(provider: IdentityProvider, claims: Mapping[str, Any]) -> bool:
+    """Whether the ID token lacks a claim the provider is configured to read (then UserInfo is asked).
+
+    Many providers put profile, email and groups claims in the UserInfo
+    response only (Entra ID and Google keep the ID token small, Keycloak per
+    mapper), so a login reads them from there rather than seeing no groups.
+    """
+    wanted = (provider.username_claim, provider.email_claim, provider.groups_claim)
+    return any(name and name not in claims for name in wanted)
 
 
 def _claim_text(claims: Mapping[str, Any], name: str) -> str:
@@ -423,6 +451,94 @@ def roles_apply(*, user: Any, provider: IdentityProvider, groups: Iterable[str])
         before=before,
         after=after,
     )
+
+
+# --- sessions and back-channel logout ------------------------------------------------------
+
+
+def sso_session_record(*, outcome: LoginOutcome, session_key: str, expires_at: Any) -> None:
+    """Remember which Django session this login opened, so the provider's logout can find it.
+
+    Rows of sessions that have expired meanwhile go at the same time: the
+    table holds about one row per open single sign-on session.
+    """
+    SingleSignOnSession.objects.filter(expires_at__lt=timezone.now()).delete()
+    SingleSignOnSession.objects.update_or_create(
+        session_key=session_key,
+        defaults={
+            "provider": outcome.provider,
+            "subject": outcome.subject,
+            "sid": outcome.sid,
+            "user": outcome.user,
+            "expires_at": expires_at,
+        },
+    )
+
+
+def sso_session_forget(*, session_key: str | None) -> None:
+    """The person signed out here: their session's row goes with it."""
+    if session_key:
+        SingleSignOnSession.objects.filter(session_key=session_key).delete()
+
+
+def _logout_jti_key(issuer: str, jti: str) -> str:
+    return "toolgate:sso:logout-jti:" + hashlib.sha256(f"{issuer}\n{jti}".encode()).hexdigest()
+
+
+@transaction.atomic
+def backchannel_logout(*, provider: IdentityProvider, logout_token: str, session_store: type) -> int:
+    """End the Django sessions a provider's logout token names; how many. LogoutTokenRefused if it does not hold.
+
+    The token is checked first (identity_app.oidc.logout_token_claims), then its
+    `jti` is spent in the shared cache, so the same token is refused the second
+    time, by any process. A token with `sid` ends that provider session's
+    Django sessions (of its `sub` too, when it names one); a token with only
+    `sub` ends every session that person opened through this provider.
+    `session_store` is the deployment's SessionStore class (the request's), so
+    any server-side session engine works. Ending nothing is not an error: the
+    session may have expired or been signed out already.
+    """
+    try:
+        metadata = oidc.provider_metadata(provider.issuer)
+    except LoginRefused as refused:
+        raise LogoutTokenRefused(refused.safe_message) from None
+    claims = oidc.logout_token_claims(logout_token, metadata=metadata, client_id=provider.client_id)
+    replay_window_s = LOGOUT_TOKEN_MAX_AGE_S + 2 * oidc.CLOCK_LEEWAY_S
+    if not cache.add(_logout_jti_key(provider.issuer, str(claims["jti"])), 1, timeout=replay_window_s):
+        raise LogoutTokenRefused("this logout token was already used")
+    sid, subject = str(claims.get("sid") or ""), str(claims.get("sub") or "")
+    rows = SingleSignOnSession.objects.filter(provider=provider).select_related("user")
+    if sid:
+        rows = rows.filter(sid=sid)
+    if subject:
+        rows = rows.filter(subject=subject)
+    ended = list(rows.select_for_update(of=("self",)))
+    store = session_store()
+    for row in ended:
+        store.delete(row.session_key)
+    SingleSignOnSession.objects.filter(pk__in=[row.pk for row in ended]).delete()
+    username = ended[0].user.get_username() if ended else ""
+    actor = Actor(kind=ActorKind.USER, id="", label=f"identity provider {provider.slug} (back-channel logout)")
+    with change_source(current_source()[0], actor):
+        change_record(
+            action="sso.logout",
+            obj=ObjectRef(
+                type="identity_app.logout",
+                id=f"{provider.slug}:{sid or subject}"[:100],
+                label=f"{username or subject or 'unknown user'} via {provider.slug}",
+                tenant_id=provider.tenant_id,
+            ),
+            before=None,
+            after={
+                "provider": provider.slug,
+                "subject": subject,
+                "sid": sid,
+                "username": username,
+                "sessions_ended": len(ended),
+                "via": "back-channel",
+            },
+        )
+    return len(ended)
 
 
 # --- break glass -----------------------------------------------------------------------------

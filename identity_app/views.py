@@ -7,23 +7,27 @@ link back to the sign-in page it came from.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import login, logout
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from identity_app import services
 from identity_app.backends import SSO_BACKEND
 from identity_app.models import IdentityProvider
-from identity_app.oidc import LoginRefused, provider_metadata
+from identity_app.oidc import LoginRefused, LogoutTokenRefused, provider_metadata
+
+logger = logging.getLogger(__name__)
 
 SESSION_PROVIDER_KEY = "toolgate_sso_provider"
 LOGIN_PAGES = {"admin": "/admin/login/", "portal": settings.LOGIN_URL}
@@ -90,6 +94,10 @@ def callback(request: HttpRequest) -> HttpResponse:
     login(request, outcome.user, backend=SSO_BACKEND)
     _bound_the_session(request)
     request.session[SESSION_PROVIDER_KEY] = outcome.provider.slug
+    request.session.save()  # its key is what the provider's back-channel logout will find it by
+    services.sso_session_record(
+        outcome=outcome, session_key=request.session.session_key, expires_at=request.session.get_expiry_date()
+    )
     return redirect(_safe_next(request, outcome.next_url, outcome.audience))
 
 
@@ -112,6 +120,7 @@ def break_glass(request: HttpRequest, token: str) -> HttpResponse:
 def sign_out(request: HttpRequest) -> HttpResponse:
     """Sign out here, then at the provider when it offers RP-initiated logout (front channel)."""
     slug = request.session.get(SESSION_PROVIDER_KEY)
+    services.sso_session_forget(session_key=request.session.session_key)
     logout(request)
     provider = IdentityProvider.objects.filter(slug=slug).first() if slug else None
     if provider is not None:
@@ -128,3 +137,35 @@ def sign_out(request: HttpRequest) -> HttpResponse:
             )
             return redirect(f"{end_session}?{query}")
     return redirect(settings.LOGIN_URL)
+
+
+def _logout_error(status: int, error: str, description: str) -> JsonResponse:
+    response = JsonResponse({"error": error, "error_description": description}, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@csrf_exempt  # called by the provider's server, not a browser: the signed logout token is the proof
+@require_POST
+def backchannel_logout(request: HttpRequest, slug: str) -> HttpResponse:
+    """OpenID Connect Back-Channel Logout: the provider posts `logout_token`; 200 once its sessions are ended.
+
+    A token that does not hold answers 400 with an OAuth-style `error` and a
+    description saying why (Back-Channel Logout 1.0, 2.8), never a 500.
+    """
+    provider = IdentityProvider.objects.filter(slug=slug).first()
+    if provider is None:
+        return _logout_error(404, "invalid_request", "no such identity provider")
+    if request.content_type != "application/x-www-form-urlencoded":
+        return _logout_error(400, "invalid_request", "the body must be application/x-www-form-urlencoded")
+    tokens = request.POST.getlist("logout_token")
+    if len(tokens) != 1:
+        return _logout_error(400, "invalid_request", "send exactly one logout_token")
+    try:
+        services.backchannel_logout(provider=provider, logout_token=tokens[0], session_store=type(request.session))
+    except LogoutTokenRefused as refused:
+        logger.warning("back-channel logout from %s refused: %s", provider.slug, refused.safe_message)
+        return _logout_error(400, "invalid_request", refused.safe_message)
+    response = HttpResponse(status=200)
+    response["Cache-Control"] = "no-store"
+    return response

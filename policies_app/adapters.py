@@ -7,12 +7,12 @@ import time
 import uuid
 from typing import Any
 
+from core.outages import OUTAGE_ERRORS, outage_guard
 from policies_app.approval_args import approval_args_seal
 from policies_app.counters import counters
 from policies_app.fairness import fairness_check
 from policies_app.governance import governance_cache
 from policies_app.models import Approver
-from policies_app.outages import OUTAGE_ERRORS, outage_guard
 from policies_app.rules import rules_for_caller
 from policies_app.selectors import EffectivePolicy, delegation_for_authz, policy_effective_for, subject_id_of
 from policies_app.services import (

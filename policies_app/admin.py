@@ -1,8 +1,6 @@
-"""The operators' governance screens: tenants, memberships, service accounts, delegations, signed-in clients, policies.
+"""The operators' governance screens: tenants, memberships, service accounts, delegations, policies.
 
-Approval requests have their screen in connections_app/approvals_admin.py: it
-names the connection a call would use and opens the sealed args, both of which
-live in that layer.
+Approval requests have their screen of their own, approvals_admin.py.
 
 Writes with rules go through policies_app.services (account creation and
 revocation, delegation revocation, policy edits). Secrets never reach a page:
@@ -13,12 +11,11 @@ on the response to the form that created it.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Field, Q, QuerySet
+from django.db.models import Field, QuerySet
 from django.forms import Field as FormField
 from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse
@@ -27,12 +24,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from policies_app import rules_admin  # noqa: F401 - registers the argument rules' and result guards' screens
-from policies_app.admin_display import RevokedFilter, WrittenElsewhereAdmin, count_of, revoke_action
+from core.admin_display import RevokedFilter, WrittenElsewhereAdmin, count_of, revoke_action
+from policies_app import approvals_admin, rules_admin  # noqa: F401 - register the approvals', argument rules' and result guards' screens
 from policies_app.catalog import enabled_tool_ids, tool_ids_known
 from policies_app.forms import ServiceAccountChangeForm, ServiceAccountCreateForm, ToolPolicyForm
 from policies_app.governance import governance_cache
-from policies_app.models import Delegation, ServiceAccount, SigninClient, Tenant, TenantMembership, ToolPolicy
+from policies_app.models import Delegation, ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.selectors import EffectivePolicy, policies_applicable_to, policy_effective_for
 from policies_app.services import (
     delegation_revoke,
@@ -42,7 +39,6 @@ from policies_app.services import (
     service_account_revoke,
     service_account_update,
 )
-from policies_app.signin import signin_client_revoke
 from policies_app.toolpatterns import is_pattern
 from runner.types import Budgets
 
@@ -229,6 +225,7 @@ def _budget_rows(budgets: Budgets) -> list[tuple[str, int | None]]:
         ("max result bytes", budgets.max_result_bytes),
         ("rate limit per minute", budgets.rate_limit_per_minute),
         ("max concurrency", budgets.max_concurrency),
+        ("max sampling requests per call", budgets.max_samples_per_call),
     ]
 
 
@@ -280,65 +277,6 @@ class DelegationAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     )
 
 
-@admin.register(SigninClient)
-class SigninClientAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
-    """MCP clients that sign people in (RFC 7591 registrations and metadata-document clients).
-
-    Names and URIs are the clients' own, untrusted text (escaped). Revoking a
-    client (or deleting it) ends every token issued to it at once.
-    """
-
-    admin_may_change = True
-    admin_may_delete = True
-
-    list_display = (
-        "client_name",
-        "kind",
-        "client_id_short",
-        "redirect_hosts",
-        "live_grants",
-        "created_at",
-        "revoked_at",
-    )
-    list_filter = ("kind", RevokedFilter)
-    search_fields = ("client_name", "client_id")
-    actions = ("revoke_selected",)
-    fields = (
-        "client_name",
-        "kind",
-        "client_id",
-        "client_uri",
-        "redirect_uris",
-        "registered_from",
-        "metadata_fetched_at",
-        "created_at",
-        "revoked_at",
-    )
-    readonly_fields = fields
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[SigninClient]:
-        live = Count("grants", filter=Q(grants__revoked_at__isnull=True))
-        return super().get_queryset(request).annotate(live_grant_count=live)
-
-    @admin.display(description="client id")
-    def client_id_short(self, client: SigninClient) -> str:
-        return client.client_id if len(client.client_id) <= 60 else f"{client.client_id[:57]}…"
-
-    @admin.display(description="redirect hosts")
-    def redirect_hosts(self, client: SigninClient) -> str:
-        return ", ".join(sorted({urlsplit(uri).netloc for uri in client.redirect_uris}))
-
-    @admin.display(description="signed in", ordering="live_grant_count")
-    def live_grants(self, client: SigninClient) -> int:
-        return getattr(client, "live_grant_count", 0)
-
-    revoke_selected = revoke_action(
-        lambda client, user: signin_client_revoke(client=client, revoked_by=user),
-        noun="client",
-        description="Revoke selected clients (ends their tokens)",
-    )
-
-
 @admin.register(ToolPolicy)
 class ToolPolicyAdmin(admin.ModelAdmin):
     form = ToolPolicyForm
@@ -383,8 +321,14 @@ class ToolPolicyAdmin(admin.ModelAdmin):
         (
             "Budgets",
             {
-                "fields": ("max_runtime_ms", "max_result_bytes", "rate_limit_per_minute", "max_concurrency"),
-                "description": "Empty means the runner's default.",
+                "fields": (
+                    "max_runtime_ms",
+                    "max_result_bytes",
+                    "rate_limit_per_minute",
+                    "max_concurrency",
+                    "max_samples_per_call",
+                ),
+                "description": "Empty means the runner's default (for sampling requests: none).",
             },
         ),
         ("History", {"fields": ("created_at", "updated_at", "updated_by")}),

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from policies_app.crypto import KeyRing, Sealed, open_sealed, reseal, seal
+from core.crypto import KeyRing, Sealed, open_sealed, reseal, seal
 from runner.schema import canonical_json
 
 if TYPE_CHECKING:

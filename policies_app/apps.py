@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class PoliciesAppConfig(AppConfig):
-    """Tenants, service accounts, tool policies and approvals."""
+    """Tenants, service accounts, tool policies, approvals, delegations and the governance cache."""
 
     name = "policies_app"
     verbose_name = "Policies"

@@ -1,14 +1,15 @@
 """Service-account API keys for DRF: the Bearer scheme, scope permissions and fairness throttle.
 
-`Authorization: Bearer tg_<prefix>_<secret>`, or a signed-in MCP client's
-access token `tga_<prefix>_<secret>` (accepted only at the resource it was
-issued for: `<base>/mcp`, or one toolset's `<base>/mcp/t/<name>`). Unknown, wrong and revoked keys
-get the same answer (the contract's 401 envelope, rendered by config/api.py),
+`Authorization: Bearer tg_<prefix>_<secret>`, or another Bearer credential an
+app above accepts (a signed-in MCP client's access token: signin/apps.py adds
+its check at start-up, `bearer_check_add`). Unknown, wrong and revoked keys
+get the same answer (the contract's 401 envelope, rendered by core/api/handlers.py),
 so the API never tells a prober which part of a key was right.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -27,15 +28,21 @@ from policies_app.fairness import fairness_check
 from policies_app.models import ServiceAccount
 from policies_app.selectors import Caller, caller_for_key
 from policies_app.services import service_account_note_use
-from policies_app.signin import caller_for_access_token, signin_grant_note_use
-
-MCP_PATH = "/mcp"
-MCP_TOOLSET_PREFIX = f"{MCP_PATH}/t/"
 
 SCHEME = "Bearer"
 INVALID_KEY_MESSAGE = "invalid API key"
 WRONG_SCHEME_MESSAGE = "send the API key as `Authorization: Bearer <api key>`"
 X_API_KEY_MESSAGE = "the X-API-Key header is not read; send the key as `Authorization: Bearer <api key>`"
+
+# What a Bearer value that is no API key may still be: each check returns its Caller, or None.
+BearerCheck = Callable[[str, HttpRequest], Caller | None]
+_bearer_checks: list[BearerCheck] = []
+
+
+def bearer_check_add(check: BearerCheck) -> None:
+    """Accept another kind of Bearer credential (installed once, by its app's `ready()`)."""
+    if check not in _bearer_checks:
+        _bearer_checks.append(check)
 
 
 class ServiceAccountUser:
@@ -85,14 +92,10 @@ class ServiceAccountAuthentication(BaseAuthentication):
         except UnicodeDecodeError:
             raise AuthenticationFailed(INVALID_KEY_MESSAGE) from None
         caller = caller_for_key(key=clear_key)
+        if caller is None:  # not an API key: another credential an app above accepts
+            caller = next((found for check in _bearer_checks if (found := check(clear_key, request))), None)
         if caller is None:
-            # Not an API key: a signed-in MCP client's access token, bound to the URL it is sent to.
-            # An API key never gets here with a well-formed token shape, so its path has no extra query.
-            signed_in = caller_for_access_token(token=clear_key, resources=mcp_resources_accepted(request))
-            if signed_in is None:
-                raise AuthenticationFailed(INVALID_KEY_MESSAGE)
-            signin_grant_note_use(grant_id=signed_in.grant_id, last_used_at=signed_in.grant_last_used_at)
-            caller = signed_in.caller
+            raise AuthenticationFailed(INVALID_KEY_MESSAGE)
         return caller_signed_in(caller), None
 
     def authenticate_header(self, request: Request) -> str:
@@ -107,20 +110,6 @@ def mcp_resource_url(request: HttpRequest) -> str:
     and its consent page shows the toolset's tools.
     """
     return request.build_absolute_uri(request.path)
-
-
-def mcp_resources_accepted(request: HttpRequest) -> tuple[str, ...]:
-    """The resources a signed-in client's token may be bound to, to be accepted at this request's URL.
-
-    A token for `<base>/mcp` (the whole catalog) is also accepted at every
-    toolset endpoint: a toolset only narrows what that token already reaches.
-    A token for one toolset is accepted at that toolset's URL only. Built from
-    the URL alone, so the token check stays one query.
-    """
-    own = mcp_resource_url(request)
-    if request.path.startswith(MCP_TOOLSET_PREFIX):
-        return (request.build_absolute_uri(MCP_PATH), own)
-    return (own,)
 
 
 def caller_signed_in(caller: Caller) -> ServiceAccountUser:

@@ -123,6 +123,7 @@ class ToolPolicyForm(forms.ModelForm):
             "max_result_bytes",
             "rate_limit_per_minute",
             "max_concurrency",
+            "max_samples_per_call",
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -1,4 +1,4 @@
-"""Who may run what: tenants, their callers, policies, approvals, delegations and MCP sign-in."""
+"""Who may run what: tenants, their callers, policies, approvals and delegations."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.models import Revocable
 from runner.types import ConsequenceLevel, ToolEffect
 
 EFFECT_CHOICES = [(effect.value, effect.value) for effect in ToolEffect]
@@ -29,30 +30,6 @@ class Approver(models.TextChoices):
     # The person a call is made for confirms it themselves (the confirm page an MCP client links to).
     # A call made for no one has no such person: operators decide it.
     SUBJECT = "subject", "The person the call is made for (their own confirmation)"
-
-
-class Revocable(models.Model):
-    """A row that is revoked, never deleted or un-revoked: connections, grants, service accounts, delegations.
-
-    Shared kernel (this is the lowest Django app, so every app's models may
-    inherit it). The fields are not editable: only `revoke_once`
-    (policies_app/services.py) writes them, with one conditional UPDATE, so
-    two revocations racing cannot both count, and the change log always says
-    who. Deleting would cut audit rows and change entries loose; a revoked row
-    stays, attributed, and stops working on the next call.
-    """
-
-    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
-    )
-
-    class Meta:
-        abstract = True
-
-    @property
-    def is_revoked(self) -> bool:
-        return self.revoked_at is not None
 
 
 class Tenant(models.Model):
@@ -259,6 +236,14 @@ class ToolPolicy(GovernedScope, models.Model):
     max_result_bytes = models.PositiveIntegerField(null=True, blank=True)
     rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    # Sampling requests (an upstream MCP tool asking the client's model) one call may pass on to the
+    # client; empty or 0 passes none (deny by default). Elicitation needs no policy field: the tool's
+    # operator allows it on the tool itself (the upstream tool's review).
+    max_samples_per_call = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Sampling requests an upstream tool may pass to the client's model per call. Empty: none.",
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -393,118 +378,6 @@ class GovernanceState(models.Model):
 
     def __str__(self) -> str:
         return f"generation {self.generation}"
-
-
-# --- MCP clients that sign in (OAuth 2.1) ---------------------------------------------------
-
-
-class SigninClient(Revocable):
-    """An MCP client that signs people in: registered by RFC 7591 or known by its Client ID Metadata Document.
-
-    Public clients only (no secret). `client_name` and the redirect URIs come
-    from the client and are untrusted text: escaped wherever they are shown.
-    A metadata-document client's `client_id` is the document's https URL; its
-    row caches the document (`metadata_fetched_at`) and is refreshed when stale.
-    Revoking a client (or deleting it in admin) ends every token issued to it.
-    """
-
-    class Kind(models.TextChoices):
-        REGISTERED = "registered", "Dynamic registration (RFC 7591)"
-        METADATA_DOCUMENT = "metadata_document", "Client ID Metadata Document"
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    client_id = models.CharField(max_length=500, unique=True, editable=False)
-    kind = models.CharField(max_length=24, choices=Kind.choices, editable=False)
-    client_name = models.CharField(max_length=200, blank=True)
-    client_uri = models.CharField(max_length=500, blank=True)
-    redirect_uris = models.JSONField(default=list)
-    created_at = models.DateTimeField(auto_now_add=True)
-    registered_from = models.GenericIPAddressField(null=True, blank=True, editable=False)
-    metadata_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
-
-    class Meta:
-        ordering = ["-created_at"]
-        verbose_name = "MCP sign-in client"
-
-    def __str__(self) -> str:
-        return self.client_name or self.client_id[:60]
-
-    @property
-    def display_name(self) -> str:
-        return self.client_name or "(unnamed client)"
-
-
-class SigninGrant(Revocable):
-    """One signed-in client of a person: what the consent (one authorization code) started.
-
-    The family of every token pair issued from that code, refresh after refresh.
-    Tied to the person's delegation: revoking the delegation, the grant or the
-    client ends its tokens at once; a reused refresh token or code revokes it.
-    """
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    client = models.ForeignKey(SigninClient, on_delete=models.CASCADE, related_name="grants")
-    delegation = models.ForeignKey(Delegation, on_delete=models.CASCADE, related_name="signin_grants")
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="signin_grants")
-    redirect_uri = models.CharField(max_length=500)
-    resource = models.CharField(max_length=500)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoke_reason = models.CharField(max_length=40, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"signed-in client {self.client_id} for delegation {self.delegation_id}"
-
-
-class SigninCode(models.Model):
-    """A one-time authorization code (a digest), bound to client, redirect URI, PKCE S256 challenge, resource.
-
-    `used_at` is set by the first exchange, right or wrong; a second exchange
-    revokes the grant the first one started.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    code_digest = models.CharField(max_length=64, unique=True, editable=False)
-    client = models.ForeignKey(SigninClient, on_delete=models.CASCADE, related_name="codes")
-    delegation = models.ForeignKey(Delegation, on_delete=models.CASCADE, related_name="signin_codes")
-    redirect_uri = models.CharField(max_length=500)
-    code_challenge = models.CharField(max_length=128)
-    resource = models.CharField(max_length=500)
-    scope = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField()
-    used_at = models.DateTimeField(null=True, blank=True)
-    grant = models.ForeignKey(SigninGrant, null=True, blank=True, on_delete=models.CASCADE, related_name="codes")
-
-    def __str__(self) -> str:
-        return f"sign-in code {self.pk}"
-
-
-class SigninToken(models.Model):
-    """One issued pair: an access token (≤ 1 hour) and its refresh token, as prefixes + sha256 digests.
-
-    `rotated_at` is set when the refresh token is exchanged for the next pair;
-    presenting it again is reuse and revokes the whole grant (the family).
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    grant = models.ForeignKey(SigninGrant, on_delete=models.CASCADE, related_name="tokens")
-    access_prefix = models.CharField(max_length=16, unique=True, editable=False)
-    access_digest = models.CharField(max_length=64, editable=False)
-    refresh_prefix = models.CharField(max_length=16, unique=True, editable=False)
-    refresh_digest = models.CharField(max_length=64, editable=False)
-    scope = models.CharField(max_length=200, blank=True)
-    issued_at = models.DateTimeField(auto_now_add=True)
-    access_expires_at = models.DateTimeField()
-    refresh_expires_at = models.DateTimeField()
-    rotated_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"sign-in token pair {self.pk}"
 
 
 class RuleAction(models.TextChoices):

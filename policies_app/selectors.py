@@ -9,9 +9,9 @@ from uuid import UUID
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from core.ids import uuid_or_none
+from core.key_rotation import envelope_key_usage, not_sealed_under
 from policies_app.governance import governance_cache
-from policies_app.ids import uuid_or_none
-from policies_app.key_rotation import envelope_key_usage, not_sealed_under
 from policies_app.keys import key_matches, key_prefix, subject_token_prefix
 from policies_app.models import (
     DEFAULT_APPROVAL_TTL_S,
@@ -162,6 +162,7 @@ def _load_effective_policy(tenant_id: int | str, service_account_id: str) -> Eff
             max_result_bytes=best.max_result_bytes,
             rate_limit_per_minute=best.rate_limit_per_minute,
             max_concurrency=best.max_concurrency,
+            max_samples_per_call=best.max_samples_per_call,
         ),
     )
 
@@ -491,7 +492,7 @@ def tenant_subjects(*, tenant_id: int) -> list[tuple[str, str]]:
 def approvals_args_to_rewrap(*, primary_key_id: str, after: UUID | None, limit: int) -> list[ApprovalRequest]:
     """The next batch of requests whose kept args are not under the primary key, in pk order after `after`.
 
-    The row stores no key id: the envelope's header says (policies_app.key_rotation).
+    The row stores no key id: the envelope's header says (core.key_rotation).
     """
     rows = not_sealed_under(ApprovalRequest.objects.all(), "args_sealed", primary_key_id)
     if after is not None:

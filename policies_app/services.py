@@ -25,10 +25,11 @@ from django.db.models import Model, Q
 from django.utils import timezone
 
 from changes_app.services import change_record, change_snapshot
+from core.crypto import CredentialError, KeyRing
+from core.errors import FORBIDDEN, AppError, full_clean_or_refuse
+from core.key_rotation import RewrapOutcome
+from core.models import Revocable
 from policies_app.approval_args import approval_args_reseal
-from policies_app.crypto import CredentialError, KeyRing
-from policies_app.errors import FORBIDDEN, AppError, full_clean_or_refuse
-from policies_app.key_rotation import RewrapOutcome
 from policies_app.keys import consent_code_generate, key_digest, key_generate, pkce_s256, subject_token_generate
 from policies_app.metrics import APPROVALS_REQUESTED
 from policies_app.models import (
@@ -38,7 +39,6 @@ from policies_app.models import (
     ConsentCode,
     Delegation,
     ResultGuard,
-    Revocable,
     ScopedRule,
     ServiceAccount,
     Tenant,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 WILDCARD = "*"
 REFUSED_CHARACTERS = frozenset("?[]")
-# A policy's upstream resources and prompts (tools_app/upstream/features.py names them).
+# A policy's upstream resources and prompts (gateway/upstream/features.py names them).
 FEATURE_POLICY_FIELDS = ("allowed_resources", "allowed_prompts")
 
 

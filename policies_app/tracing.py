@@ -1,8 +1,8 @@
-"""Trace context for outbound HTTP that the httpx instrumentation cannot see.
+"""Trace context for outbound HTTP of the clients OpenTelemetry does not instrument.
 
-config/tracing.py instruments httpx (the runner's HTTP capability: GitHub).
-Authlib and the MCP SDK speak httpx2, a fork the instrumentation does not
-patch: their clients add `trace_context_injected` as a request event hook,
+config/tracing.py instruments one httpx2 client only (the runner's HTTP
+capability: GitHub). Authlib's, the MCP SDK's and the webhook deliveries'
+clients add `trace_context_injected` as a request event hook,
 so the provider or upstream receives the W3C `traceparent` of the span
 around the call. With tracing off (no provider configured) nothing is
 injected and the hook costs a function call.

@@ -10,7 +10,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from policies_app.errors import AppError, full_clean_or_refuse
+from core.errors import AppError, full_clean_or_refuse
 from policies_app.models import Tenant, TenantMembership
 
 

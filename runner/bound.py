@@ -41,6 +41,9 @@ class BoundTool:
     input_names: frozenset[str] = frozenset()
     output_names: frozenset[str] = frozenset()
     catalog: CatalogIndex | None = None
+    # The tool may ask the caller's client mid-call (an upstream tool an operator allowed to:
+    # runner/asking.py); interfaces that must prepare for questions (a stream) look here first.
+    may_ask_client: bool = False
 
     @property
     def contract(self) -> ToolContract:

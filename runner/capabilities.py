@@ -12,56 +12,61 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import http.cookiejar
+import contextlib
 import json
 import math
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
-import httpx
+import httpx2
 
 from runner.errors import CapabilityError
 from runner.http1 import (
     DEFAULT_PORTS,
+    Answer,
+    AsyncPool,
     BlockingPool,
     ConnectFailed,
     ConnectionClosed,
-    KeepAliveTransport,
+    HttpxSender,
     MalformedAnswer,
     Origin,
     RequestHead,
     ResponseTooLarge,
+    TooManyRedirects,
     UnsendableRequest,
+    fetch,
+    fetch_blocking,
     proxy_applies,
 )
 from runner.types import ToolInvocationContext, ToolSpec
 
 MAX_REDIRECTS = 5
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
-DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=10.0, write=10.0, pool=5.0)
+DEFAULT_TIMEOUT = httpx2.Timeout(connect=5.0, read=10.0, write=10.0, pool=5.0)
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-# What an httpx.AsyncClient sends besides User-Agent and Accept (the capability sets those):
+# What an httpx2.AsyncClient sends besides User-Agent and Accept (the capability sets those):
 # the keep-alive path sends the same, asking only for the encodings httpx always decodes.
 _CLIENT_HEADERS = {"Accept-Encoding": "gzip, deflate", "Connection": "keep-alive"}
 
 
 @lru_cache(maxsize=256)
-def _parsed_url(url: str) -> httpx.URL:
+def _parsed_url(url: str) -> httpx2.URL:
     """httpx's parse of a resolved URL, once per URL rather than once per call.
 
-    Parsing is over half of what building the blocking path's httpx.Request
-    costs, and a tool calls the same few URLs again and again. httpx.URL is
+    Parsing is over half of what building the blocking path's httpx2.Request
+    costs, and a tool calls the same few URLs again and again. httpx2.URL is
     immutable and Request(URL) takes its parse as it is, so the request is the
     one Request(str) builds. Calls with `params` still parse (httpx merges them
     into a new URL); the cache is bounded because paths may carry arguments.
     """
-    return httpx.URL(url)
+    return httpx2.URL(url)
 
 
 class AuthCapability(Protocol):
@@ -151,15 +156,17 @@ class HttpCapability:
         self,
         base_url: str,
         *,
-        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        timeout: httpx2.Timeout = DEFAULT_TIMEOUT,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         user_agent: str = "toolgate",
         upstream: str = "",
         keep_alive_transport: bool = True,
         redirect_guard: Callable[[str], None] | None = None,
+        instrument: Callable[[Any], None] | None = None,
     ) -> None:
-        """`keep_alive_transport=False` (or a proxy in the environment) keeps httpx's own transport:
-        the composition root asks for it when OpenTelemetry instruments httpx (runner/http1.py)."""
+        """`keep_alive_transport=False` (or a proxy in the environment) sends through httpx2's own client,
+        handed to `instrument` once made: the composition root asks for both when tracing is on
+        (runner/http1/transport.py)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"base URL must be absolute http(s): {base_url!r}")
@@ -168,16 +175,18 @@ class HttpCapability:
         self._host = f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
         self._base_url = base_url.rstrip("/") + "/"
         self._origin = _origin(self._base_url)
-        self._timeout = timeout
-        self._timeouts = timeout.as_dict()  # as a client puts them in each request
+        timeouts = timeout.as_dict()
+        self._connect_timeout_s = timeouts.get("connect")
+        self._read_timeout_s = timeouts.get("read")  # each wait for more of the answer, as httpx times reads
         self._max_response_bytes = max_response_bytes
         self._user_agent = user_agent
         self._redirect_guard = redirect_guard
+        self._instrument = instrument
         self._lean = keep_alive_transport and not proxy_applies(self._base_url)
-        self._pool: KeepAliveTransport | httpx.AsyncClient | None = None
+        self._pool: AsyncPool | HttpxSender | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
-        # Thread-safe, one for every thread; none where httpx's own transport must carry requests.
-        self._blocking = BlockingPool(tls_context=httpx.create_ssl_context) if self._lean else None
+        # Thread-safe, one for every thread; none where httpx2's own client must carry requests.
+        self._blocking = BlockingPool(tls_context=httpx2.create_ssl_context) if self._lean else None
 
     @property
     def base_url(self) -> str:
@@ -189,6 +198,20 @@ class HttpCapability:
             raise CapabilityError("request left the configured origin")
         return url
 
+    def _hops(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str] | None,
+        json_body: Any,
+        params: Mapping[str, str] | None,
+    ) -> _Hops:
+        url = self._resolve(path)
+        send_headers = {"User-Agent": self._user_agent, "Accept": "application/json", **(headers or {})}
+        return _Hops(
+            method, url, send_headers, json_body, params, guard=self._redirect_guard, limit=self._max_response_bytes
+        )
+
     async def request(
         self,
         method: str,
@@ -198,36 +221,22 @@ class HttpCapability:
         json_body: Any = None,
         params: Mapping[str, str] | None = None,
     ) -> HttpResponse:
-        url = self._resolve(path)
-        send_headers = {"User-Agent": self._user_agent, "Accept": "application/json", **(headers or {})}
-        try:
-            for _hop in range(MAX_REDIRECTS + 1):
-                response = await self._send(method, url, send_headers, json_body, params)
-                try:
-                    if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
-                        url, method, json_body, send_headers = _next_hop(
-                            url,
-                            method,
-                            json_body,
-                            send_headers,
-                            status=response.status_code,
-                            location=response.headers["location"],
-                            guard=self._redirect_guard,
-                        )
-                        params = None
-                        continue
-                    content = await self._read_bounded(response)
-                    return HttpResponse(response.status_code, dict(response.headers), content)
-                finally:
-                    await response.aclose()
-            raise self._failed("too many redirects")
-        except ResponseTooLarge as exc:  # the keep-alive transport reads answers whole, up to the same cap
-            raise self._failed("upstream response too large") from exc
-        except httpx.TimeoutException as exc:
-            raise self._failed("upstream timed out") from exc
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            # InvalidURL is not an HTTPError: httpx raises it on a Location such as "data:x,y".
-            raise self._failed(f"upstream request failed ({type(exc).__name__})") from exc
+        """One request and its redirects on this loop's pool, answered whole and decoded.
+
+        The same requests as `request_blocking`, answered the same way: both run
+        one `_Hops` plan (what goes out, which redirect is followed, how the body
+        is decoded) through one fetch loop (runner/http1/_async_fetch.py, the
+        blocking one generated from it), and `_failures` words what went wrong.
+        """
+        hops = self._hops(method, path, headers, json_body, params)
+        with self._failures(math.inf):
+            return await fetch(
+                self._pool_for_running_loop(),
+                hops,
+                max_response_bytes=self._max_response_bytes,
+                connect_timeout_s=self._connect_timeout_s,
+                read_timeout_s=self._read_timeout_s,
+            )
 
     def _failed(self, message: str) -> CapabilityError:
         return CapabilityError(message, upstream=self._upstream, host=self._host)
@@ -244,42 +253,32 @@ class HttpCapability:
     ) -> HttpResponse | None:
         """`request` on this thread's blocking sockets, answered before `deadline` (a time.monotonic() instant).
 
-        None, having sent nothing, when only httpx's own transport may carry the
-        request (a proxy from the environment, or OpenTelemetry instrumenting
-        httpx): the caller then makes it with `request` on the loop. Otherwise
-        the same requests as `request` (origin, headers, body, redirects, cap,
+        None, having sent nothing, when only httpx2's own client may carry the
+        request (a proxy from the environment, or tracing): the caller then makes
+        it with `request` on the loop. Otherwise the same requests as `request` (origin, headers, body, redirects, cap,
         timeouts, errors); a TimeoutError means the deadline passed (the caller's
         budget), while the capability's own timeouts fail as "upstream timed out".
-
-        Content decoding: the same `Accept-Encoding: gzip, deflate` is asked for
-        and the same codings decoded (httpx's: gzip, deflate, identity; any other
-        is left as sent), so an upstream sees one client, not two, and a large
-        JSON answer still crosses the network compressed. Inflating is cut at the
-        response cap (`_decoded`), so a small compressed body cannot grow past it.
         """
         if self._blocking is None:
             return None
-        url = self._resolve(path)
-        send_headers = {"User-Agent": self._user_agent, "Accept": "application/json", **(headers or {})}
+        hops = self._hops(method, path, headers, json_body, params)
+        with self._failures(deadline):
+            return fetch_blocking(
+                self._blocking,
+                hops,
+                max_response_bytes=self._max_response_bytes,
+                connect_timeout_s=self._connect_timeout_s,
+                read_timeout_s=self._read_timeout_s,
+                deadline=deadline,
+            )
+
+    @contextlib.contextmanager
+    def _failures(self, deadline: float) -> Iterator[None]:
+        """What a request raised, worded once for both ways in (the labels are those httpx gives its errors)."""
         try:
-            for _hop in range(MAX_REDIRECTS + 1):
-                status, answer_headers, body = self._send_blocking(
-                    self._blocking, method, url, send_headers, json_body, params=params, deadline=deadline
-                )
-                if status in REDIRECT_STATUSES and "location" in answer_headers:
-                    url, method, json_body, send_headers = _next_hop(
-                        url,
-                        method,
-                        json_body,
-                        send_headers,
-                        status=status,
-                        location=answer_headers["location"],
-                        guard=self._redirect_guard,
-                    )
-                    params = None
-                    continue
-                return HttpResponse(status, dict(answer_headers), self._decoded(answer_headers, body))
-            raise self._failed("too many redirects")
+            yield
+        except TooManyRedirects:
+            raise self._failed("too many redirects") from None
         except ResponseTooLarge as exc:
             raise self._failed("upstream response too large") from exc
         except ConnectFailed as exc:
@@ -288,14 +287,15 @@ class HttpCapability:
             raise self._failed("upstream request failed (ConnectError)") from exc
         except TimeoutError as exc:
             raise self._timed_out(deadline) from exc
-        except ConnectionClosed as exc:  # named as httpx's transport names them on the loop
+        except ConnectionClosed as exc:
             name = "ReadError" if isinstance(exc.__cause__, OSError) else "RemoteProtocolError"
             raise self._failed(f"upstream request failed ({name})") from exc
         except MalformedAnswer as exc:
             raise self._failed("upstream request failed (RemoteProtocolError)") from exc
         except UnsendableRequest as exc:
             raise self._failed("upstream request failed (LocalProtocolError)") from exc
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
+            # InvalidURL is not an HTTPError: httpx raises it on a Location such as "data:x,y".
             raise self._failed(f"upstream request failed ({type(exc).__name__})") from exc
 
     def _timed_out(self, deadline: float) -> Exception:
@@ -304,121 +304,30 @@ class HttpCapability:
             return TimeoutError("the deadline passed")
         return self._failed("upstream timed out")
 
-    def _send_blocking(
-        self,
-        pool: BlockingPool,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        json_body: Any,
-        *,
-        params: Mapping[str, str] | None,
-        deadline: float,
-    ) -> tuple[int, httpx.Headers, bytes]:
-        """One request, answered whole (still encoded); redirects are not followed here.
-
-        httpx's Request builds it, as on the loop: the same URL, headers and body encoding.
-        """
-        target_url = _parsed_url(url) if params is None else url
-        request = httpx.Request(
-            method, target_url, headers={**_CLIENT_HEADERS, **headers}, json=json_body, params=params
-        )
-        target = request.url
-        origin = Origin(target.host, target.port or DEFAULT_PORTS[target.scheme], target.scheme == "https", target.host)
-        answer = pool.request(
-            origin,
-            RequestHead(request.method.encode(), target.raw_path, request.headers.raw),
-            request.read(),
-            max_response_bytes=self._max_response_bytes,
-            connect_timeout_s=self._timeouts.get("connect") or math.inf,
-            deadline=deadline,
-            read_timeout_s=self._timeouts.get("read"),
-        )
-        return answer.status, httpx.Headers(answer.raw_headers), answer.body
-
-    def _decoded(self, headers: httpx.Headers, body: bytes) -> bytes:
-        """The body with its content codings undone, as httpx undoes them, never past the response cap."""
-        for value in reversed(headers.get_list("content-encoding", split_commas=True)):
-            coding = value.strip().lower()
-            if coding == "gzip":
-                body = self._inflate(body, zlib.MAX_WBITS | 16)
-            elif coding == "deflate":
-                try:  # zlib-wrapped as the RFC says, or raw deflate as some servers send it (httpx tries both)
-                    body = self._inflate(body, zlib.MAX_WBITS)
-                except httpx.DecodingError:
-                    body = self._inflate(body, -zlib.MAX_WBITS)
-        return body
-
-    def _inflate(self, body: bytes, wbits: int) -> bytes:
-        limit = self._max_response_bytes
-        try:
-            inflater = zlib.decompressobj(wbits)
-            plain = inflater.decompress(body, limit + 1)
-            if len(plain) <= limit:
-                plain += inflater.flush()
-        except zlib.error as exc:
-            raise httpx.DecodingError(str(exc)) from exc
-        if len(plain) > limit:
-            raise ResponseTooLarge
-        return plain
-
-    async def _send(
-        self, method: str, url: str, headers: Mapping[str, str], json_body: Any, params: Mapping[str, str] | None
-    ) -> httpx.Response:
-        """One request on this loop's pool, its answer unread; redirects are not followed here.
-
-        The keep-alive transport is called directly, without an httpx.AsyncClient
-        in front: the client's layers (URL and header merging, auth and redirect
-        flows, the cookie jar) cost about 0.1 ms of CPU per request, and none of
-        them is needed (redirects are followed by hand, auth comes in `headers`).
-        httpx's Request and Response still check the URL and headers and encode
-        and decode the body.
-        """
-        pool = self._pool_for_running_loop()
-        if isinstance(pool, KeepAliveTransport):
-            request = httpx.Request(
-                method,
-                url,
-                headers={**_CLIENT_HEADERS, **headers},
-                json=json_body,
-                params=params,
-                extensions={"timeout": self._timeouts},
-            )
-            return await pool.handle_async_request(request)
-        request = pool.build_request(method, url, headers=headers, json=json_body, params=params)
-        return await pool.send(request, stream=True, follow_redirects=False)
-
-    def _pool_for_running_loop(self) -> KeepAliveTransport | httpx.AsyncClient:
+    def _pool_for_running_loop(self) -> AsyncPool | HttpxSender:
         """One pool per event loop: building one costs an SSL context (~10 ms)."""
         loop = asyncio.get_running_loop()
         if self._pool is None or self._pool_loop is not loop:
             if self._lean:
-                self._pool = KeepAliveTransport(max_response_bytes=self._max_response_bytes)
+                self._pool = AsyncPool(tls_context=httpx2.create_ssl_context)
             else:
-                self._pool = httpx.AsyncClient(timeout=self._timeout, cookies=_cookie_jar_keeping_none())
+                self._pool = HttpxSender(instrument=self._instrument)
             self._pool_loop = loop
         return self._pool
 
     async def aclose(self) -> None:
         """Close the running loop's pool and its idle connections (a loop that ends closes it first)."""
         if self._pool is not None and self._pool_loop is asyncio.get_running_loop():
-            await self._pool.aclose()
+            if isinstance(self._pool, HttpxSender):
+                await self._pool.aclose()
+            else:
+                self._pool.close()
             self._pool = None
 
     def close(self) -> None:
         """Close the blocking path's idle connections (one in use closes when its request ends)."""
         if self._blocking is not None:
             self._blocking.close()
-
-    async def _read_bounded(self, response: httpx.Response) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > self._max_response_bytes:
-                raise self._failed("upstream response too large")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     async def get(self, path: str, **kwargs: Any) -> HttpResponse:
         return await self.request("GET", path, **kwargs)
@@ -428,12 +337,6 @@ class HttpCapability:
 
     def __repr__(self) -> str:
         return f"HttpCapability({self._base_url!r})"
-
-
-def _cookie_jar_keeping_none() -> http.cookiejar.CookieJar:
-    """One client serves every tenant's connections: a cookie one answer sets must not ride along
-    with the next call (the keep-alive path has no jar at all)."""
-    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
 @lru_cache(maxsize=256)
@@ -489,6 +392,89 @@ def _next_hop(
                 raise CapabilityError(f"redirect to another origin refused: {exc}") from None
         headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
     return target, method, body, headers
+
+
+class _Hops:
+    """One capability request, hop by hop, without I/O (runner.http1.Hops): what goes out, what comes back.
+
+    httpx's Request builds each hop (the URL, headers and JSON body encoding
+    httpx would send); a redirect is followed by `_next_hop`'s rules; the final
+    body is decoded here, whichever way it came. Content decoding: `Accept-Encoding:
+    gzip, deflate` is asked for and those codings undone (httpx's: gzip, deflate,
+    identity; any other is left as sent), inflating cut at the response cap, so
+    a small compressed body cannot grow past it.
+    """
+
+    max_redirects = MAX_REDIRECTS
+
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        json_body: Any,
+        params: Mapping[str, str] | None,
+        *,
+        guard: Callable[[str], None] | None,
+        limit: int,
+    ) -> None:
+        self._method, self._url, self._headers, self._json, self._params = method, url, headers, json_body, params
+        self._guard = guard
+        self._limit = limit
+
+    def request(self) -> tuple[Origin, RequestHead, bytes]:
+        target_url = _parsed_url(self._url) if self._params is None else self._url
+        request = httpx2.Request(
+            self._method,
+            target_url,
+            headers={**_CLIENT_HEADERS, **self._headers},
+            json=self._json,
+            params=self._params,
+        )
+        url = request.url
+        origin = Origin(url.host, url.port or DEFAULT_PORTS[url.scheme], url.scheme == "https", url.host)
+        return origin, RequestHead(request.method.encode(), url.raw_path, request.headers.raw), request.read()
+
+    def answered(self, answer: Answer) -> HttpResponse | None:
+        headers = httpx2.Headers(answer.raw_headers)
+        if answer.status in REDIRECT_STATUSES and "location" in headers:
+            self._url, self._method, self._json, self._headers = _next_hop(
+                self._url,
+                self._method,
+                self._json,
+                self._headers,
+                status=answer.status,
+                location=headers["location"],
+                guard=self._guard,
+            )
+            self._params = None
+            return None
+        return HttpResponse(answer.status, dict(headers), self._decoded(headers, answer.body))
+
+    def _decoded(self, headers: httpx2.Headers, body: bytes) -> bytes:
+        """The body with its content codings undone, as httpx undoes them, never past the response cap."""
+        for value in reversed(headers.get_list("content-encoding", split_commas=True)):
+            coding = value.strip().lower()
+            if coding == "gzip":
+                body = self._inflate(body, zlib.MAX_WBITS | 16)
+            elif coding == "deflate":
+                try:  # zlib-wrapped as the RFC says, or raw deflate as some servers send it (httpx tries both)
+                    body = self._inflate(body, zlib.MAX_WBITS)
+                except httpx2.DecodingError:
+                    body = self._inflate(body, -zlib.MAX_WBITS)
+        return body
+
+    def _inflate(self, body: bytes, wbits: int) -> bytes:
+        try:
+            inflater = zlib.decompressobj(wbits)
+            plain = inflater.decompress(body, self._limit + 1)
+            if len(plain) <= self._limit:
+                plain += inflater.flush()
+        except zlib.error as exc:
+            raise httpx2.DecodingError(str(exc)) from exc
+        if len(plain) > self._limit:
+            raise ResponseTooLarge
+        return plain
 
 
 class CatalogIndex(Protocol):

@@ -29,8 +29,12 @@ class CallObserver(Protocol):
 
     def call_started(self, call: Call) -> None: ...
 
-    def stage_finished(self, stage: str, seconds: float) -> None:
-        """`seconds` is the stage's own time: the stages it handed the call to are not in it."""
+    def stages_finished(self, times: Sequence[tuple[str, float]]) -> None:
+        """Each stage's own seconds (the stages it handed the call to are not in them), innermost first.
+
+        Told once per call, all stages at once: an observer that writes them
+        somewhere pays its fixed cost (a lock, a file) once, not once a stage.
+        """
         ...
 
     def call_finished(self, call: Call, result: ToolExecResult, seconds: float) -> None: ...
@@ -76,9 +80,9 @@ class TimedStage:
         finally:
             marks.append((None, time.perf_counter()))
         if self.outermost:
-            for stage, seconds in own_times(marks):
-                for observer in self.observers:
-                    observer.stage_finished(stage, seconds)
+            times = own_times(marks)
+            for observer in self.observers:
+                observer.stages_finished(times)
             total = marks[-1][1] - marks[0][1]
             for observer in self.observers:
                 observer.call_finished(call, result, total)

@@ -58,6 +58,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from runner.asking import CALL_INPUT, InputAsk, InputAsked
 from runner.authz import DelegationAuthorization, NoDelegations
 from runner.bound import BoundTool
 from runner.capabilities import AuthCapability, ClockCapability, ToolCapabilities
@@ -143,6 +144,7 @@ DEPENDENCY_MESSAGE = "a database or cache Toolgate needs is unreachable; nothing
 CREDENTIAL_IN_OUTPUT = "tool output contains the connection's credential; it was withheld"
 DISABLED_MESSAGE = "tool is disabled"
 TOOL_ERROR_MESSAGE = "the tool reported an error meant for the model; its content says what"
+INPUT_REQUIRED_MESSAGE = "the tool asks the client for input before it can answer; retry with the answers"
 
 
 @dataclass(slots=True)
@@ -760,6 +762,17 @@ class ExecuteStage:
         self._loop = loop or BackgroundLoop.shared()
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
+        client = CALL_INPUT.get()
+        if client is None:
+            return self._execute(call)
+        # A tool that asks mid-call counts its sampling requests against the caller's policy itself.
+        published = CALL_INPUT.set(replace(client, sample_cap=call.budgets.max_samples_per_call or 0))
+        try:
+            return self._execute(call)
+        finally:
+            CALL_INPUT.reset(published)
+
+    def _execute(self, call: Call) -> ToolExecResult:
         tool = call.bound
         budget_ms = runtime_budget_ms(call)
         caps = tool.capabilities(clock=self._clock, auth=call.auth, ctx=call.ctx)
@@ -773,6 +786,8 @@ class ExecuteStage:
             return call.fail(ErrorCode.TIMEOUT, f"the tool ran past its {budget_ms} ms budget")
         except ToolError as exc:  # the tool's own answer for the model, not a failure of the call
             return call.tool_error(exc.content)
+        except InputAsked as asked:
+            return _input_required(call, asked.ask)
         except ToolCancelled as exc:
             return call.fail(ErrorCode.CANCELLED, str(exc))
         except (ToolFailure, CapabilityError) as exc:
@@ -798,6 +813,20 @@ class ExecuteStage:
         if remaining_s <= 0:
             raise ToolTimedOut
         return self._loop.run(tool.definition.execute(call.args, call.ctx, caps), timeout_s=remaining_s)
+
+
+def _input_required(call: Call, ask: InputAsk) -> ToolExecResult:
+    """A round that asks the client: refused when its sampling requests pass the policy's per-call cap."""
+    client = CALL_INPUT.get()
+    used = client.samples_used if client is not None else 0
+    cap = call.budgets.max_samples_per_call or 0
+    if ask.samples and used + ask.samples > cap:
+        allowed = "allows no sampling" if cap == 0 else f"allows {cap} sampling request(s) per call"
+        return call.fail(
+            ErrorCode.POLICY_DENIED,
+            f"the upstream asks the client's model to sample, and this caller's policy {allowed}",
+        )
+    return call.fail(ErrorCode.INPUT_REQUIRED, INPUT_REQUIRED_MESSAGE, input_ask=ask)
 
 
 def _blocking(execute: BlockingExecuteFn, call: Call, caps: ToolCapabilities, deadline: float) -> Any:

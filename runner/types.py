@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runner.asking import InputAsk
+
 
 class ToolEffect(enum.StrEnum):
     """How far a tool's side effects reach; policy may require approval per effect."""
@@ -70,6 +72,9 @@ class ErrorCode(enum.StrEnum):
     # The caller cancelled the call while it ran (an MCP `notifications/cancelled`, or it dropped the
     # event stream it asked for): the upstream was told to stop, and the row ends here.
     CANCELLED = "cancelled"
+    # The upstream asked the caller's client for input (an elicitation, a sampling request) before it
+    # can answer: the result carries the asks (`input_ask`), and the client's retry brings the answers.
+    INPUT_REQUIRED = "input_required"
 
 
 class ConnectionChoice(enum.StrEnum):
@@ -184,6 +189,8 @@ class Budgets:
     max_result_bytes: int | None = None
     rate_limit_per_minute: int | None = None
     max_concurrency: int | None = None
+    # Sampling requests (an upstream asking the client's model) one call may pass on; None or 0: none.
+    max_samples_per_call: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +262,8 @@ class ToolExecResult:
     # With `connection_required` (and an ambiguous choice's `validation`): the provider whose
     # connection the call needs, so an interface can send the person to connect or choose one.
     connection_provider: str | None = None
+    # With `input_required`: what the upstream asks the client (runner/asking.py), for the interface.
+    input_ask: InputAsk | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,11 @@ from django.db import connection
 from policies_app.counters import counters
 from policies_app.fairness import allowances as fairness_allowances
 from policies_app.governance import governance_cache
+from tests.support import postgres_for_tests
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+postgres_for_tests.install()  # flush by DELETE, commits not waited to disk: the module says why
 
 # Hypothesis judges what a property holds, not how fast an example ran: on a shared two-core machine
 # a database example can take 250 ms, and a deadline would fail the run for the machine's load.
@@ -33,7 +36,15 @@ E2E_DIR = Path(__file__).resolve().parent / "e2e"
 # Transactional for their live servers and threads, but what they test is the wire and the processes:
 # the browser tests, tests/integration (processes on the services they need, or on an embedded default
 # they configure themselves), and the upstream tests (MCP servers and the stdio host, which keeps no rows).
-ENGINE_NEUTRAL_DIRS = (E2E_DIR, INTEGRATION_DIR, Path(__file__).resolve().parent / "tools_app" / "upstream")
+GATEWAY_TESTS = Path(__file__).resolve().parent / "gateway"
+# (the outbound guard's own tests, tests/core/test_netguard.py, came from the upstream tests with it)
+ENGINE_NEUTRAL_DIRS = (
+    E2E_DIR,
+    INTEGRATION_DIR,
+    GATEWAY_TESTS / "upstream",
+    GATEWAY_TESTS / "host",
+    Path(__file__).resolve().parent / "core" / "test_netguard.py",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,7 +75,7 @@ def _engine_sensitive(item: pytest.Item) -> bool:
 # Folders whose files hold the suite's longest tests (live servers, subprocesses, installs), handed out first:
 # `--dist loadfile` gives files to workers in collection order, and a long file taken last keeps the
 # whole run waiting on one worker. The browser tests stay last (see the Makefile's test target).
-FIRST_FOLDERS = ("tests/integration/", "tests/tools_app/upstream/", "tests/config/")
+FIRST_FOLDERS = ("tests/integration/", "tests/gateway/upstream/", "tests/gateway/host/", "tests/config/")
 LAST_FOLDERS = ("tests/e2e/",)
 
 

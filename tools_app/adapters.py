@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from django.utils import timezone
 
-from policies_app.outages import outage_guard
+from core.outages import outage_guard
 from runner.bound import BoundTool
 from runner.ports import Claimed, Conflict, Replay
 from runner.types import ErrorCode, ToolExecResult, ToolInvocationContext, ToolInvocationRecord

@@ -17,16 +17,15 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from policies_app.admin_display import WrittenElsewhereAdmin, count_of, short_datetime
-from policies_app.errors import AppError
+from core.admin_display import WrittenElsewhereAdmin, count_of, short_datetime
+from core.errors import AppError
 from tools_app import toolsets_admin  # registers the toolsets admin
 from tools_app.models import Tool, ToolInvocation
-from tools_app.selectors import tool_ids_known
+from tools_app.selectors import schema_hash_label, tool_ids_known
 from tools_app.services import tool_metadata_set, tool_set_enabled
-from tools_app.upstream import admin as upstream_admin  # registers the MCP servers' and tools' admin
-from tools_app.upstream.services import mcp_tools_enable_check, schema_hash_label
+from tools_app.sources import tool_enable_problems
 
-__all__ = ["ToolAdmin", "ToolInvocationAdmin", "toolsets_admin", "upstream_admin"]
+__all__ = ["ToolAdmin", "ToolInvocationAdmin", "toolsets_admin"]
 
 
 @admin.register(Tool)
@@ -140,8 +139,8 @@ class ToolAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
                 )
             except AppError as exc:
                 self.message_user(request, f"Metadata not saved: {exc}", messages.ERROR)
-        problems = mcp_tools_enable_check([obj.pk]) if obj.is_enabled else []
-        if problems:  # an upstream tool runs only with an approved definition
+        problems = tool_enable_problems([obj.pk]) if obj.is_enabled else []
+        if problems:  # e.g. an upstream tool runs only with an approved definition
             self.message_user(request, problems[0], messages.ERROR)
             return
         tool_set_enabled(tool_ids=[obj.pk], enabled=obj.is_enabled)
@@ -157,7 +156,7 @@ class ToolAdmin(WrittenElsewhereAdmin, admin.ModelAdmin):
     def _switch(self, request: HttpRequest, queryset: QuerySet[Tool], *, enabled: bool) -> None:
         selected = list(queryset)
         if enabled:
-            for problem in mcp_tools_enable_check(tool.pk for tool in selected):
+            for problem in tool_enable_problems(tool.pk for tool in selected):
                 self.message_user(request, problem, messages.ERROR)
                 selected = [tool for tool in selected if not problem.startswith(f"{tool.pk} ")]
         changed = tool_set_enabled(tool_ids=[tool.pk for tool in selected], enabled=enabled)

@@ -37,6 +37,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from runner.types import Decision, ToolInvocationContext, ToolInvocationRecord
+from tools_app.audit_kinds import audit_kinds
 from tools_app.models import ToolCallClaim, ToolInvocation
 from tools_app.partitions import TABLE as _TABLE
 from tools_app.partitions import audit_claims_prune, audit_is_partitioned, audit_partitions_retire
@@ -287,14 +288,35 @@ def audit_rows(*, since: datetime, until: datetime, tenant_slug: str | None = No
         yield _plain(row)
 
 
+INVOCATIONS = "invocations"  # the default kind: tool calls, as the export always wrote them
+
+
+def export_kinds() -> tuple[str, ...]:
+    """What `audit export --kind` accepts: the invocations, then every installed trail (tools_app.audit_kinds)."""
+    return (INVOCATIONS, *audit_kinds())
+
+
 def audit_export(
-    *, out: TextIO, export_format: str, since: datetime, until: datetime, tenant_slug: str | None = None
+    *,
+    out: TextIO,
+    export_format: str,
+    since: datetime,
+    until: datetime,
+    tenant_slug: str | None = None,
+    kind: str = INVOCATIONS,
 ) -> int:
-    """Write the rows as JSON lines or CSV (with a header) to `out`; returns how many were written."""
+    """Write the rows of one kind as JSON lines or CSV (with a header) to `out`; returns how many were written.
+
+    Each kind has its own columns, so one file never mixes them: a SIEM reads one shape per export.
+    """
     written = 0
-    rows = audit_rows(since=since, until=until, tenant_slug=tenant_slug)
+    if kind == INVOCATIONS:
+        fields, rows = EXPORT_FIELDS, audit_rows(since=since, until=until, tenant_slug=tenant_slug)
+    else:
+        trail = audit_kinds()[kind]
+        fields, rows = trail.fields, trail.rows(since=since, until=until, tenant_slug=tenant_slug)
     if export_format == "csv":
-        writer = csv.DictWriter(out, fieldnames=EXPORT_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         for row in rows:
             writer.writerow(row)
@@ -308,6 +330,15 @@ def audit_export(
 
 
 @dataclass(frozen=True, slots=True)
+class TrailPruned:
+    """What a prune deleted of one installed trail (tools_app.audit_kinds)."""
+
+    noun: str
+    deleted: int
+    batches: int
+
+
+@dataclass(frozen=True, slots=True)
 class PruneReport:
     cutoff: datetime
     deleted: int  # rows deleted one by one (SQLite; on PostgreSQL the rest of a partly covered partition)
@@ -317,6 +348,7 @@ class PruneReport:
     rows_dropped: int = 0  # their rows, as the planner counts them (no scan)
     claims_deleted: int = 0  # PostgreSQL: the tool_call_id claims of the retired rows
     partitions_busy: tuple[str, ...] = ()  # a lock kept these from retiring this run; the next run will
+    trails: tuple[TrailPruned, ...] = ()  # the installed trails (tools_app.audit_kinds), same cutoff
 
 
 def _outside_the_idempotency_window(now: datetime) -> Q:
@@ -329,7 +361,9 @@ def audit_prune(*, older_than_days: int, now: datetime | None = None, batch_size
     On PostgreSQL every partition wholly older than the cutoff is dropped, then
     the rest (the part of the partition the cutoff falls in, stray rows of the
     default partition) is deleted batch by batch, then the retired rows' claims.
-    On SQLite everything goes batch by batch.
+    On SQLite everything goes batch by batch. Then every installed trail
+    (tools_app.audit_kinds: the gateway's feature reads) prunes its rows older
+    than the same cutoff, batch by batch.
     """
     if older_than_days < MIN_RETENTION_DAYS:
         raise ValueError(f"audit rows are kept at least {MIN_RETENTION_DAYS} day")
@@ -350,8 +384,11 @@ def audit_prune(*, older_than_days: int, now: datetime | None = None, batch_size
         deleted += count
         batches += 1
     kept = old.exclude(_outside_the_idempotency_window(now)).count()
+    trails = tuple(
+        TrailPruned(trail.noun, *trail.prune(cutoff=cutoff, batch_size=batch_size)) for trail in audit_kinds().values()
+    )
     if retired is None:
-        return PruneReport(cutoff=cutoff, deleted=deleted, batches=batches, kept_in_window=kept)
+        return PruneReport(cutoff=cutoff, deleted=deleted, batches=batches, kept_in_window=kept, trails=trails)
     # A claim goes only once its row has: not past a partition a lock kept.
     claims_cutoff = min([cutoff, *(partition.start for partition in retired.busy)])
     return PruneReport(
@@ -363,4 +400,5 @@ def audit_prune(*, older_than_days: int, now: datetime | None = None, batch_size
         rows_dropped=retired.rows_dropped,
         claims_deleted=audit_claims_prune(cutoff=claims_cutoff, now=now),
         partitions_busy=tuple(partition.name for partition in retired.busy),
+        trails=trails,
     )

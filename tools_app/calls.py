@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.selectors import Caller
 from runner.pipeline import ToolRunner
 from runner.types import ToolExecResult

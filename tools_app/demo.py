@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.keys import key_matches, key_prefix
 from policies_app.models import ServiceAccount, Tenant, TenantMembership, ToolPolicy
 from policies_app.services import policy_save, service_account_create, service_account_delete, tenant_create

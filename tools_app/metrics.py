@@ -1,4 +1,4 @@
-"""Prometheus series of tool calls, pipeline stages and upstream MCP servers.
+"""Prometheus series of tool calls and pipeline stages (upstream MCP servers: gateway/upstream/metrics.py).
 
 Counted in the process where the call happens, as it happens: an increment is
 a few memory writes (an mmap'd file per process under gunicorn, see
@@ -15,9 +15,16 @@ registered (a caller may send any string) is always `unknown`.
 
 from __future__ import annotations
 
+import bisect
+import os
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 
 from prometheus_client import Counter, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
+from prometheus_client.utils import INF, floatToGoString
 
 from runner.pipeline import Call
 from runner.types import Decision, ErrorCode, ToolExecResult
@@ -52,28 +59,9 @@ TOOL_CALL_SECONDS = Histogram(
     ["tool"],
     buckets=CALL_BUCKETS,
 )
-STAGE_SECONDS = Histogram(
-    "toolgate_pipeline_stage_duration_seconds",
-    "Time each pipeline stage spent by itself (the stages it handed the call to excluded).",
-    ["stage"],
-    buckets=STAGE_BUCKETS,
-)
-MCP_UPSTREAM_CALLS = Counter(
-    "toolgate_mcp_upstream_calls",
-    "Calls to upstream MCP servers by server slug and outcome (ok, tool_error, unreachable, timeout, ...).",
-    ["server", "outcome"],
-)
-MCP_UPSTREAM_SECONDS = Histogram(
-    "toolgate_mcp_upstream_call_duration_seconds",
-    "Round trip of a call to an upstream MCP server, by server slug.",
-    ["server"],
-    buckets=CALL_BUCKETS,
-)
-MCP_DISCOVERY = Counter(
-    "toolgate_mcp_discovery",
-    "Discovery runs (tools/list) of upstream MCP servers by server slug and outcome (ok, changed, failed, ...).",
-    ["server", "outcome"],
-)
+STAGE_METRIC = "toolgate_pipeline_stage_duration_seconds"
+STAGE_HELP = "Time each pipeline stage spent by itself (the stages it handed the call to excluded)."
+STAGE_SECONDS = Histogram(STAGE_METRIC, STAGE_HELP, ["stage"], buckets=STAGE_BUCKETS)
 
 
 class LabelCap:
@@ -109,13 +97,67 @@ def call_outcome(result: ToolExecResult, decision: Decision) -> str:
     return "denied" if result.error_code in REFUSALS else "error"
 
 
+class StageFile:
+    """This process's stage timings in a multiprocess file of their own, all of a call's stages under one lock.
+
+    Under gunicorn, prometheus_client writes each observation through its
+    multiprocess value: a lock, a `getpid()` and an mmap write for the sum and
+    again for the bucket, so the nineteen stages of a call cost 38 of each (a
+    twentieth of an exec call's CPU). This writes the same series, in the
+    library's file format and keys, to `histogram_stages-<pid>.db` beside the
+    library's files: the scrape (config/metrics.py) sums every `histogram_*`
+    file of the directory, so the page shows the same histogram. A forked
+    child opens its own file, as the library's values do.
+    """
+
+    _UPPER_BOUNDS = (*STAGE_BUCKETS, INF)
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+        self._open()
+        os.register_at_fork(after_in_child=self._open)
+
+    def _open(self) -> None:
+        self._file = MmapedDict(str(Path(self._directory) / f"histogram_stages-{os.getpid()}.db"))
+        # stage -> [sum key, bucket keys, sum, bucket counts] (non-cumulative, as the library stores them)
+        self._series: dict[str, list] = {}
+        self._lock = threading.Lock()  # anew in a forked child: another thread may have held it at the fork
+
+    def _stage_series(self, stage: str) -> list:
+        sum_key = mmap_key(STAGE_METRIC, f"{STAGE_METRIC}_sum", ["stage"], [stage], STAGE_HELP)
+        bucket_keys = [
+            mmap_key(
+                STAGE_METRIC, f"{STAGE_METRIC}_bucket", ["stage", "le"], [stage, floatToGoString(bound)], STAGE_HELP
+            )
+            for bound in self._UPPER_BOUNDS
+        ]
+        total = self._file.read_value(sum_key)[0]
+        counts = [self._file.read_value(key)[0] for key in bucket_keys]
+        return [sum_key, bucket_keys, total, counts]
+
+    def observe(self, times: Sequence[tuple[str, float]]) -> None:
+        with self._lock:
+            for stage, seconds in times:
+                series = self._series.get(stage)
+                if series is None:
+                    series = self._series[stage] = self._stage_series(stage)
+                series[2] += seconds
+                self._file.write_value(series[0], series[2], 0.0)
+                index = bisect.bisect_left(self._UPPER_BOUNDS, seconds)
+                series[3][index] += 1.0
+                self._file.write_value(series[1][index], series[3][index], 0.0)
+
+
 class PrometheusCallObserver:
     """The runner's CallObserver (runner/observe.py) counting calls and timing stages."""
 
-    def __init__(self, *, max_tools: int, max_tenants: int) -> None:
+    def __init__(self, *, max_tools: int, max_tenants: int, multiprocess_directory: str | None = None) -> None:
         self._tool = LabelCap(max_tools)
         self._tenant = LabelCap(max_tenants) if max_tenants > 0 else None
-        self._stage_histograms: dict[str, Histogram] = {}  # `labels()` takes a lock; a stage's child never changes
+        # `labels()` takes a lock and builds a key each time; a label set's child never changes.
+        self._stage_histograms: dict[str, Histogram] = {}
+        self._children: dict[tuple[str, ...], MetricWrapperBase] = {}
+        self._stage_file = StageFile(multiprocess_directory) if multiprocess_directory else None
 
     def tool_label(self, call: Call) -> str:
         if call.tool is None:  # the lookup failed: the id is whatever the caller sent
@@ -128,26 +170,25 @@ class PrometheusCallObserver:
     def call_started(self, call: Call) -> None:
         return None
 
-    def stage_finished(self, stage: str, seconds: float) -> None:
-        histogram = self._stage_histograms.get(stage)
-        if histogram is None:
-            histogram = self._stage_histograms[stage] = STAGE_SECONDS.labels(stage)
-        histogram.observe(seconds)
+    def stages_finished(self, times: Sequence[tuple[str, float]]) -> None:
+        if self._stage_file is not None:
+            self._stage_file.observe(times)
+            return
+        for stage, seconds in times:
+            histogram = self._stage_histograms.get(stage)
+            if histogram is None:
+                histogram = self._stage_histograms[stage] = STAGE_SECONDS.labels(stage)
+            histogram.observe(seconds)
 
     def call_finished(self, call: Call, result: ToolExecResult, seconds: float) -> None:
         tool = self.tool_label(call)
         error_code = result.error_code.value if result.error_code is not None else ""
-        outcome = call_outcome(result, call.decision)
-        TOOL_CALLS.labels(tool, self.tenant_label(call.ctx.tenant_id), outcome, error_code).inc()
-        TOOL_CALL_SECONDS.labels(tool).observe(seconds)
-
-
-def mcp_upstream_call_observed(*, server: str, outcome: str, seconds: float) -> None:
-    """The hook for the upstream-MCP tool source: one call to `server` ended with `outcome`."""
-    MCP_UPSTREAM_CALLS.labels(server, outcome).inc()
-    MCP_UPSTREAM_SECONDS.labels(server).observe(seconds)
-
-
-def mcp_discovery_observed(*, server: str, outcome: str) -> None:
-    """The hook for MCP discovery: one `tools/list` run of `server` ended with `outcome`."""
-    MCP_DISCOVERY.labels(server, outcome).inc()
+        labels = (tool, self.tenant_label(call.ctx.tenant_id), call_outcome(result, call.decision), error_code)
+        counter = self._children.get(labels)
+        if counter is None:
+            counter = self._children[labels] = TOOL_CALLS.labels(*labels)
+        counter.inc()  # type: ignore[attr-defined]
+        histogram = self._children.get((tool,))
+        if histogram is None:
+            histogram = self._children[(tool,)] = TOOL_CALL_SECONDS.labels(tool)
+        histogram.observe(seconds)  # type: ignore[attr-defined]

@@ -7,9 +7,8 @@ from django.db.models import Q
 
 from runner.types import ConnectionChoice, ConsequenceLevel, Decision, ErrorCode, ToolEffect
 from tools_app.toolset_models import Toolset
-from tools_app.upstream.models import McpFeature, McpFeatureRead, McpServer, McpTool
 
-__all__ = ["McpFeature", "McpFeatureRead", "McpServer", "McpTool", "Tool", "ToolCallClaim", "ToolInvocation", "Toolset"]
+__all__ = ["Tool", "ToolCallClaim", "ToolInvocation", "Toolset"]
 
 
 class Tool(models.Model):

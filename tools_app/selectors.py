@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 
 from policies_app.governance import governance_cache
-from tools_app.models import McpServer, Tool, ToolInvocation
+from tools_app.models import Tool, ToolInvocation
 from tools_app.registry import code_registry
-from tools_app.upstream.definitions import server_tool_id_prefix
+from tools_app.sources import source_providers
+
+SCHEMA_HASH_PREFIX = "sha256:"
 
 
 def enabled_tool_ids() -> frozenset[str]:
@@ -78,49 +80,12 @@ def tools_by_id(*, tool_ids: Iterable[str]) -> dict[str, Tool]:
     return {tool.id: tool for tool in Tool.objects.filter(pk__in=list(tool_ids))}
 
 
-def mcp_server_tool_id_prefixes() -> list[str]:
-    """`mcp__<server>__` of every registered (not removed) upstream server: what a policy pattern may name
-    before the server's tools are discovered."""
-    slugs = McpServer.objects.filter(removed_at__isnull=True).values_list("slug", flat=True)
-    return sorted(server_tool_id_prefix(slug) for slug in slugs)
-
-
 def tool_providers() -> list[str]:
     """Providers tools talk to (`github`, an MCP server's `--provider`): what a hand-entered credential may be for."""
     code = {definition.contract.provider for definition in code_registry().values() if definition.contract.provider}
-    upstream = set(
-        McpServer.objects.filter(removed_at__isnull=True).exclude(provider="").values_list("provider", flat=True)
-    )
-    return sorted(code | upstream)
+    return sorted(code | source_providers())
 
 
-# --- key rotation (manage.py rotate_encryption_keys): MCP servers' sealed values -----------------
-# Removed servers count too: their rows keep their sealed values, and `mcp_server add` brings them back.
-
-
-def mcp_servers_token_to_rewrap(*, primary_key_id: str, after: int | None, limit: int) -> list[McpServer]:
-    """The next batch of servers whose operator token is not under the primary key, in pk order after `after`."""
-    rows = McpServer.objects.filter(operator_token_sealed__isnull=False).exclude(operator_token_key_id=primary_key_id)
-    if after is not None:
-        rows = rows.filter(pk__gt=after)
-    return list(rows.order_by("pk").only("id", "slug", "operator_token_sealed", "operator_token_key_id")[:limit])
-
-
-def mcp_server_token_key_usage() -> dict[str, int]:
-    """How many MCP servers' operator tokens each key id seals."""
-    rows = McpServer.objects.filter(operator_token_sealed__isnull=False).order_by("operator_token_key_id")
-    return dict(rows.values_list("operator_token_key_id").annotate(n=Count("pk")))
-
-
-def mcp_servers_secret_env_to_rewrap(*, primary_key_id: str, after: int | None, limit: int) -> list[McpServer]:
-    """The next batch of stdio servers whose sealed environment is not under the primary key, in pk order."""
-    rows = McpServer.objects.filter(secret_env_sealed__isnull=False).exclude(secret_env_key_id=primary_key_id)
-    if after is not None:
-        rows = rows.filter(pk__gt=after)
-    return list(rows.order_by("pk").only("id", "slug", "secret_env_sealed", "secret_env_key_id")[:limit])
-
-
-def mcp_server_secret_env_key_usage() -> dict[str, int]:
-    """How many stdio servers' sealed environments each key id seals."""
-    rows = McpServer.objects.filter(secret_env_sealed__isnull=False).order_by("secret_env_key_id")
-    return dict(rows.values_list("secret_env_key_id").annotate(n=Count("pk")))
+def schema_hash_label(digest: str) -> str:
+    """The one hash operators see for a tool (review pages, lists, commands): the policy file's `schema_hash`."""
+    return f"{SCHEMA_HASH_PREFIX}{digest}"

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
 from django.utils import timezone
 
 from changes_app.services import ObjectRef, change_record
+from core.errors import AppError
 from policies_app.adapters import DatabaseDelegationStore
-from policies_app.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.selectors import Caller, delegation_for_token, policy_effective_for
 from runner.authz import SUBJECT_REFUSED, subject_refusal
@@ -264,6 +265,39 @@ def tool_set_enabled(*, tool_ids: Iterable[str], enabled: bool) -> list[str]:
     for tool_id in changed:
         tool_switch_record(tool_id=tool_id, enabled=enabled)
     return changed
+
+
+# --- the rows of upstream MCP tools, written by the gateway's discovery and review ------------------
+
+
+def mcp_tool_row_create(*, tool_id: str, fields: Mapping[str, Any]) -> Tool:
+    """An upstream tool's catalog row at its first discovery (or its return under the same id): disabled."""
+    row, _ = Tool.objects.update_or_create(
+        pk=tool_id, defaults={**fields, "source": Tool.Source.MCP, "is_enabled": False, "missing_since": None}
+    )
+    return row
+
+
+def mcp_tool_row_mirror(row: Tool, *, fields: Mapping[str, Any], now: datetime, missing: bool, runs: bool) -> None:
+    """Mirror an upstream tool's live definition into its row (policy files pin its schema_hash).
+
+    A new hash dates the change; a tool gone from its server is marked missing;
+    one whose definition is not approved (`runs` false) is switched off.
+    """
+    if fields["schema_hash"] != row.schema_hash:
+        row.schema_changed_at = now
+    for key, value in fields.items():
+        setattr(row, key, value)
+    row.source = Tool.Source.MCP
+    row.missing_since = now if missing else None
+    if not runs:
+        row.is_enabled = False
+    row.save()
+
+
+def mcp_tool_row_gone(*, tool_id: str, now: datetime) -> None:
+    """An upstream tool its server no longer lists: missing and off (one UPDATE; the caller records it)."""
+    Tool.objects.filter(pk=tool_id).update(missing_since=now, is_enabled=False, updated_at=now)
 
 
 def tool_switch_record(*, tool_id: str, enabled: bool) -> None:

@@ -1,8 +1,7 @@
 """Celery tasks of tools_app (found by Celery's autodiscovery under this name).
 
-The audit retention run by beat (settings.TOOLGATE_AUDIT_RETENTION_DAYS), the audit partitions made
-ahead of time (PostgreSQL, hourly), and the upstream MCP
-discovery task, defined beside its service in tools_app/upstream/tasks.py.
+The audit retention run by beat (settings.TOOLGATE_AUDIT_RETENTION_DAYS) and the audit partitions made
+ahead of time (PostgreSQL, hourly).
 """
 
 from __future__ import annotations
@@ -14,16 +13,15 @@ from django.conf import settings
 
 from tools_app.audit import audit_prune
 from tools_app.partitions import audit_partitions_ensure
-from tools_app.upstream.tasks import discover_server
 
-__all__ = ["audit_partitions_ahead", "audit_retention", "discover_server"]
+__all__ = ["audit_partitions_ahead", "audit_retention"]
 
 logger = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True, soft_time_limit=3000, time_limit=3300)
 def audit_retention() -> int:
-    """Prune audit rows past the retention period; idempotent (a second run finds nothing). Returns rows deleted."""
+    """Prune audit rows (and the installed trails' rows) past the retention period; idempotent. Returns rows deleted."""
     days = settings.TOOLGATE_AUDIT_RETENTION_DAYS
     if days <= 0:
         return 0
@@ -39,7 +37,9 @@ def audit_retention() -> int:
         report.claims_deleted,
         ", ".join(report.partitions_busy) or "none",
     )
-    return report.deleted + report.rows_dropped
+    for trail in report.trails:
+        logger.info("audit retention: %d %s deleted in %d batches", trail.deleted, trail.noun, trail.batches)
+    return report.deleted + report.rows_dropped + sum(trail.deleted for trail in report.trails)
 
 
 @shared_task(acks_late=True, soft_time_limit=300, time_limit=360)

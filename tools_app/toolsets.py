@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
 from changes_app.services import change_record, change_snapshot
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.governance import governance_bump, governance_cache
 from runner.contracts import tags_problem
 from tools_app.models import Tool, Toolset

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from policies_app.errors import AppError
+from core.errors import AppError
 from tools_app.models import Toolset
 from tools_app.selectors import tool_ids_known
 from tools_app.toolsets import toolset_check, toolset_delete, toolset_save

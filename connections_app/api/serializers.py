@@ -15,7 +15,7 @@ from rest_framework import serializers
 from connections_app.credentials import APP_CREDENTIAL_PATTERN, KEY_PATTERN, MANUAL_TYPES, USERNAME_PATTERN
 from connections_app.models import Connection
 from connections_app.services import MAX_SCOPE_LENGTH, MAX_SCOPES
-from policies_app.api.serializers import JSONObjectField, StrictCharField, StrictInputSerializer, StrictRegexField
+from core.api.serializers import JSONObjectField, StrictCharField, StrictInputSerializer, StrictRegexField
 from policies_app.keys import CONSENT_CODE_PATTERN
 from policies_app.services import CONSENT_CODE_REFUSED
 

@@ -2,7 +2,7 @@
 
 Each view validates its input, makes one service or selector call and shapes
 the output; a refusal leaves as the service's `AppError` (or a DRF exception),
-which the API's exception handler (config/api.py) turns into the contract's
+which the API's exception handler (core/api/handlers.py) turns into the contract's
 envelope: no view translates errors by hand. Rows of other tenants are
 answered exactly like rows that do not exist, so ids cannot be probed.
 
@@ -35,12 +35,12 @@ from connections_app.api.serializers import (
 from connections_app.models import Connection, ExecutionGrant
 from connections_app.selectors import connection_get, connection_list, connections_of_tenant, grant_get, grant_list
 from connections_app.services import connection_create, connection_revoke, grant_create, grant_revoke
-from policies_app.api.openapi import RESPONSE_HEADERS, common_errors, error_response
-from policies_app.api.pagination import StrictLimitOffsetPagination
-from policies_app.api.parser import validated_body
-from policies_app.api.serializers import PageQuerySerializer
+from core.api.openapi import RESPONSE_HEADERS, common_errors, error_response
+from core.api.pagination import StrictLimitOffsetPagination
+from core.api.parser import validated_body
+from core.api.serializers import PageQuerySerializer
+from core.errors import AppError
 from policies_app.authentication import INVALID_KEY_MESSAGE, ConnectionsManageScope, ToolsExecScope, request_caller
-from policies_app.errors import AppError
 from policies_app.models import ServiceAccount, Tenant
 from policies_app.selectors import service_account_for_tenant, subject_id_of, tenant_of_caller
 from policies_app.services import consent_exchange

@@ -26,14 +26,15 @@ EXECUTE_ALLOWED_IN = PROJECT_ROOT / "runner" / "pipeline.py"
 # Hidden directories (.venv, .git, caches) are skipped as well.
 SKIPPED_DIRS = frozenset({"migrations", "__pycache__", "node_modules", "staticfiles", "var"})
 
-# httptools (llhttp) parses the answers on runner/http1.py's keep-alive connections.
-RUNNER_THIRD_PARTY = frozenset({"runner", "pydantic", "pydantic_core", "httpx", "httptools"})
+# httptools (llhttp) parses the answers on runner/http1's keep-alive pools.
+RUNNER_THIRD_PARTY = frozenset({"runner", "pydantic", "pydantic_core", "httpx2", "httptools"})
 TOOL_FORBIDDEN_MODULES = (
     "os",
     "environ",
     "django",
     "config",
     "httpx",
+    "httpx2",
     "requests",
     "urllib.request",
     "http.client",
@@ -139,7 +140,8 @@ def matches(module: str, prefix: str) -> bool:
 def framework_imports(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
     for line, module in imported_modules(tree, path):
         root = root_of(module)
-        if root in {"django", "config"} or root.endswith("_app") or module.startswith("<"):
+        app = root.endswith("_app") or (root in LAYER_OF and root != "runner")
+        if root in {"django", "config"} or app or module.startswith("<"):
             yield line, module
 
 
@@ -213,7 +215,7 @@ def test_runner_imports_no_django_config_or_app_package() -> None:
     assert offences(runner_files, framework_imports, "runner imports") == []
 
 
-def test_runner_depends_only_on_stdlib_pydantic_httpx_and_httptools() -> None:
+def test_runner_depends_only_on_stdlib_pydantic_httpx2_and_httptools() -> None:
     assert offences(python_files(RUNNER_DIR), non_runner_dependencies, "runner depends on") == []
 
 
@@ -337,7 +339,7 @@ def test_execute_detector_flags_tool_calls_and_ignores_db_cursors() -> None:
     ]
 
 
-# --- the change log is the lowest app: every app may write to it, it imports none of them -------
+# --- the change log is below every domain app: every app may write to it, it imports none of them
 
 CHANGES_DIR = PROJECT_ROOT / "changes_app"
 
@@ -348,7 +350,7 @@ def toolgate_imports_outside(package: str) -> Detector:
     def detector(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
         for line, module in imported_modules(tree, path):
             root = root_of(module)
-            if module.startswith("<") or (root != package and (root in {"config", "runner"} or root.endswith("_app"))):
+            if module.startswith("<") or (root != package and (root in LAYER_OF or root.endswith("_app"))):
                 yield line, module
 
     return detector
@@ -383,9 +385,19 @@ def test_leaf_detector_reports_other_apps_config_and_the_runner() -> None:
 
 # --- the MCP endpoint is an interface: the catalog selector and the runner, nothing else ---------
 
-MCP_SERVER_DIR = PROJECT_ROOT / "tools_app" / "mcp_server"
+MCP_SERVER_DIR = PROJECT_ROOT / "gateway" / "inbound"
 PROJECT_PACKAGES = frozenset(
-    {"config", "runner", "changes_app", "tools_app", "policies_app", "identity_app", "connections_app"}
+    {
+        "config",
+        "runner",
+        "changes_app",
+        "tools_app",
+        "gateway",
+        "policies_app",
+        "identity_app",
+        "connections_app",
+        "policy_files",
+    }
 )
 # What the MCP interface may use of the project besides runner types and wording and its own package: the caller's
 # catalog and the runner (through the services REST uses), the REST exec serializer (one set of rules
@@ -407,11 +419,11 @@ MCP_ALLOWED_NAMES = frozenset(
         "policies_app.authentication.ServiceAccountRateThrottle",
         "policies_app.authentication.mcp_resource_url",  # the challenge names the resource the request was sent to
         "policies_app.selectors.Caller",
-        "policies_app.api.negotiation.PlainAcceptNegotiation",  # the API's shortcut, extended by McpNegotiation
+        "core.api.negotiation.PlainAcceptNegotiation",  # the API's shortcut, extended by McpNegotiation
         # the outage mapping and its answer, and the application error, shared with the REST exception handler
-        "policies_app.outages.OUTAGE_ERRORS",
-        "policies_app.errors.AppError",
-        "policies_app.errors.drf_field_errors",
+        "core.outages.OUTAGE_ERRORS",
+        "core.errors.AppError",
+        "core.errors.drf_field_errors",
         "runner.pipeline.DEPENDENCY_MESSAGE",
         "runner.pipeline.DEPENDENCY_RETRY_AFTER_S",
         # toolsets and search mode: the toolset's ids as a selector; the search is a tool the
@@ -421,23 +433,48 @@ MCP_ALLOWED_NAMES = frozenset(
         "tools_app.search.unknown_tool_refusal",
         # a call made for a person that needs them (URL elicitation): one service module is the door to
         # approvals, sealed state and pages, as tool_exec is to the runner
-        "tools_app.elicitation.BAD_STATE_MESSAGE",
-        "tools_app.elicitation.Asking",
-        "tools_app.elicitation.PersonNeeded",
-        "tools_app.elicitation.SealedSessions",
-        "tools_app.elicitation.call_principal",
-        "tools_app.elicitation.person_needed",
-        "tools_app.elicitation.request_state_open",
-        "tools_app.elicitation.waiting_call_id",
+        "gateway.elicitation.BAD_STATE_MESSAGE",
+        "gateway.elicitation.Asking",
+        "gateway.elicitation.PersonNeeded",
+        "gateway.elicitation.SealedSessions",
+        "gateway.elicitation.call_principal",
+        "gateway.elicitation.person_needed",
+        "gateway.elicitation.request_state_open",
+        "gateway.elicitation.waiting_call_id",
+        "gateway.elicitation.Principal",
+        # an upstream's questions for the client (elicitation, sampling): the sealed round and its answers
+        "gateway.input_rounds.MAX_ROUNDS",
+        "gateway.input_rounds.AnswersRefused",
+        "gateway.input_rounds.OpenedRound",
+        "gateway.input_rounds.client_input",
+        "gateway.input_rounds.input_round_open",
+        "gateway.input_rounds.input_round_seal",
+        "gateway.input_rounds.round_on_stream",
+        # a 2025-era client's answers to questions asked on its stream, across web workers
+        "gateway.input_rounds.question_open",
+        "gateway.input_rounds.answer_await",
+        "gateway.input_rounds.answer_deliver",
+        "gateway.elicitation.Declared",
+        # a notifications/cancelled that reaches another worker than the one streaming the call
+        "gateway.inflight.CANCEL_POLL_S",
+        "gateway.inflight.cancel_file",
+        "gateway.inflight.cancel_filed",
+        "gateway.elicitation.NOTHING_DECLARED",
         "tools_app.search.SEARCH_TOOL",
         # Resources and prompts: the governed read (lookup, policy, person, budgets, audit) and its listings.
-        "tools_app.upstream.feature_exec.FeatureRefused",
-        "tools_app.upstream.feature_exec.feature_fetch",
-        "tools_app.upstream.feature_exec.features_any_visible",
-        "tools_app.upstream.feature_exec.features_listed",
+        "gateway.upstream.feature_exec.FeatureRefused",
+        "gateway.upstream.feature_exec.feature_fetch",
+        "gateway.upstream.feature_exec.features_any_visible",
+        "gateway.upstream.feature_exec.features_listed",
     }
 )
-MCP_ALLOWED_PREFIXES = ("runner.types.", "runner.wording.", "runner.progress.", "tools_app.mcp_server.")
+MCP_ALLOWED_PREFIXES = (
+    "runner.types.",
+    "runner.wording.",
+    "runner.progress.",
+    "runner.asking.",
+    "gateway.inbound.",
+)
 
 
 def imported_names(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
@@ -507,16 +544,25 @@ def test_mcp_reach_detector_flags_models_selectors_services_and_queries() -> Non
 
 # --- the app graph: each layer imports only the layers below it (no cycle can form) -------------
 
-# Lowest first. changes_app is the change log every app writes to; policies_app holds tenancy,
-# callers, policies, approvals and governance state; tools_app the catalog, audit and the tools
-# API; connections_app credentials, grants and the tenant portal; config composes them all.
+# Lowest first. core is the shared kernel (errors, API plumbing, crypto, revocable rows, the outbound URL
+# guard); changes_app the change log every app writes to; policies_app holds tenancy, callers, policies,
+# approvals and governance state; tools_app the catalog, audit and the tools API; gateway the MCP gateway
+# (the /mcp server, upstream MCP servers, the stdio host), which reaches the catalog through its selectors
+# and services; identity_app single sign-on; connections_app credentials and grants; signin the OAuth
+# authorization server MCP clients sign in with; portal the tenant web UI; policy_files the policy file,
+# a section of every app; config composes them all.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("runner",),
+    ("core",),
     ("changes_app",),
     ("policies_app",),
     ("tools_app",),
+    ("gateway",),
     ("identity_app",),
     ("connections_app",),
+    ("signin",),
+    ("portal",),
+    ("policy_files",),
     ("config",),
 )
 LAYER_OF = {package: rank for rank, packages in enumerate(LAYERS) for package in packages}
@@ -553,20 +599,20 @@ def test_layer_detector_flags_upward_and_sideways_imports_and_allows_downward_on
     found = detect(upward_imports, source, PROJECT_ROOT / "policies_app" / "example.py")
 
     assert found == [
-        (1, "connections_app.models (layer 5 from layer 2)"),
-        (1, "connections_app.models.ExecutionGrant (layer 5 from layer 2)"),
-        (3, "tools_app (layer 3 from layer 2)"),
-        (3, "tools_app.services (layer 3 from layer 2)"),
+        (1, "connections_app.models (layer 7 from layer 3)"),
+        (1, "connections_app.models.ExecutionGrant (layer 7 from layer 3)"),
+        (3, "tools_app (layer 4 from layer 3)"),
+        (3, "tools_app.services (layer 4 from layer 3)"),
     ]
 
 
-# --- one error hierarchy and one copy of the API's plumbing, in the lowest app ------------------
+# --- one error hierarchy and one copy of the API's plumbing, in the kernel (core) ---------------
 
-KERNEL_ERRORS = PROJECT_ROOT / "policies_app" / "errors.py"
-KERNEL_PARSER = PROJECT_ROOT / "policies_app" / "api" / "parser.py"
-KERNEL_PAGINATION = PROJECT_ROOT / "policies_app" / "api" / "pagination.py"
-KERNEL_IDS = PROJECT_ROOT / "policies_app" / "ids.py"
-KERNEL_ADMIN_DISPLAY = PROJECT_ROOT / "policies_app" / "admin_display.py"
+KERNEL_ERRORS = PROJECT_ROOT / "core" / "errors.py"
+KERNEL_PARSER = PROJECT_ROOT / "core" / "api" / "parser.py"
+KERNEL_PAGINATION = PROJECT_ROOT / "core" / "api" / "pagination.py"
+KERNEL_IDS = PROJECT_ROOT / "core" / "ids.py"
+KERNEL_ADMIN_DISPLAY = PROJECT_ROOT / "core" / "admin_display.py"
 API_VIEW_DIRS = (PROJECT_ROOT / "tools_app" / "api", PROJECT_ROOT / "connections_app" / "api")
 
 
@@ -578,28 +624,28 @@ def kernel_copies(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
     """What only the kernel may define: service error types, the status table, the body reader, pagination,
     the reading of ids.
 
-    Services refuse with policies_app.errors.AppError; the status of a code comes
-    from its one table; a body is read with policies_app.api.parser.json_object;
-    lists page with policies_app.api.pagination; a caller's id is read with
-    policies_app.ids.uuid_or_none; admin messages count with admin_display.count_of.
+    Services refuse with core.errors.AppError; the status of a code comes
+    from its one table; a body is read with core.api.parser.json_object;
+    lists page with core.api.pagination; a caller's id is read with
+    core.ids.uuid_or_none; admin messages count with admin_display.count_of.
     """
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             if re.search(r"ServiceError$|^ToolCallFailed$", node.name):
-                yield node.lineno, f"class {node.name} (raise policies_app.errors.AppError)"
+                yield node.lineno, f"class {node.name} (raise core.errors.AppError)"
             if path != KERNEL_PAGINATION and any(name.endswith("Pagination") for name in _base_names(node)):
-                yield node.lineno, f"class {node.name} (use policies_app.api.pagination)"
+                yield node.lineno, f"class {node.name} (use core.api.pagination)"
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("json_object"):
             if path != KERNEL_PARSER:
-                yield node.lineno, f"def {node.name} (use policies_app.api.parser.json_object)"
+                yield node.lineno, f"def {node.name} (use core.api.parser.json_object)"
         elif isinstance(node, ast.FunctionDef) and node.name in {"_count", "count_of"} and path != KERNEL_ADMIN_DISPLAY:
-            yield node.lineno, f"def {node.name} (use policies_app.admin_display.count_of)"
+            yield node.lineno, f"def {node.name} (use core.admin_display.count_of)"
         elif isinstance(node, ast.Assign | ast.AnnAssign) and path != KERNEL_ERRORS:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(target, ast.Name) and target.id == "ERROR_STATUS" for target in targets):
-                yield node.lineno, "ERROR_STATUS (the table lives in policies_app.errors)"
+                yield node.lineno, "ERROR_STATUS (the table lives in core.errors)"
         elif isinstance(node, ast.Call) and path != KERNEL_IDS and ast.unparse(node.func) in {"uuid.UUID", "UUID"}:
-            yield node.lineno, f"{ast.unparse(node.func)}(...) (use policies_app.ids.uuid_or_none)"
+            yield node.lineno, f"{ast.unparse(node.func)}(...) (use core.ids.uuid_or_none)"
 
 
 def hand_translations(tree: ast.Module, path: Path) -> Iterator[tuple[int, str]]:
@@ -641,12 +687,12 @@ def test_kernel_detectors_flag_copies_and_hand_translations() -> None:
     path = PROJECT_ROOT / "connections_app" / "api" / "example.py"
 
     assert detect(kernel_copies, source, path) == [
-        (1, "class ConnectionServiceError (raise policies_app.errors.AppError)"),
-        (2, "class ToolCallFailed (raise policies_app.errors.AppError)"),
-        (3, "class PagePagination (use policies_app.api.pagination)"),
-        (4, "def _json_object (use policies_app.api.parser.json_object)"),
-        (5, "ERROR_STATUS (the table lives in policies_app.errors)"),
-        (6, "uuid.UUID(...) (use policies_app.ids.uuid_or_none)"),
-        (7, "def _count (use policies_app.admin_display.count_of)"),
+        (1, "class ConnectionServiceError (raise core.errors.AppError)"),
+        (2, "class ToolCallFailed (raise core.errors.AppError)"),
+        (3, "class PagePagination (use core.api.pagination)"),
+        (4, "def _json_object (use core.api.parser.json_object)"),
+        (5, "ERROR_STATUS (the table lives in core.errors)"),
+        (6, "uuid.UUID(...) (use core.ids.uuid_or_none)"),
+        (7, "def _count (use core.admin_display.count_of)"),
     ]
     assert detect(hand_translations, source, path) == [(10, "AppError")]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tests.arch.test_architecture import PROJECT_ROOT, detect, detect_in, offences, python_files
 
-CALL_TOOL_ALLOWED_IN = PROJECT_ROOT / "tools_app" / "upstream" / "client.py"
-HOST_RELAY = PROJECT_ROOT / "tools_app" / "upstream" / "host" / "children.py"
+CALL_TOOL_ALLOWED_IN = PROJECT_ROOT / "gateway" / "upstream" / "client.py"
+HOST_RELAY = PROJECT_ROOT / "gateway" / "host" / "children.py"
 # Tests and benchmarks act as MCP clients of Toolgate or of upstreams; product code never may.
 NOT_PRODUCT_CODE = (PROJECT_ROOT / "tests", PROJECT_ROOT / "bench")
 SDK_CALL_NAMES = frozenset({"call_tool"})

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from tests.arch.test_architecture import PROJECT_ROOT, python_files
 
-APP_DIRS = ("runner", "changes_app", "policies_app", "tools_app", "identity_app", "connections_app", "config")
+APP_DIRS = (
+    "runner",
+    "changes_app",
+    "policies_app",
+    "tools_app",
+    "gateway",
+    "identity_app",
+    "connections_app",
+    "config",
+)
 SUBJECT_SET_IN = PROJECT_ROOT / "runner" / "pipeline.py"
 CONTEXT_BUILT_FROM_REQUESTS_IN = PROJECT_ROOT / "tools_app" / "services.py"
 
@@ -59,7 +68,7 @@ def subject_writes(tree: ast.Module, path: Path) -> Iterable[tuple[int, str]]:
 # The two digests that may name a call's delegation: a subject token's (delegation_for_token), and a
 # signed-in MCP client's access token's (caller_for_access_token puts it on the Caller, nowhere else).
 DELEGATION_RESOLVERS = frozenset({"delegation_for_token", "_delegation_of"})
-CALLER_DELEGATION_SET_IN = PROJECT_ROOT / "policies_app" / "signin.py"
+CALLER_DELEGATION_SET_IN = PROJECT_ROOT / "signin" / "services.py"
 
 
 def delegation_writes(tree: ast.Module, path: Path) -> Iterable[tuple[int, str]]:
@@ -117,4 +126,4 @@ def test_the_interfaces_pass_the_token_on_and_nothing_else():
             text = path.read_text()
             if "HTTP_X_TOOLGATE_SUBJECT" in text or "SUBJECT_META_KEY" in text:
                 readers[str(path.relative_to(PROJECT_ROOT))] = text
-    assert set(readers) == {"policies_app/authentication.py", "tools_app/mcp_server/views.py"}
+    assert set(readers) == {"policies_app/authentication.py", "gateway/inbound/views.py"}

@@ -21,8 +21,8 @@ from django.utils import timezone
 from rest_framework.exceptions import ParseError
 from rest_framework.test import APIClient
 
-from config import api
-from policies_app.api import parser
+from core.api import handlers as api
+from core.api import parser
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
@@ -477,12 +477,12 @@ def test_unexpected_exception_answers_500_envelope_and_logs_the_type_only(key, m
 
     monkeypatch.setattr("tools_app.api.views.tool_catalog", explode)
 
-    with caplog.at_level(logging.ERROR, logger="config.api"):
+    with caplog.at_level(logging.ERROR, logger="core.api.handlers"):
         response = APIClient().get("/api/v1/tools", **authorised(key))
 
     assert response.status_code == 500
     assert response.json() == {"error_code": "internal", "safe_message": "internal error"}
-    assert [record.getMessage() for record in caplog.records if record.name == "config.api"] == [
+    assert [record.getMessage() for record in caplog.records if record.name == "core.api.handlers"] == [
         "unhandled RuntimeError in ToolCatalogView"
     ]
     assert CANARY not in caplog.text

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from gunicorn.config import Config
 
-from policies_app.api.parser import MAX_BODY_BYTES
+from core.api.parser import MAX_BODY_BYTES
 from runner.contracts import MAX_TIMEOUT_MS
 from runner.pipeline import REQUEST_TIMEOUT_S
 from tests.support.stack import ServedStack

@@ -10,8 +10,9 @@ from prometheus_client import REGISTRY
 
 import connections_app.metrics  # noqa: F401 - registers the refresh series
 import policies_app.metrics  # noqa: F401 - registers the approval series
+from gateway.upstream.metrics import MCP_DISCOVERY
 from policies_app.metrics import ApprovalsFromTheTable
-from tools_app.metrics import MCP_DISCOVERY, STAGE_SECONDS, TOOL_CALLS
+from tools_app.metrics import STAGE_SECONDS, TOOL_CALLS
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "toolgate.json"
 SUFFIXES = ("_bucket", "_total", "_count", "_sum", "_created")

@@ -27,6 +27,9 @@ COUNTED = re.compile(
     r'^toolgate_tool_calls_total\{error_code="",outcome="ok",tenant="[^"]+",tool="core__get_current_time"\} (\S+)$',
     re.MULTILINE,
 )
+EXECUTE_STAGE_TIMED = re.compile(
+    r'^toolgate_pipeline_stage_duration_seconds_count\{stage="execute"\} (\S+)$', re.MULTILINE
+)
 
 
 def _manage(env: dict[str, str], *args: str) -> None:
@@ -93,3 +96,7 @@ def test_every_workers_calls_are_counted_on_every_scrape(gunicorn_with_three_wor
             counted = COUNTED.search(page.text)
             assert counted is not None, page.text[:2000]
             assert float(counted.group(1)) == CALLS
+            # the stage timings each worker writes to a file of its own (tools_app.metrics.StageFile)
+            timed = EXECUTE_STAGE_TIMED.search(page.text)
+            assert timed is not None, page.text[:2000]
+            assert float(timed.group(1)) == CALLS

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance, response
 
 from config.wsgi import application
 from connections_app.credentials import CredentialsInvalid, credentials_validate
-from policies_app.errors import ERROR_STATUS
+from core.errors import ERROR_STATUS
 from policies_app.governance import governance_bump
 from runner.types import ErrorCode
 from runner.wire.codecs import CODECS

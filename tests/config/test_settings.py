@@ -18,11 +18,21 @@ REAL_KEY = base64.b64encode(b"k" * 32).decode()
 
 
 def _check(**env: str) -> subprocess.CompletedProcess[str]:
+    """`manage.py check` in a fresh interpreter: the whole start (apps, URLs, system checks) under `env`."""
+    return _run([sys.executable, "manage.py", "check"], **env)
+
+
+def _load_settings(**env: str) -> subprocess.CompletedProcess[str]:
+    """The settings module alone in a fresh interpreter, where every refusal to start is raised (a tenth of a check)."""
+    return _run([sys.executable, "-c", "import config.settings"], **env)
+
+
+def _run(command: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     clean = {
         k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "TOOLGATE_ENCRYPTION_KEYS", "DEBUG", "REDIS_URL"}
     }
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        command,
         cwd=ROOT,
         env={**clean, "ALLOWED_HOSTS": "example.com", **env},
         capture_output=True,
@@ -32,14 +42,14 @@ def _check(**env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_debug_false_with_dev_secrets_refuses_to_start():
-    result = _check(DEBUG="False")
+    result = _load_settings(DEBUG="False")
 
     assert result.returncode != 0
     assert "SECRET_KEY and TOOLGATE_ENCRYPTION_KEYS must be set: DEBUG is off" in result.stderr
 
 
 def test_nothing_configured_is_production_and_refuses_to_start_without_secrets():
-    result = _check()  # no DEBUG at all
+    result = _load_settings()  # no DEBUG at all
 
     assert result.returncode != 0
     assert "On a development machine set DEBUG=true (make run and make test do)" in result.stderr
@@ -52,7 +62,7 @@ def test_development_mode_runs_on_generated_secrets():
 
 
 def test_debug_false_with_a_dev_key_ring_refuses_to_start():
-    result = _check(DEBUG="False", SECRET_KEY="a-real-production-secret-key-" + "x" * 40)
+    result = _load_settings(DEBUG="False", SECRET_KEY="a-real-production-secret-key-" + "x" * 40)
 
     assert result.returncode != 0
     assert "TOOLGATE_ENCRYPTION_KEYS" in result.stderr
@@ -71,18 +81,12 @@ def test_debug_false_with_real_secrets_and_redis_starts():
 
 
 def _setting(name: str, **env: str) -> str:
+    """One setting as a fresh interpreter under `env` reads it (the settings module alone)."""
     clean = {k: v for k, v in os.environ.items() if k != "TOOLGATE_TRUSTED_PROXIES"}
     return subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "shell",
-            "--no-imports",
-            "-c",
-            f"from django.conf import settings; print(settings.{name})",
-        ],
+        [sys.executable, "-c", f"from django.conf import settings; print(settings.{name})"],
         cwd=ROOT,
-        env={**clean, **env},
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -98,14 +102,14 @@ def test_behind_a_trusted_proxy_its_https_marker_is_believed():
 
 
 def test_debug_false_without_redis_refuses_to_start_instead_of_running_tasks_eagerly():
-    result = _check(DEBUG="False", **PRODUCTION_SECRETS)
+    result = _load_settings(DEBUG="False", **PRODUCTION_SECRETS)
 
     assert result.returncode != 0
     assert "DEBUG=False without REDIS_URL" in result.stderr
 
 
 def test_a_jitter_beyond_the_broker_visibility_timeout_refuses_to_start():
-    result = _check(DEBUG="true", TOOLGATE_REFRESH_JITTER_SECONDS="600", CELERY_BROKER_VISIBILITY_TIMEOUT="300")
+    result = _load_settings(DEBUG="true", TOOLGATE_REFRESH_JITTER_SECONDS="600", CELERY_BROKER_VISIBILITY_TIMEOUT="300")
 
     assert result.returncode != 0
     assert "TOOLGATE_REFRESH_JITTER_SECONDS must stay below CELERY_BROKER_VISIBILITY_TIMEOUT" in result.stderr

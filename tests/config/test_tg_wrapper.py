@@ -12,11 +12,11 @@ def test_tg_runs_manage_py_in_development_mode_from_any_directory(tmp_path):
     env = {name: value for name, value in os.environ.items() if name not in ("DEBUG", "DATABASE_URL", "REDIS_URL")}
 
     done = subprocess.run(
-        [str(ROOT / "tg"), "help", "mcp_server"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        [str(ROOT / "tg"), "help", "mcp_upstream"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: manage.py mcp_server")
+    assert done.stdout.startswith("usage: manage.py mcp_upstream")
     assert "{add,list,remove,discover,approve,approve-features}" in done.stdout
 
 

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from connections_app.models import Connection, ExecutionGrant
 from connections_app.services import connection_revoke, grant_create, grant_revoke
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_revoke
 from tests.factories import (

@@ -29,9 +29,9 @@ from connections_app.services import (
     grant_create,
     grant_revoke,
 )
+from core.crypto import KeyRing, seal_json
+from core.errors import AppError
 from policies_app import governance
-from policies_app.crypto import KeyRing, seal_json
-from policies_app.errors import AppError
 from policies_app.governance import governance_cache
 from runner.errors import BrokerError
 from runner.grants import GRANT_REFUSED, NOT_GRANTED

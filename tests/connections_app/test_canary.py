@@ -258,7 +258,7 @@ def test_sign_in_codes_verifiers_and_tokens_never_leak(caplog, admin_client, req
     for url in ("/delegations/", "/activity/"):
         seen.append(browser.get(url).content.decode())
     for url in (
-        reverse("admin:policies_app_signinclient_changelist"),
+        reverse("admin:signin_signinclient_changelist"),
         reverse("admin:policies_app_delegation_changelist"),
         reverse("admin:tools_app_toolinvocation_changelist"),
         reverse("admin:changes_app_change_changelist"),

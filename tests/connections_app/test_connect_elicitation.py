@@ -20,20 +20,21 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp_types import URL_ELICITATION_REQUIRED, ElicitResult
+from mcp_types import ElicitResult
 
 from changes_app.models import Change
 from connections_app.models import Connection, ExecutionGrant
 from connections_app.services import connection_credentials_open
 from policies_app.models import Delegation
 from policies_app.services import delegation_create
-from tests.connections_app.test_signin_sdk import MemoryStorage, PlainBrowser, provider
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key
+from tests.signin.test_signin_sdk import MemoryStorage, PlainBrowser, provider
 from tests.support.api import enable_tools
 from tests.support.fake_oauth import FakeOAuthProvider
+from tests.support.mcp_person import as_person, elicitation_required
 from tests.support.portal import Browser
 from tests.support.signin import signin_tenant
 from tools_app.models import ToolInvocation
@@ -79,46 +80,15 @@ def mcp(
     *,
     on_page: Callable[[str], str] | None = None,
 ) -> T:
-    """An SDK client for alice; `on_page(url)` is alice at her client: it returns the ElicitResult action."""
-
-    async def elicited(context: Any, params: Any) -> ElicitResult:
-        assert params.mode == "url"
-        return ElicitResult(action=on_page(params.url))
-
-    async def run() -> T:
-        async with (
-            create_mcp_http_client(
-                headers={"Authorization": f"Bearer {world['key']}", "X-Toolgate-Subject": world["alice_token"]}
-            ) as http,
-            Client(
-                streamable_http_client(f"{world['url']}/mcp", http_client=http),
-                mode=mode,
-                elicitation_callback=elicited if on_page is not None else None,
-            ) as client,
-        ):
-            return await fn(client)
-
-    return asyncio.run(run())
-
-
-def leaf(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error
+    return as_person(world["url"], world["key"], world["alice_token"], mode, fn, on_page=on_page)
 
 
 def call(client: Client) -> Awaitable[Any]:
     return client.call_tool(GET_USER, {})
 
 
-async def call_expecting_elicitation(client: Client) -> Any:
-    """A 2025-11-25 call that must answer -32042: the error's data, as the SDK hands it to the app."""
-    with pytest.raises(MCPError) as raised:
-        await client.call_tool(GET_USER, {})
-    error = leaf(raised.value)
-    assert isinstance(error, MCPError)
-    assert error.error.code == URL_ELICITATION_REQUIRED
-    return error.error.data
+def call_expecting_elicitation(client: Client) -> Awaitable[Any]:
+    return elicitation_required(client, GET_USER)
 
 
 def csrf_of(page: httpx.Response) -> str:

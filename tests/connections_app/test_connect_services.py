@@ -12,12 +12,12 @@ import pytest
 from changes_app.models import Change
 from connections_app.models import ExecutionGrant
 from connections_app.services import connection_declare_for_call, connection_revoke
-from policies_app.errors import AppError
+from core.errors import AppError
+from gateway import elicitation
+from gateway.elicitation import Principal, connect_ask_create, connect_ask_get, connect_ask_open_for_call
 from policies_app.models import Delegation
 from policies_app.services import delegation_create
 from tests.factories import ConnectionFactory, MembershipFactory, TenantFactory, UserFactory, service_account_with_key
-from tools_app import elicitation
-from tools_app.elicitation import Principal, connect_ask_create, connect_ask_get, connect_ask_open_for_call
 
 pytestmark = pytest.mark.django_db
 

@@ -23,11 +23,11 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from changes_app.models import Change
 from connections_app.services import delegation_connections_set
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.models import Delegation
 from policies_app.services import delegation_create
-from tests.connections_app.test_signin_sdk import MemoryStorage, PlainBrowser, provider
 from tests.factories import ConnectionFactory, GrantFactory, MembershipFactory, UserFactory
+from tests.signin.test_signin_sdk import MemoryStorage, PlainBrowser, provider
 from tests.support.api import api_client, enable_tools
 from tests.support.signin import TIME, WAIT, mcp, signed_in, signin_tenant
 from tools_app.models import ToolInvocation

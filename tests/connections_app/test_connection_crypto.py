@@ -14,7 +14,7 @@ import pytest
 from connections_app.adapters import UNREADABLE
 from connections_app.models import Connection
 from connections_app.services import connection_credentials_open
-from policies_app.crypto import (
+from core.crypto import (
     CredentialError,
     EncryptionKeyMissing,
     envelope_key_id,

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from connections_app.models import OAuthProvider
-from policies_app.crypto import KeyRing, open_sealed
+from core.crypto import KeyRing, open_sealed
 
 pytestmark = pytest.mark.django_db
 

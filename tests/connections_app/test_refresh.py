@@ -19,12 +19,12 @@ from connections_app.oauth import oauth_connection_store, oauth_provider_set_sec
 from connections_app.refresh import RefreshOutcome, RefreshResult, connection_refresh, refresh_backoff
 from connections_app.scheduling import refresh_sweep_once
 from connections_app.services import connection_credentials_open, connection_revoke
+from gateway.host.serve import host_config
+from gateway.host.spec import ServerConfig, encode_spec
 from tests.factories import TenantFactory
 from tests.support.fake_oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuthProvider
 from tests.support.mcp_host import McpHostThread
 from tests.support.metrics import sample
-from tools_app.upstream.host.serve import host_config
-from tools_app.upstream.host.spec import ServerConfig, encode_spec
 
 WINDOW = timedelta(minutes=10)
 STDIO_SERVER = Path(__file__).resolve().parents[1] / "support" / "stdio_server.py"

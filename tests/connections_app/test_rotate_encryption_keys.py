@@ -26,14 +26,14 @@ from connections_app.management.commands import rotate_encryption_keys
 from connections_app.models import Connection, ConnectionEvent, OAuthProvider, TenantWebhook, WebhookDelivery
 from connections_app.services import connection_credentials_open
 from connections_app.webhooks import webhook_deliver, webhook_set, webhook_signature
+from core import crypto
+from core.crypto import KeyRing, open_json, open_sealed, seal, seal_json
+from gateway.upstream.services import mcp_server_register
 from identity_app.models import IdentityProvider
 from identity_app.services import provider_save
-from policies_app import crypto
-from policies_app.crypto import KeyRing, open_json, open_sealed, seal, seal_json
 from tests.factories import ConnectionFactory, TenantFactory, service_account_with_key
 from tests.support.approvals import pending_approval
 from tests.support.loopback import LoopbackServer
-from tools_app.upstream.services import mcp_server_register
 
 K0 = hashlib.sha256(b"rotation test key k0").digest()
 K1 = hashlib.sha256(b"rotation test key k1").digest()

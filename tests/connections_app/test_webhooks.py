@@ -14,7 +14,7 @@ from django.urls import reverse
 from connections_app.models import TenantWebhook, WebhookDelivery
 from connections_app.tasks import deliver_webhook
 from connections_app.webhooks import webhook_set
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.models import ApprovalRequest, TenantMembership
 from policies_app.services import approval_decide, delegation_create
 from tests.factories import ConnectionFactory, GrantFactory, MembershipFactory, UserFactory

@@ -6,11 +6,11 @@ import pytest
 from playwright.sync_api import expect
 
 from connections_app.models import Connection
+from gateway.elicitation import Principal, connect_ask_create
 from policies_app.models import ApprovalRequest, Approver, Delegation
 from policies_app.services import delegation_create
 from tests.factories import PASSWORD, MembershipFactory, TenantFactory, UserFactory, service_account_with_key
 from tests.support.approvals import pending_approval
-from tools_app.elicitation import Principal, connect_ask_create
 
 ARGS = {"owner": "octo", "repo": "hello", "title": "Release 2.0"}
 

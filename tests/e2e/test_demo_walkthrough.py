@@ -132,7 +132,9 @@ def test_the_readme_demo_walks_without_friction(browsing: Browsing, demo: dict[s
     assert sections == [
         "connections",
         "policies",
+        "mcp sign-in",
         "tools",
+        "mcp gateway",
         "single sign-on",
         "change log",
         "authentication and authorization",

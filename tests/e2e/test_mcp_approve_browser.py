@@ -10,13 +10,14 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
+from gateway.models import McpTool
+from gateway.upstream.services import mcp_server_discover, mcp_server_register
+from policy_files.policy_io import policy_export
 from tests.factories import PASSWORD, TenantFactory, ToolPolicyFactory, service_account_with_key
+from tests.gateway.upstream.conftest import install_tools
 from tests.support.api import api_client
 from tests.support.mcp_upstream import McpUpstream
-from tests.tools_app.upstream.conftest import install_tools
-from tools_app.models import McpTool, Tool
-from tools_app.policy_io import policy_export
-from tools_app.upstream.services import mcp_server_discover, mcp_server_register
+from tools_app.models import Tool
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def discovered(browsing, upstream):
 
 def test_an_operator_approves_and_enables_two_tools_in_one_step(browsing, discovered, upstream):
     page = browsing.page
-    browsing.visit("/admin/tools_app/mcptool/", "mcp-approve-01-login")
+    browsing.visit("/admin/gateway/mcptool/", "mcp-approve-01-login")
     page.get_by_label("Username").fill("operator")
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()

@@ -31,7 +31,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from playwright.sync_api import expect
 
-from policies_app.models import Delegation, SigninClient, SigninGrant
+from policies_app.models import Delegation
+from signin.models import SigninClient, SigninGrant
 from tests.factories import (
     PASSWORD,
 )

@@ -80,12 +80,19 @@ def start(client: Client, provider: IdentityProvider, audience: str, next_url: s
 
 
 def sso_login(
-    idp: OpenIdProvider, provider: IdentityProvider, account: str, audience: str = "admin", *, client=None, next_url=""
+    idp: OpenIdProvider,
+    provider: IdentityProvider,
+    account: str,
+    audience: str = "admin",
+    *,
+    client=None,
+    next_url="",
+    idp_browser=None,
 ):
     """The whole login as `account`: start, the provider's pages, the callback; (client, callback response)."""
     client = client or browser()
     started = start(client, provider, audience, next_url)
     assert started.status_code == 302, started.content.decode()
-    callback = idp.sign_in(started["Location"], account)
+    callback = idp.sign_in(started["Location"], account, browser=idp_browser)
     assert callback.startswith(CALLBACK), callback
     return client, client.get(callback_path(callback))

@@ -95,7 +95,7 @@ def manage(clone: Path, env: dict[str, str], *args: str, extra_env: dict[str, st
         env={**env, **(extra_env or {})},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # migrating a fresh SQLite database takes 20 s here, and much longer on a loaded machine
     )
     assert result.returncode == 0, f"manage.py {args[0]} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout

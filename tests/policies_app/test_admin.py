@@ -506,6 +506,7 @@ def test_effective_policy_prefers_the_service_account_policy(admin_client, acme)
         ("max result bytes", None),
         ("rate limit per minute", None),
         ("max concurrency", None),
+        ("max sampling requests per call", None),
     ]
     assert '<span id="applied-scope">service account acme/agent</span>' in content
     assert "nothing is allowed" not in content

@@ -9,9 +9,10 @@ from django.test import RequestFactory
 
 from changes_app.models import Change
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant
-from policies_app.models import ApprovalRequest, Delegation, SigninClient
+from gateway.upstream.models import McpTool
+from policies_app.models import ApprovalRequest, Delegation
+from signin.models import SigninClient
 from tools_app.models import Tool, ToolInvocation
-from tools_app.upstream.models import McpTool
 
 pytestmark = pytest.mark.django_db
 

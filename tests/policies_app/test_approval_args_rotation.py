@@ -1,7 +1,7 @@
 """rotate_encryption_keys and pending approvals: the args kept for the approver follow the key ring.
 
 The rows store no key id beside `args_sealed`: the rotation reads it from the
-envelope's header, in SQL (policies_app.key_rotation).
+envelope's header, in SQL (core.key_rotation).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import io
 import pytest
 from django.core.management import call_command
 
-from policies_app import crypto
+from core import crypto
+from core.key_rotation import UNREADABLE_ENVELOPE, envelope_key_usage, not_sealed_under
 from policies_app.approval_args import approval_args_view
-from policies_app.key_rotation import UNREADABLE_ENVELOPE, envelope_key_usage, not_sealed_under
 from policies_app.models import ApprovalRequest
 from policies_app.services import approval_decide
 from tests.factories import TenantFactory, service_account_with_key

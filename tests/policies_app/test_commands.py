@@ -233,7 +233,7 @@ def test_policy_export_to_stdout_is_the_json_document_alone(catalog):
     out, _err = run("policy", "export")
 
     document = json.loads(out)
-    assert list(document) == ["tools", "policies", "toolsets", "argument_rules", "result_guards"]
+    assert list(document) == ["tools", "policies", "toolsets", "argument_rules", "result_guards", "role_mappings"]
     assert [policy["name"] for policy in document["policies"]] == ["global"]
     assert out.endswith("}\n")
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies_app.crypto import (
+from core.crypto import (
     CredentialError,
     CredentialUndecryptable,
     EncryptionKeyMissing,

@@ -1,4 +1,4 @@
-"""The application error and its one translation per interface (policies_app/errors.py)."""
+"""The application error and its one translation per interface (core/errors.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from django import forms
 from django.core.management import CommandError
 
-from policies_app.errors import ERROR_STATUS, AppError, add_app_error_to_form, command_errors, drf_field_errors
+from core.errors import ERROR_STATUS, AppError, add_app_error_to_form, command_errors, drf_field_errors
 from runner.errors import ToolgateError
 from runner.types import ErrorCode, FieldError
 

@@ -14,10 +14,12 @@ from django.urls import reverse
 from changes_app.models import Change
 from connections_app.models import Connection, ConnectionEvent, ExecutionGrant
 from connections_app.services import connection_revoke, grant_revoke
+from core.models import Revocable
 from policies_app.governance import governance_generation
-from policies_app.models import Delegation, Revocable, ServiceAccount, SigninClient
+from policies_app.models import Delegation, ServiceAccount
 from policies_app.services import delegation_create, delegation_revoke, service_account_revoke
-from policies_app.signin import signin_client_revoke
+from signin.models import SigninClient
+from signin.services import signin_client_revoke
 from tests.factories import ConnectionFactory, GrantFactory, MembershipFactory, TenantFactory, service_account_with_key
 
 pytestmark = pytest.mark.django_db
@@ -74,7 +76,7 @@ REVOCABLES = {
         "delegation.revoke",
     ),
     "sign-in client": (
-        "admin:policies_app_signinclient_changelist",
+        "admin:signin_signinclient_changelist",
         _client,
         lambda row: signin_client_revoke(client=row),
         "client",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.models import ApprovalRequest, Approver
 from policies_app.services import approval_decide_as_subject, approver_for_call, delegation_create
 from tests.factories import MembershipFactory, TenantFactory, ToolPolicyFactory, UserFactory, service_account_with_key

@@ -4,11 +4,11 @@ tests/runner/test_capabilities.py holds the capability to its contract through
 this transport (its loopback server closes every connection); these tests
 hold what only a keep-alive server shows: connections are reused, one the
 server closed while idle is not, one whose request was cancelled is not,
-chunked and truncated bodies, and a proxy in the environment keeps httpx's own
-transport. tests/tools_app/upstream/test_http11.py holds the same pool through
+chunked and truncated bodies, and a proxy in the environment goes through httpx2's own
+client. tests/gateway/upstream/test_http11.py holds the same pool through
 the MCP plain-JSON client (the response cap, Connection: close, a pinned address).
 Then tests hold `BlockingPool` (blocking sockets, any thread) to the same rules, and the
-last ones what runner/http1.py owns since h11 left it: the request head it writes (injection
+last ones what runner/http1 owns since h11 left it: the request head it writes (injection
 refused, byte for byte what h11 wrote) and the answers httptools' llhttp parses for it.
 """
 
@@ -29,12 +29,12 @@ from runner.capabilities import HttpCapability
 from runner.errors import CapabilityError
 from runner.http1 import (
     Answer,
+    AsyncPool,
     BlockingPool,
     ConnectFailed,
     ConnectionClosed,
     MalformedAnswer,
     Origin,
-    Pool,
     RequestHead,
     ResponseTooLarge,
     UnsendableRequest,
@@ -406,7 +406,7 @@ def test_a_header_that_could_inject_is_refused_before_anything_is_sent_on_a_bloc
 def test_a_header_that_could_inject_is_refused_before_anything_is_sent_on_the_loop(name, value) -> None:
     async def refused(url: str) -> None:
         host, port = url.removeprefix("http://").split(":")
-        pool = Pool(tls_context=ssl.create_default_context)
+        pool = AsyncPool(tls_context=ssl.create_default_context)
         head = RequestHead(b"GET", b"/user", [(b"host", f"{host}:{port}".encode()), (name, value)])
         try:
             await pool.request(

@@ -20,8 +20,8 @@ class RecordingObserver:
     def call_started(self, call) -> None:
         self.started.append(call.tool_id)
 
-    def stage_finished(self, stage: str, seconds: float) -> None:
-        self.stages[stage] = seconds
+    def stages_finished(self, times) -> None:
+        self.stages.update(times)
 
     def call_finished(self, call, result, seconds: float) -> None:
         self.finished.append((call.tool_id, result.ok, result.error_code, seconds))

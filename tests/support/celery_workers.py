@@ -95,14 +95,14 @@ class TaskEvents:
         with self._lock:
             return [event for event in self._events if event["type"] == event_type]
 
-    def received(self, task_name: str, *, count: int, timeout: float = 10) -> list[dict[str, Any]]:
-        """The `task-received` events of this task, once there are at least `count` of them."""
+    def of_task(self, event_type: str, task_name: str, *, count: int, timeout: float = 10) -> list[dict[str, Any]]:
+        """The `event_type` events (`task-sent`, `task-received`) of this task, once there are at least `count`."""
 
         def enough() -> list[dict[str, Any]] | None:
-            found = [event for event in self.of_type("task-received") if event["name"] == task_name]
+            found = [event for event in self.of_type(event_type) if event["name"] == task_name]
             return found if len(found) >= count else None
 
-        return wait_until(enough, timeout=timeout, what=f"{count} {task_name} received")
+        return wait_until(enough, timeout=timeout, what=f"{count} {task_name} {event_type}")
 
     def wait_for_nodes(self, *nodes: str, timeout: float = START_TIMEOUT_S) -> None:
         """Until every node has sent an event (worker-online or a heartbeat) that this receiver got."""
@@ -216,7 +216,9 @@ class CeleryProcesses:
         events: bool = False,
     ) -> CeleryProcess:
         """A worker node `name@toolgate-test`; `queues` replaces the default queue when given;
-        `events` sends task events (`-E`: received with args and eta, succeeded, ...) for a monitor."""
+        `events` sends task events for a monitor: `-E` (received with args and eta, succeeded, ...), and
+        `task-sent` for the tasks its own tasks queue, stamped when each is published (extra configuration
+        after the options, as `celery worker` reads it)."""
         node = f"{name}@{NODE_HOST}"
         args = ["worker", f"--pool={pool}", "--loglevel=INFO", "-n", node]
         args += ["--without-mingle", "--without-gossip"]  # no chatter with other nodes: start fast
@@ -226,6 +228,8 @@ class CeleryProcesses:
             args.append("--task-events")
         if queues:
             args += ["-Q", ",".join(queues)]
+        if events:
+            args.append("task.send_sent_event=true")
         return self.start(name, *args, ready=f"{node} ready.")
 
     def beat(self, name: str = "beat") -> CeleryProcess:

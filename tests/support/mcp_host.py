@@ -17,8 +17,8 @@ import threading
 import time
 from types import TracebackType
 
-from tools_app.upstream.host.children import HostConfig, StdioChild
-from tools_app.upstream.host.serve import build_host, uvicorn_server
+from gateway.host.children import HostConfig, StdioChild
+from gateway.host.serve import build_host, uvicorn_server
 
 SCRIPT_TOOLS = ("add", "can_read", "can_write", "crash", "environment", "leak", "process", "shout")
 

@@ -13,7 +13,7 @@ on the 2025 SDKs do, so clients fall back to the `initialize` handshake.
 `legacy=True, stateless=True` a 2025-11-25 one without sessions.
 Every HTTP request is recorded (method, JSON-RPC method and id, tool name,
 `_meta`, Authorization) before it reaches the SDK. `refuse_plain = 406` answers
-that status to Toolgate's plain-JSON calls (tools_app/upstream/lean.py) before
+that status to Toolgate's plain-JSON calls (gateway/upstream/lean.py) before
 they run; `stream_calls = True` answers every tools/call as an event stream; `content_encoding = "gzip"` (or "deflate")
 compresses every answer; `json_response=False` lets the SDK answer event streams. `restart()` stops the server and
 serves a fresh app (new session table) on the same port.
@@ -37,7 +37,7 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
-from tools_app.upstream.lean import PLAIN_ID_BASE
+from gateway.upstream.lean import PLAIN_ID_BASE
 
 
 class PagedMCPServer(MCPServer):

@@ -9,7 +9,8 @@ machine without npm, or that cannot reach the registry, skips these tests.
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import re
 import socket
 import subprocess
 import time
@@ -38,19 +39,35 @@ def signing_key(kid: str) -> RSAKey:
     return RSAKey.generate_key(2048, parameters={"kid": kid, "use": "sig", "alg": "RS256"}, private=True)
 
 
+def script_in(prefix: Path) -> Path:
+    """The provider's script in the install prefix (ESM resolves packages from the script's own folder).
+
+    Replaced whole, never rewritten in place: another test worker may be starting node on it, and node
+    runs a file caught empty mid-copy as an empty module, exiting at once with nothing logged.
+    """
+    target = prefix / "toolgate_oidc_provider.mjs"
+    text = SCRIPT.read_bytes()
+    if not target.exists() or target.read_bytes() != text:
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        partial.write_bytes(text)
+        os.replace(partial, target)
+    return target
+
+
 class OpenIdProvider:
     """One oidc-provider process: its issuer URL, its clients, the accounts it signs in."""
 
-    def __init__(self, workdir: Path, *, clients: list[dict[str, Any]], key: RSAKey) -> None:
+    def __init__(
+        self, workdir: Path, *, clients: list[dict[str, Any]], key: RSAKey, options: dict[str, Any] | None = None
+    ) -> None:
         self.node = node_at_least(20)
         prefix = npm_install(OIDC_PROVIDER, OIDC_PROVIDER_VERSION)
-        # ESM resolves packages from the script's own folder, so the script runs from the install prefix.
-        self.script = prefix / "toolgate_oidc_provider.mjs"
-        shutil.copyfile(SCRIPT, self.script)
+        self.script = script_in(prefix)
         self.workdir = workdir
         self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.clients = clients
+        self.options = options or {}  # more of the script's configuration (claims_in_userinfo)
         self.keys = [key]
         self.accounts: dict[str, dict[str, Any]] = {}
         self.process: subprocess.Popen[bytes] | None = None
@@ -64,6 +81,7 @@ class OpenIdProvider:
                     "issuer": self.issuer,
                     "keys": [key.as_dict(private=True) for key in self.keys],
                     "clients": self.clients,
+                    **self.options,
                 }
             )
         )
@@ -104,10 +122,27 @@ class OpenIdProvider:
         self.accounts.update(accounts)
         httpx.post(f"{self.issuer}/_test/accounts", json=accounts, timeout=5).raise_for_status()
 
-    def sign_in(self, authorize_url: str, account: str) -> str:
-        """Follow the authorization request through the provider as `account`; the callback URL it ends at."""
-        with httpx.Client(timeout=10) as browser:
+    def sign_in(self, authorize_url: str, account: str, *, browser: httpx.Client | None = None) -> str:
+        """Follow the authorization request through the provider as `account`; the callback URL it ends at.
+
+        Pass a `browser` to keep the provider's session cookie (to sign out there later).
+        """
+        if browser is not None:
             return self._follow(browser, authorize_url, account)
+        with httpx.Client(timeout=10) as fresh:
+            return self._follow(fresh, authorize_url, account)
+
+    def sign_out(self, browser: httpx.Client, client_id: str) -> None:
+        """Sign out at the provider as a person would (its logout page, "Yes, sign me out").
+
+        The provider posts its back-channel logout tokens before it answers the confirmation.
+        """
+        page = browser.get(f"{self.issuer}/session/end", params={"client_id": client_id})
+        assert page.status_code == 200, page.text[:300]
+        xsrf = re.search(r'name="xsrf" value="([^"]+)"', page.text)
+        assert xsrf is not None, page.text[:300]
+        confirmed = browser.post(f"{self.issuer}/session/end/confirm", data={"xsrf": xsrf.group(1), "logout": "yes"})
+        assert confirmed.status_code in (302, 303), confirmed.text[:300]
 
     def _follow(self, browser: httpx.Client, url: str, account: str) -> str:
         for _ in range(10):

@@ -1,6 +1,9 @@
 // A real OpenID provider for the single sign-on tests: panva's oidc-provider (a certified implementation).
 //
-// Configured from one JSON file named by OIDC_CONFIG: { port, issuer, keys: [private JWKs], clients: [...] }.
+// Configured from one JSON file named by OIDC_CONFIG: { port, issuer, keys: [private JWKs], clients: [...],
+// claims_in_userinfo?: bool }.
+// Back-channel logout is on: signing out at /session/end posts a logout token to each client's
+// backchannel_logout_uri before the provider answers.
 // Accounts are set over HTTP by the test (POST /_test/accounts {"<sub>": {claims}}), read afresh at every
 // login, so a test can take a group away between two logins. The interaction page signs in the account its
 // `account` query parameter names (tests drive it over HTTP) or shows a one-field form (a browser fills it).
@@ -22,11 +25,27 @@ const provider = new Provider(config.issuer, {
     email: ["email", "email_verified"],
     groups: ["groups"],
   },
-  conformIdTokenClaims: false, // scope claims go in the ID token, as Okta and Keycloak can be told to do
+  // false: scope claims go in the ID token, as Okta and Keycloak can be told to do; with claims_in_userinfo
+  // they are only in the UserInfo response (the ID token has sub and no profile, email or groups).
+  conformIdTokenClaims: Boolean(config.claims_in_userinfo),
   findAccount: async (ctx, id) =>
     accounts[id] === undefined ? undefined : { accountId: id, claims: async () => ({ sub: id, ...accounts[id] }) },
   interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
-  features: { devInteractions: { enabled: false }, rpInitiatedLogout: { enabled: true } },
+  features: {
+    devInteractions: { enabled: false },
+    rpInitiatedLogout: { enabled: true },
+    // A client registered with backchannel_logout_uri is sent a logout token when its person signs out here.
+    backchannelLogout: { enabled: true },
+  },
+  // The relying party under test listens on loopback, which oidc-provider's SSRF guard (its fetch dispatcher)
+  // refuses; tests only, where both ends are on this machine. Its 2.5 s limit on a request is lifted to 30 s:
+  // a back-channel logout post to a live server on a loaded test machine can take longer, and the provider
+  // drops a failed one silently (the test would then see the person still signed in).
+  fetch: (url, options) => {
+    delete options.dispatcher;
+    options.signal = AbortSignal.timeout(30000);
+    return globalThis.fetch(url, options);
+  },
   cookies: { keys: ["toolgate-tests-only"] },
   ttl: { IdToken: config.id_token_ttl || 3600 },
 });

@@ -17,8 +17,8 @@ from django.utils import timezone
 from rest_framework.test import APIRequestFactory
 
 from connections_app.services import connection_revoke
+from core.errors import ERROR_STATUS
 from policies_app import governance
-from policies_app.errors import ERROR_STATUS
 from policies_app.governance import governance_cache
 from policies_app.models import ApprovalRequest, ServiceAccount
 from runner.defaults import SystemClock
@@ -27,6 +27,7 @@ from runner.pipeline import ToolRunner
 from runner.types import ErrorCode, FieldError
 from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
+from tests.support.rate_window import room_in_the_rate_window
 from tools_app.api.views import ToolExecView
 from tools_app.models import ToolInvocation
 
@@ -232,6 +233,7 @@ def test_spent_rate_budget_answers_429_with_retry_after(caller):
     _account, key, policy = caller
     policy.rate_limit_per_minute = 1
     policy.save()
+    room_in_the_rate_window()
     first = exec_call(key, tool_id="core__get_current_time", tool_call_id="c1")
 
     second = exec_call(key, tool_id="core__get_current_time", tool_call_id="c2")
@@ -631,6 +633,7 @@ def test_contract_statuses_of_the_table():
         "unavailable_dependency": 503,
         "tool_error": 200,
         "connection_required": 409,
+        "input_required": 202,
     }
 
 

@@ -1,4 +1,4 @@
-"""The exec endpoint's plain-Accept negotiation (policies_app/api/negotiation.py) answers exactly as DRF's does.
+"""The exec endpoint's plain-Accept negotiation (core/api/negotiation.py) answers exactly as DRF's does.
 
 Every request is sent twice through the whole stack (middleware included):
 once as served, once with DRF's DefaultContentNegotiation in its place.
@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from django.test import Client
 from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.response import Response
 
-from policies_app.api.negotiation import PlainAcceptNegotiation
+from core.api.negotiation import PlainAcceptNegotiation
 from policies_app.governance import governance_bump
 from policies_app.models import ServiceAccount
 from policies_app.services import delegation_create, delegation_revoke
@@ -240,3 +241,17 @@ def test_a_call_on_a_persons_behalf_is_authorized(keys, served_by):
     assert allowed.status_code == 200
     assert ToolInvocation.objects.get(tool_call_id="call_1").subject_id == f"user:{person.pk}"
     assert (refused.status_code, refused.json()["error_code"]) == (403, "authz_denied")
+
+
+@pytest.mark.parametrize("accept", ["", "*/*", JSON, "application/json; indent=4", "text/html, application/json;q=0.9"])
+def test_a_calls_answer_is_rendered_as_drfs_response_renders_it(accept, keys, monkeypatch):
+    options = {"HTTP_ACCEPT": accept, **bearer(keys["exec"])} if accept else bearer(keys["exec"])
+    served = send(call()(1), **options)
+    with monkeypatch.context() as switched_off:
+        switched_off.setattr(views, "plain_json_answer", lambda request, body: Response(body))
+        by_response = send(call()(2), **options)
+
+    assert served.status_code == by_response.status_code == 200
+    assert comparable(served) == comparable(by_response)
+    assert served["Content-Length"] == by_response["Content-Length"]
+    assert (b"\n" in served.content) == (b"\n" in by_response.content) == accept.endswith("indent=4")

@@ -9,10 +9,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rest_framework import serializers
 
+from gateway.inbound.wire import CALL_META_FIELDS
 from runner.types import ToolExecResult
 from tools_app.api.calls import CallsInputSerializer
-from tools_app.api.serializers import ExecInputSerializer, ExecSuccessOutputSerializer, plain_exec_fields
-from tools_app.mcp_server.wire import CALL_META_FIELDS
+from tools_app.api.serializers import ExecInputSerializer, ExecSuccessOutputSerializer, exec_input, plain_exec_fields
 from tools_app.routing import CALL_ROUTING_FIELDS, CallRouting
 from tools_app.services import ExecRequest
 
@@ -58,7 +58,7 @@ _VALUE = st.one_of(
     st.lists(_TEXT, max_size=3),
     st.dictionaries(_TEXT, _TEXT, max_size=3),
 )
-# What the JSON parser lets into args: no lone surrogate anywhere (config/api.py refuses them first).
+# What the JSON parser lets into args: no lone surrogate anywhere (core/api/handlers.py refuses them first).
 _PARSED_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
 _PARSED_VALUE = st.one_of(st.none(), st.integers(), st.booleans(), _PARSED_TEXT, st.lists(_PARSED_TEXT, max_size=3))
 _FIELD_VALUES = {
@@ -132,6 +132,13 @@ def test_the_plain_body_path_answers_exactly_what_the_fields_answer(body):
     plain = plain_exec_fields(body)
     if plain is not None:  # every field accepts the body as it is, and answers the same values
         assert plain == FieldsOnlyExecInputSerializer(data=body).to_internal_value(body)
+    # what the exec view reads: the same answer, with or without building the serializer
+    if valid:
+        assert exec_input(body) == serializer.validated_data
+    else:
+        with pytest.raises(serializers.ValidationError) as refused:
+            exec_input(body)
+        assert refused.value.detail == serializer.errors
 
 
 @pytest.mark.parametrize(

@@ -6,25 +6,22 @@ the series before and after its own calls and asserts the exact difference.
 
 from __future__ import annotations
 
+import os
 import secrets
 
 import pytest
 from django.test import Client
+from prometheus_client import CollectorRegistry, multiprocess
 
+from config.runtime import runtime
+from gateway.upstream.metrics import mcp_discovery_observed, mcp_upstream_call_observed
 from runner.observe import stage_name
 from runner.pipeline import AuditStage, Call, ExecuteStage
 from runner.types import Decision, ErrorCode, ToolExecResult, ToolInvocationContext
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
 from tests.support.metrics import sample
-from tools_app.metrics import (
-    OTHER,
-    LabelCap,
-    PrometheusCallObserver,
-    call_outcome,
-    mcp_discovery_observed,
-    mcp_upstream_call_observed,
-)
+from tools_app.metrics import OTHER, STAGE_METRIC, LabelCap, PrometheusCallObserver, StageFile, call_outcome
 
 pytestmark = pytest.mark.django_db
 
@@ -51,11 +48,15 @@ STAGES = (
 
 @pytest.fixture
 def caller():
+    """A tenant's key, and a runtime of its own: the process's runtime labels only its first 100 tenants
+    (LabelCap), and a worker that ran many tests before this one has seen more."""
     enable_tools("core__get_current_time", "core__wait")
     tenant = TenantFactory(slug="acme")
     _account, key = service_account_with_key(tenant, name="agent")
     ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time"])
-    return str(tenant.pk), key
+    runtime.cache_clear()
+    yield str(tenant.pk), key
+    runtime.cache_clear()
 
 
 def calls(tool: str, tenant: str, outcome: str, error_code: str = "") -> float:
@@ -174,3 +175,53 @@ def test_a_tools_own_error_for_the_model_is_counted_as_tool_error_not_as_a_failu
     assert call_outcome(answered, Decision.ALLOW) == "tool_error"
     assert call_outcome(failed, Decision.ALLOW) == "error"
     assert call_outcome(answered, Decision.REPLAYED) == "replayed"
+
+
+# --- stage timings under gunicorn (multiprocess files) ---------------------------------------
+
+
+def _collected_stage_series(directory) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(directory))
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in registry.collect()
+        if family.name == STAGE_METRIC
+        for sample in family.samples
+    }
+
+
+def test_a_calls_stage_timings_are_scraped_as_the_histogram_prometheus_client_would_show(tmp_path):
+    stage_file = StageFile(str(tmp_path))
+
+    stage_file.observe([("execute", 0.00003), ("audit", 0.002)])
+    stage_file.observe([("execute", 0.0004), ("audit", 100.0)])
+
+    series = _collected_stage_series(tmp_path)
+    execute = {
+        dict(labels)["le"]: value
+        for (name, labels), value in series.items()
+        if name.endswith("_bucket") and ("stage", "execute") in labels
+    }
+    assert (execute["5e-05"], execute["0.0001"], execute["0.0005"], execute["+Inf"]) == (1, 1, 2, 2)
+    assert series[(f"{STAGE_METRIC}_count", (("stage", "execute"),))] == 2
+    assert series[(f"{STAGE_METRIC}_sum", (("stage", "execute"),))] == pytest.approx(0.00043)
+    assert series[(f"{STAGE_METRIC}_bucket", (("le", "60.0"), ("stage", "audit")))] == 1  # 100 s: only +Inf
+    assert series[(f"{STAGE_METRIC}_bucket", (("le", "+Inf"), ("stage", "audit")))] == 2
+    assert [path.name for path in tmp_path.iterdir()] == [f"histogram_stages-{os.getpid()}.db"]
+
+
+def test_a_forked_child_writes_its_stage_timings_to_its_own_file(tmp_path):
+    stage_file = StageFile(str(tmp_path))
+    stage_file.observe([("execute", 0.001)])
+
+    child = os.fork()
+    if child == 0:  # the child: one call of its own, then gone without running the parent's cleanups
+        stage_file.observe([("execute", 0.001)])
+        os._exit(0)
+    os.waitpid(child, 0)
+
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        f"histogram_stages-{pid}.db" for pid in (os.getpid(), child)
+    )
+    assert _collected_stage_series(tmp_path)[(f"{STAGE_METRIC}_count", (("stage", "execute"),))] == 2

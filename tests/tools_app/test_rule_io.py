@@ -7,9 +7,9 @@ import pytest
 from changes_app.models import Change
 from policies_app.models import ArgumentRule, ResultGuard
 from policies_app.services import argument_rule_save, result_guard_save
+from policy_files.policy_io import PolicyFileError, policy_export, policy_import
 from tests.factories import TenantFactory, service_account_with_key
 from tests.support.api import enable_tools
-from tools_app.policy_io import PolicyFileError, policy_export, policy_import
 
 pytestmark = pytest.mark.django_db
 

@@ -8,13 +8,13 @@ import pytest
 from django.core.management import call_command
 
 from config.runtime import build_runtime, redirect_guard
+from core.netguard import UpstreamAddressRefused
 from policies_app.governance import governance_bump, governance_cache
 from runner.catalog import catalog_for
 from runner.types import ErrorCode, ToolInvocationContext
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tools_app.models import Tool, ToolInvocation
 from tools_app.search import CatalogSearchIndex
-from tools_app.upstream.netguard import UpstreamAddressRefused
 
 pytestmark = pytest.mark.django_db
 

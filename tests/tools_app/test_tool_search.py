@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from gateway.upstream.services import mcp_server_discover, mcp_server_register, mcp_tool_approve
 from policies_app.governance import governance_bump
 from policies_app.models import ToolPolicy
 from policies_app.services import delegation_create
@@ -21,7 +22,6 @@ from tools_app.registry import code_specs
 from tools_app.search import _ranked_ids_plain, query_words, search_statement, tool_search
 from tools_app.services import tool_set_enabled, tool_sync
 from tools_app.toolsets import toolset_save
-from tools_app.upstream.services import mcp_server_discover, mcp_server_register, mcp_tool_approve
 
 pytestmark = pytest.mark.django_db
 

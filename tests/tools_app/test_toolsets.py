@@ -6,7 +6,7 @@ import pytest
 
 from changes_app.models import Change
 from config.runtime import runtime
-from policies_app.errors import AppError
+from core.errors import AppError
 from policies_app.governance import governance_bump
 from policies_app.selectors import caller_for_key
 from runner.types import ErrorCode

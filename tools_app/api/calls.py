@@ -13,9 +13,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
-from policies_app.api.parser import validated_body
-from policies_app.api.serializers import StrictInputSerializer
+from core.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
+from core.api.parser import validated_body
+from core.api.serializers import StrictInputSerializer
 from policies_app.authentication import request_caller, request_subject_token
 from runner.wire.codecs import CODECS, FORMAT_NAMES, FORMAT_NAMES_IN_WORDS, TURN_FORMATS_HELP
 from runner.wire.turns import MAX_CALLS_PER_TURN

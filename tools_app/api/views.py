@@ -2,7 +2,7 @@
 
 Each view parses and validates its input, makes one service or selector call
 and shapes the output. Failed calls leave as the application's `AppError`,
-carrying the refused call's body; the API's exception handler (config/api.py)
+carrying the refused call's body; the API's exception handler (core/api/handlers.py)
 answers it with the status of its code, from the one table.
 
 The runner comes from `runtime_provider`, given by the composition root in
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
+from django.http.response import HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -29,10 +30,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from policies_app.api.negotiation import PlainAcceptNegotiation
-from policies_app.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
-from policies_app.api.pagination import StrictLimitOffsetPagination
-from policies_app.api.parser import validated_body
+from core.api.negotiation import PlainAcceptNegotiation, plain_json_answer
+from core.api.openapi import RESPONSE_HEADERS, SUBJECT_HEADER, common_errors, error_response
+from core.api.pagination import StrictLimitOffsetPagination
+from core.api.parser import json_object
 from policies_app.authentication import InvocationsScope, ToolsExecScope, request_caller, request_subject_token
 from policies_app.selectors import Caller, approval_for_caller, invocations_readable_by
 from runner.pipeline import ToolRunner
@@ -53,6 +54,7 @@ from tools_app.api.serializers import (
     ToolCatalogQuerySerializer,
     ToolSpecOutputSerializer,
     exec_failed,
+    exec_input,
     exec_succeeded,
 )
 from tools_app.search import tool_search
@@ -194,8 +196,8 @@ class ToolExecView(ToolsApiView):
         parameters=[SUBJECT_HEADER, *RESPONSE_HEADERS],
         examples=[EXEC_EXAMPLE],
     )
-    def post(self, request: Request) -> Response:
-        exec_request = ExecRequest.of(validated_body(request, ExecInputSerializer))
+    def post(self, request: Request) -> HttpResponseBase:
+        exec_request = ExecRequest.of(exec_input(json_object(request)))
         result = tool_exec(
             runner=self.runtime().runner,
             caller=request_caller(request),
@@ -203,7 +205,7 @@ class ToolExecView(ToolsApiView):
             subject_token=request_subject_token(request),
         )
         if result.ok:
-            return Response(exec_succeeded(result))
+            return plain_json_answer(request, exec_succeeded(result))
         raise exec_failed(result)
 
 

@@ -5,7 +5,7 @@ import os
 from django.core.management.base import BaseCommand, CommandError
 
 from connections_app.oauth import oauth_provider_upsert
-from policies_app.errors import command_errors
+from core.errors import command_errors
 
 SECRET_VARIABLE = "TOOLGATE_OAUTH_CLIENT_SECRET"  # noqa: S105 - the name of the variable, not a secret
 

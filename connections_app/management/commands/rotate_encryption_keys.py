@@ -48,19 +48,19 @@ from connections_app.services import (
     oauth_provider_rewrap,
 )
 from connections_app.webhooks import webhook_secret_rewrap
-from identity_app.selectors import identity_provider_key_usage, identity_providers_to_rewrap
-from identity_app.services import provider_secret_rewrap
-from policies_app.crypto import KeyRing
-from policies_app.key_rotation import UNREADABLE_ENVELOPE, RewrapOutcome
-from policies_app.selectors import approval_args_key_usage, approvals_args_to_rewrap
-from policies_app.services import approval_args_rewrap
-from tools_app.selectors import (
+from core.crypto import KeyRing
+from core.key_rotation import UNREADABLE_ENVELOPE, RewrapOutcome
+from gateway.upstream.selectors import (
     mcp_server_secret_env_key_usage,
     mcp_server_token_key_usage,
     mcp_servers_secret_env_to_rewrap,
     mcp_servers_token_to_rewrap,
 )
-from tools_app.upstream.services import mcp_server_secret_env_rewrap, mcp_server_token_rewrap
+from gateway.upstream.services import mcp_server_secret_env_rewrap, mcp_server_token_rewrap
+from identity_app.selectors import identity_provider_key_usage, identity_providers_to_rewrap
+from identity_app.services import provider_secret_rewrap
+from policies_app.selectors import approval_args_key_usage, approvals_args_to_rewrap
+from policies_app.services import approval_args_rewrap
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ KINDS: tuple[SealedKind, ...] = (
         batch=lambda key_id, after, limit: mcp_servers_token_to_rewrap(primary_key_id=key_id, after=after, limit=limit),
         rewrap=lambda row, ring: mcp_server_token_rewrap(server=row, ring=ring),
         name=lambda row: row.slug,
-        remedy="An MCP server's operator token: set it again with mcp_server add SLUG --url URL --secret-env VAR.",
+        remedy="An MCP server's operator token: set it again with mcp_upstream add SLUG --url URL --secret-env VAR.",
     ),
     SealedKind(
         "mcp server secret environments",
@@ -149,7 +149,7 @@ KINDS: tuple[SealedKind, ...] = (
         name=lambda row: row.slug,
         remedy=(
             "A stdio server's secret environment: set it again with "
-            "mcp_server add SLUG --command ... --secret-env NAME=VAR."
+            "mcp_upstream add SLUG --command ... --secret-env NAME=VAR."
         ),
     ),
     SealedKind(

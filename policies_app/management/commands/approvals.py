@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from policies_app.ids import uuid_or_none
+from core.ids import uuid_or_none
 from policies_app.models import ApprovalRequest
 from policies_app.selectors import approvals_for_operators
 from policies_app.services import approval_decide

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from policies_app.errors import command_errors
+from core.errors import command_errors
 from policies_app.management import tenant_or_error
 from policies_app.models import ServiceAccount
 from policies_app.services import service_account_create

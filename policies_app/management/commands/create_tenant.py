@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from policies_app.errors import command_errors
+from core.errors import command_errors
 from policies_app.models import Tenant
 from policies_app.services import tenant_create
 

@@ -4,7 +4,7 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
-from policies_app.errors import command_errors
+from core.errors import command_errors
 from policies_app.management import tenant_or_error
 from policies_app.models import TenantMembership
 from policies_app.users import tenant_user_upsert

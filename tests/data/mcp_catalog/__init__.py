@@ -1,7 +1,7 @@
 """A catalog of real MCP tools, as published servers list them (collect.py says where each list came from).
 
 `catalog(size)` flattens the lists into Toolgate catalog rows: ids as Toolgate
-maps upstream tools (`mcp__<slug>__<name>`, tools_app.upstream.definitions),
+maps upstream tools (`mcp__<slug>__<name>`, gateway.upstream.definitions),
 the server's own description and input schema, and the server's slug as the
 tool's tag (how an operator would tag them). Shorter lists first (then by
 slug), tools in their listed order, cut at `size`: the same catalog every run,
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools_app.upstream.definitions import tool_ids_for
+from gateway.upstream.definitions import tool_ids_for
 
 HERE = Path(__file__).resolve().parent
 

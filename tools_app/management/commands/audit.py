@@ -1,7 +1,12 @@
 """`manage.py audit export|prune`: the audit trail for a SIEM, and its retention.
 
     audit export --since 2026-11-01 --until 2026-11-02 [--tenant acme] [--format jsonl|csv] [--output FILE]
+                 [--kind invocations|feature-reads]
     audit prune --older-than 90
+
+`--kind` picks the trail: the tool calls (the default, unchanged) or one installed
+above tools_app (tools_app/audit_kinds.py: the gateway's resource reads, prompt fetches
+and completions). Prune retires every trail under the same cutoff.
 
 Export writes to stdout unless `--output` names a file; it streams, so any
 range fits in constant memory. Prune reports what it deleted and what it
@@ -19,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from tools_app.audit import MIN_RETENTION_DAYS, audit_export, audit_prune
+from tools_app.audit import INVOCATIONS, MIN_RETENTION_DAYS, audit_export, audit_prune, export_kinds
 
 
 def _instant(value: str) -> datetime:
@@ -44,6 +49,9 @@ class Command(BaseCommand):
         export.add_argument("--tenant", metavar="SLUG", help="only this tenant's rows")
         export.add_argument("--format", dest="export_format", choices=("jsonl", "csv"), default="jsonl")
         export.add_argument("--output", metavar="FILE", help="write here instead of stdout")
+        export.add_argument(
+            "--kind", choices=export_kinds(), default=INVOCATIONS, help="which trail (default: the tool calls)"
+        )
         prune = actions.add_parser("prune", help="delete finished rows older than --older-than days, in batches")
         prune.add_argument("--older-than", dest="older_than", type=int, required=True, metavar="DAYS")
 
@@ -66,13 +74,15 @@ class Command(BaseCommand):
             "since": since,
             "until": until,
             "tenant_slug": options["tenant"],
+            "kind": options["kind"],
         }
         if options["output"]:
             with open(options["output"], "w", encoding="utf-8", newline="") as out:
                 written = audit_export(out=out, **arguments)
         else:
             written = audit_export(out=sys.stdout, **arguments)
-        self.stderr.write(f"audit export: {written} rows")
+        noun = "rows" if options["kind"] == INVOCATIONS else f"{options['kind']} rows"
+        self.stderr.write(f"audit export: {written} {noun}")
 
     def _prune(self, older_than: int) -> None:
         if older_than < MIN_RETENTION_DAYS:
@@ -82,6 +92,8 @@ class Command(BaseCommand):
             f"audit prune: {report.deleted} rows started before {report.cutoff.isoformat()} deleted "
             f"in {report.batches} batches; {report.kept_in_window} kept (pending or claim lease live)"
         )
+        for trail in report.trails:
+            self.stdout.write(f"audit prune: {trail.deleted} {trail.noun} deleted in {trail.batches} batches")
         if report.partitions_dropped or report.partitions_busy or report.claims_deleted:
             self.stdout.write(
                 f"audit prune: {len(report.partitions_dropped)} partitions dropped "

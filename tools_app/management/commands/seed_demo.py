@@ -13,7 +13,7 @@ from celery import current_app
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from policies_app.errors import command_errors
+from core.errors import command_errors
 from tools_app.demo import DemoSeed, demo_seed
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"

@@ -1,0 +1,38 @@
+"""The suite's own PostgreSQL changes (tests/support/postgres_for_tests.py) keep a flush a flush."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.core.management import call_command
+from django.core.management.color import no_style
+from django.db import connection
+
+from connections_app.models import Connection, ExecutionGrant
+from policies_app.models import ServiceAccount, Tenant
+from tests.factories import ConnectionFactory, GrantFactory, TenantFactory, service_account_with_key
+from tests.support.postgres_for_tests import ASYNCHRONOUS_COMMIT
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_empties_tables_linked_by_foreign_keys_whatever_their_order(postgres_required):
+    # given: rows that reference each other across apps (grant -> account -> tenant, grant <-> connection)
+    tenant = TenantFactory()
+    account, _key = service_account_with_key(tenant)
+    GrantFactory(service_account=account, connections=[ConnectionFactory(tenant=tenant)])
+
+    # when: the database is flushed as a transactional test's teardown flushes it
+    call_command("flush", interactive=False, verbosity=0)
+
+    # then: every row is gone, deleted rather than truncated
+    assert [model.objects.count() for model in (ExecutionGrant, Connection, ServiceAccount, Tenant)] == [0, 0, 0, 0]
+    assert connection.ops.sql_flush(no_style(), ["policies_app_tenant"]) == ['DELETE FROM "policies_app_tenant";']
+
+
+@pytest.mark.django_db
+def test_the_suites_connections_do_not_wait_for_commits_to_reach_disk(postgres_required):
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("off",)
+    assert ASYNCHRONOUS_COMMIT in os.environ["PGOPTIONS"]  # and the processes the suite starts inherit it
