@@ -567,10 +567,14 @@ class Supervisor:
             raise HostError(f"the server exited and is started again in {wait:.1f} s")
 
     async def _retire(self, child: StdioChild, *, exited: bool) -> None:
-        """Forget a child; one that exited (or never started) pushes its next start back."""
+        """Forget a child; one that exited (or never started) pushes its next start back.
+
+        The backoff is recorded before the stop is awaited: stopping takes a while (the SDK waits
+        for the process), and a call arriving meanwhile finds no child and must find the backoff.
+        """
         if self._children.get(child.spec.key) is child:
             del self._children[child.spec.key]
-        await child.stop()
+        child.stop_soon()
         if exited:
             ended = child.ended_at or time.monotonic()
             exits, _ = self._restarts.get(child.spec.key, (0, 0.0))
@@ -579,6 +583,7 @@ class Supervisor:
             exits += 1
             delay = min(BACKOFF_FIRST_S * 2 ** (exits - 1), BACKOFF_MAX_S)
             self._restarts[child.spec.key] = (exits, ended + delay)
+        await child.stop()
 
     async def _make_room(self) -> None:
         live = [child for child in self._children.values() if not child.dead]
