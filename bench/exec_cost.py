@@ -4,7 +4,10 @@ The WSGI application is called directly, as gunicorn calls it (production
 settings, PostgreSQL and Redis on loopback, gunicorn's multiprocess metrics
 directory), for `/healthz`, `/healthz/api` (the probe through the API's
 middleware list), the floor and the floor with its provider call
-(bench/urls.py), built-in exec and exec with a connection. Wall-clock
+(bench/urls.py), built-in exec, exec with a connection, and exec of an MCP
+upstream's tool over HTTP (an SDK server in a process of its own, a plain JSON
+POST from the calling thread) and over stdio (through the MCP host, also a
+process of its own: neither's work is counted). Wall-clock
 throughput on a shared two-core machine moves by a third between runs; these
 figures do not need a quiet machine:
 
@@ -38,6 +41,7 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -57,13 +61,16 @@ os.environ.update(production_environment("bench.settings"))
 django.setup()
 
 from connections_app.services import connection_create, grant_create  # noqa: E402
+from gateway.upstream.services import mcp_server_discover, mcp_server_register, mcp_tool_approve  # noqa: E402
 from policies_app import fairness, governance, services  # noqa: E402
 from policies_app.models import ToolPolicy  # noqa: E402
 from policies_app.services import service_account_create, tenant_create  # noqa: E402
 from tools_app.services import tool_set_enabled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ("healthz", "healthz api", "floor", "floor + provider", "exec", "exec + connection")
+TARGETS = ("healthz", "healthz api", "floor", "floor + provider", "exec", "exec + connection", "mcp exec", "stdio exec")
+MCP_TARGETS = ("mcp exec", "stdio exec")  # each needs its upstream: an SDK server over HTTP, or the MCP host's child
+MCP_TOOLS = ("mcp__bench__add", "mcp__benchstdio__add")
 USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
 # Callgrind's client requests, so that only the measured requests are counted (compiled when asked for).
 _CLIENT_REQUESTS = """
@@ -100,6 +107,7 @@ def _prepare_and_run(options: argparse.Namespace) -> None:
     github_port = _free_port()
     env["TOOLGATE_GITHUB_API_URL"] = f"http://127.0.0.1:{github_port}"
     github = subprocess.Popen([sys.executable, "-m", "bench.exec_cost", "--github", str(github_port)], cwd=ROOT)
+    upstreams = _start_mcp_upstreams(env, options.only)
     command = [sys.executable, "-m", "bench.exec_cost", "--measure", "--only", options.only]
     try:
         if options.callgrind:
@@ -108,7 +116,48 @@ def _prepare_and_run(options: argparse.Namespace) -> None:
             requests = options.requests or 1000
             subprocess.run([*command, "--requests", str(requests)], cwd=ROOT, env=env, check=True)
     finally:
-        github.terminate()
+        for process in (github, *upstreams):
+            process.terminate()
+        for process in (github, *upstreams):
+            process.wait()
+
+
+def _start_mcp_upstreams(env: dict[str, str], only: str) -> list[subprocess.Popen]:
+    """The MCP targets' upstreams, in processes of their own (their work is not counted): the SDK server
+    the HTTP upstream is, and the MCP host that runs the stdio one (no sandbox: bubblewrap costs only at spawn)."""
+    wanted = [name.strip() for name in only.split(",") if name.strip()] or list(TARGETS)
+    if not set(wanted) & set(MCP_TARGETS):
+        return []
+    upstream_port, host_port = _free_port(), _free_port()
+    env.update(
+        {
+            "BENCH_MCP_URL": f"http://127.0.0.1:{upstream_port}/mcp",
+            "TOOLGATE_MCP_ALLOW_PRIVATE_NETWORKS": "true",
+            "TOOLGATE_MCP_HOST_URL": f"http://127.0.0.1:{host_port}",
+            "TOOLGATE_MCP_HOST_TOKEN": secrets.token_urlsafe(24),
+            "TOOLGATE_MCP_HOST_SANDBOX": "none",
+            "TOOLGATE_MCP_HOST_DIR": tempfile.mkdtemp(prefix="bench-mcp-host-"),
+        }
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-m", "bench.mcp_upstream_app", str(upstream_port)], cwd=ROOT, env=env),
+        subprocess.Popen([sys.executable, "manage.py", "mcp_host"], cwd=ROOT, env=env),
+    ]
+    for port in (upstream_port, host_port):
+        _wait_for_listener(port)
+    return processes
+
+
+def _wait_for_listener(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit(f"bench: nothing listens on 127.0.0.1:{port} (an MCP target's upstream)")
+            time.sleep(0.1)
 
 
 def _callgrind(env: dict[str, str], command: list[str], options: argparse.Namespace) -> None:
@@ -188,9 +237,13 @@ def _pin_the_clock() -> None:
 
 
 def _seed() -> list[dict[str, str]]:
-    tool_set_enabled(tool_ids=["core__get_current_time", "github__get_user"], enabled=True)
+    tools = ["core__get_current_time", "github__get_user"]
+    if os.environ.get("BENCH_MCP_URL"):
+        _register_mcp_upstreams(os.environ["BENCH_MCP_URL"])
+        tools += MCP_TOOLS
+    tool_set_enabled(tool_ids=tools, enabled=True)
     tenant = tenant_create(slug="bench")
-    ToolPolicy.objects.create(name="bench", tenant=tenant, allowed_tools=["core__get_current_time", "github__get_user"])
+    ToolPolicy.objects.create(name="bench", tenant=tenant, allowed_tools=tools)
     accounts = []
     for index in range(64):
         account, key = service_account_create(tenant=tenant, name=f"agent-{index}")
@@ -200,6 +253,15 @@ def _seed() -> list[dict[str, str]]:
         grant = grant_create(tenant=tenant, service_account=account, connections=[connection])
         accounts.append({"key": key, "connection_id": str(connection.pk), "grant_id": str(grant.pk)})
     return accounts
+
+
+def _register_mcp_upstreams(url: str) -> None:
+    stdio_command = [sys.executable, str(ROOT / "bench" / "mcp_upstream_app.py"), "stdio"]
+    http, _ = mcp_server_register(slug="bench", url=url)
+    stdio, _ = mcp_server_register(slug="benchstdio", command=stdio_command, trusted_unsandboxed=True)
+    for server, tool_id in zip((http, stdio), MCP_TOOLS, strict=True):
+        mcp_server_discover(server_id=server.pk)
+        mcp_tool_approve(tool_id=tool_id, via="bench", only_if_unapproved=True)
 
 
 Request = tuple[str, str, str, bytes]
@@ -235,6 +297,9 @@ def _requests(name: str, accounts: list[dict[str, str]]) -> list[Request]:
             )
             for account in accounts
         ]
+    if name in MCP_TARGETS:
+        add = json.dumps({"tool_id": MCP_TOOLS[MCP_TARGETS.index(name)], "args": {"a": 1, "b": 2}}).encode()
+        return [("POST", "/api/v1/tools/exec", f"Bearer {account['key']}", add) for account in accounts]
     sys.exit(f"bench: no target {name!r}; targets: {', '.join(TARGETS)}")
 
 

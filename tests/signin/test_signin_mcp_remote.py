@@ -27,6 +27,7 @@ from signin.models import SigninClient
 from tests.factories import PASSWORD
 from tests.support.node_tools import node_at_least, npm_install
 from tests.support.signin import TIME, WAIT, page_form, signin_tenant
+from tests.support.threads import run_in_own_thread
 from tools_app.models import ToolInvocation
 
 # The first run installs mcp-remote (about half a minute here).
@@ -97,24 +98,6 @@ class Person:
             self.error = error
 
 
-def _in_own_thread(work):
-    """Run `work` on a thread of its own: a worker that ran a browser test keeps an event loop on its main thread."""
-    outcome: dict = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = work()
-        except BaseException as error:
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
 @pytest.mark.parametrize("protocol", ["legacy", "auto"])
 def test_mcp_remote_signs_in_and_calls_on_behalf_of_the_person(live_server, mcp_remote, tmp_path, protocol):
     _tenant, ada, account, _key = signin_tenant()
@@ -139,7 +122,7 @@ def test_mcp_remote_signs_in_and_calls_on_behalf_of_the_person(live_server, mcp_
 
     browser.start()
     try:
-        names, called = _in_own_thread(lambda: asyncio.run(asyncio.wait_for(run(), timeout=120)))
+        names, called = run_in_own_thread(lambda: asyncio.wait_for(run(), timeout=120))
     except TimeoutError:
         raise AssertionError(f"{person.error}; mcp-remote said: {stderr.read_text()[-1500:]}") from None
     browser.join(timeout=10)

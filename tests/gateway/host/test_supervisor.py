@@ -11,6 +11,7 @@ from mcp import MCPError
 
 from gateway.host.children import ChildSpec, HostConfig, HostError, Supervisor, spec_fingerprint
 from gateway.host.sandbox import Limits
+from tests.support.threads import run_in_own_thread
 
 SCRIPT = Path(__file__).resolve().parents[2] / "support" / "stdio_server.py"
 COMMAND = (sys.executable, str(SCRIPT))
@@ -40,4 +41,4 @@ def test_a_call_that_arrives_while_an_exited_child_is_being_stopped_meets_the_ba
                 await started.stop()
         return "a new child was started"
 
-    assert asyncio.run(run()).startswith("the server exited and is started again in")
+    assert run_in_own_thread(run).startswith("the server exited and is started again in")
