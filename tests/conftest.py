@@ -112,6 +112,14 @@ def _service_missing(name: str) -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases; at the end, the run's last worker drops the template they were cloned from."""
+    yield
+    with django_db_blocker.unblock():
+        postgres_for_tests.drop_template_if_last(connection)
+
+
 @pytest.fixture
 def redis_url() -> str:
     """The Redis the suite may use; skips (or fails under REQUIRE_SERVICES) without one."""
