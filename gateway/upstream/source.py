@@ -311,10 +311,10 @@ def _failure(upstream: _Upstream, error: UpstreamError) -> ToolFailure:
 def _answer(upstream: _Upstream, auth: AuthCapability | None, result: types.CallToolResult) -> ToolContent:
     """The upstream's result as the tool's output, or the refusal it earns (both paths)."""
     answer = _content_of(result, has_output_schema=upstream.pinned.output_schema is not None)
-    if _holds_nul([answer.content, answer.structured]):  # the audit row (PostgreSQL jsonb) cannot keep it
-        raise ToolFailure(NUL_IN_ANSWER)
-    if not strings_are_clean([list(answer.content), answer.structured]):  # nor can UTF-8 encode a lone surrogate
-        raise ToolFailure(SURROGATE_IN_ANSWER)
+    strings = [list(answer.content), answer.structured]
+    # NUL: the audit row (jsonb) cannot keep it; a lone surrogate: UTF-8 cannot encode it (one walk when clean)
+    if not strings_are_clean(strings):
+        raise ToolFailure(NUL_IN_ANSWER if _holds_nul(strings) else SURROGATE_IN_ANSWER)
     # The runner checks outputs against a broker's credential; the operator token is ours to check.
     if (
         auth is not None

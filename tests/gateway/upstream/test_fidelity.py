@@ -38,6 +38,7 @@ from gateway.upstream.services import (
     mcp_tool_approve,
     mcp_tool_set_effect,
 )
+from gateway.upstream.source import NUL_IN_ANSWER
 from policies_app.governance import governance_bump
 from policies_app.models import ToolPolicy
 from runner.types import ToolEffect
@@ -270,6 +271,7 @@ def test_an_answer_with_nul_characters_is_refused_not_a_crash(key, upstream):
     response = exec_rest(key, "nul", tool_call_id="nul-1")
 
     assert (response.status_code, response.json()["error_code"]) == (502, "execution")
+    assert response.json()["safe_message"] == NUL_IN_ANSWER
     assert ToolInvocation.objects.get(tool_call_id="nul-1").error_code == "execution"
 
 
