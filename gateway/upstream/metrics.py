@@ -28,10 +28,21 @@ MCP_DISCOVERY = Counter(
 )
 
 
+# `labels()` takes a lock and builds its key on every call; a label set's child never changes.
+_calls: dict[tuple[str, str], Counter] = {}
+_seconds: dict[str, Histogram] = {}
+
+
 def mcp_upstream_call_observed(*, server: str, outcome: str, seconds: float) -> None:
     """The hook for the upstream-MCP tool source: one call to `server` ended with `outcome`."""
-    MCP_UPSTREAM_CALLS.labels(server, outcome).inc()
-    MCP_UPSTREAM_SECONDS.labels(server).observe(seconds)
+    counter = _calls.get((server, outcome))
+    if counter is None:
+        counter = _calls[(server, outcome)] = MCP_UPSTREAM_CALLS.labels(server, outcome)
+    counter.inc()
+    histogram = _seconds.get(server)
+    if histogram is None:
+        histogram = _seconds[server] = MCP_UPSTREAM_SECONDS.labels(server)
+    histogram.observe(seconds)
 
 
 def mcp_discovery_observed(*, server: str, outcome: str) -> None:
