@@ -47,6 +47,7 @@ ASYNCHRONOUS_COMMIT = "-c synchronous_commit=off"
 _truncating_flush = DatabaseOperations.sql_flush
 _migrating_create = DatabaseCreation.create_test_db
 _WORKER_SUFFIX = re.compile(r"_(gw\d+)$")
+_cloned_from: dict[str, str] = {}  # database alias -> the template its test database was cloned from
 
 
 def _deleting_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
@@ -103,9 +104,6 @@ def _cloning_create(self, verbosity=1, autoclobber=False, serialize=True, keepdb
         self.connection._test_serialized_contents = self.serialize_db_to_string()
     self.connection.ensure_connection()
     return own
-
-
-_cloned_from: dict[str, str] = {}  # database alias -> the template its test database was cloned from
 
 
 def drop_template_if_last(connection) -> None:
