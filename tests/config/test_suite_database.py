@@ -54,4 +54,4 @@ def test_each_worker_clones_its_database_from_the_runs_one_migrated_template(pos
     executor = MigrationExecutor(connection)
     assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []  # the clone is fully migrated
     assert lines.count("migrated") == 1
-    assert 1 <= lines.count("cloned") <= int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    assert 0 < lines.count("cloned") <= int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
