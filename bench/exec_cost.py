@@ -7,7 +7,8 @@ middleware list), the floor and the floor with its provider call
 (bench/urls.py), built-in exec, exec with a connection, and exec of an MCP
 upstream's tool over HTTP (an SDK server in a process of its own, a plain JSON
 POST from the calling thread) and over stdio (through the MCP host, also a
-process of its own: neither's work is counted). Wall-clock
+process of its own: neither's work is counted), and the HTTP one's tool called
+with `tools/call` on /mcp (2025-11-25, stateless). Wall-clock
 throughput on a shared two-core machine moves by a third between runs; these
 figures do not need a quiet machine:
 
@@ -68,9 +69,22 @@ from policies_app.services import service_account_create, tenant_create  # noqa:
 from tools_app.services import tool_set_enabled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ("healthz", "healthz api", "floor", "floor + provider", "exec", "exec + connection", "mcp exec", "stdio exec")
-MCP_TARGETS = ("mcp exec", "stdio exec")  # each needs its upstream: an SDK server over HTTP, or the MCP host's child
-MCP_TOOLS = ("mcp__bench__add", "mcp__benchstdio__add")
+TARGETS = (
+    "healthz",
+    "healthz api",
+    "floor",
+    "floor + provider",
+    "exec",
+    "exec + connection",
+    "mcp exec",
+    "stdio exec",
+    "mcp tools/call",
+)
+# Each needs its upstream: an SDK server over HTTP, or the MCP host's child (`mcp tools/call`: the HTTP one, over /mcp).
+MCP_TARGETS = ("mcp exec", "stdio exec", "mcp tools/call")
+MCP_TOOLS = ("mcp__bench__add", "mcp__benchstdio__add")  # of `mcp exec` and `stdio exec`
+# What a 2025-11-25 client sends on /mcp beside its body (stateless: no session), as WSGI environ keys.
+MCP_ENVIRON = {"HTTP_ACCEPT": "application/json, text/event-stream", "HTTP_MCP_PROTOCOL_VERSION": "2025-11-25"}
 USER = {"login": "octocat", "id": 583231, "name": "The Octocat", "html_url": "https://github.com/octocat"}
 # Callgrind's client requests, so that only the measured requests are counted (compiled when asked for).
 _CLIENT_REQUESTS = """
@@ -297,6 +311,14 @@ def _requests(name: str, accounts: list[dict[str, str]]) -> list[Request]:
             )
             for account in accounts
         ]
+    if name == "mcp tools/call":
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": MCP_TOOLS[0], "arguments": {"a": 1, "b": 2}},
+        }
+        return [("POST", "/mcp", f"Bearer {account['key']}", json.dumps(call).encode()) for account in accounts]
     if name in MCP_TARGETS:
         add = json.dumps({"tool_id": MCP_TOOLS[MCP_TARGETS.index(name)], "args": {"a": 1, "b": 2}}).encode()
         return [("POST", "/api/v1/tools/exec", f"Bearer {account['key']}", add) for account in accounts]
@@ -332,6 +354,8 @@ def _run(application: object, requests: list[Request], count: int) -> None:
         }
         if authorization:
             environ["HTTP_AUTHORIZATION"] = authorization
+        if path == "/mcp":
+            environ.update(MCP_ENVIRON)
         if body:
             environ["CONTENT_TYPE"] = "application/json"
             environ["CONTENT_LENGTH"] = str(len(body))
@@ -339,8 +363,8 @@ def _run(application: object, requests: list[Request], count: int) -> None:
         content = b"".join(response)
         response.close()
         status = answered.pop()
-        if not status.startswith("200"):
-            sys.exit(f"bench: {method} {path} did not answer 200 but {status}: {content[:300]!r}")
+        if not status.startswith("200") or (path == "/mcp" and b'"isError":false' not in content):
+            sys.exit(f"bench: {method} {path} did not answer 200 with a result but {status}: {content[:300]!r}")
 
 
 # --- the provider's stand-in ------------------------------------------------------------------
