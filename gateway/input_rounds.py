@@ -1,6 +1,6 @@
 """An upstream's questions across the client's retries: the sealed state of a round, and the answers' checks.
 
-A 2026-07-28 `tools/call` whose upstream asks the client (upstream/asking.py)
+A 2026-07-28 `tools/call` whose upstream asks the client (gateway/asking.py)
 answers an `InputRequiredResult` whose `requestState` is Toolgate's own, not the
 upstream's: the upstream's state sealed inside it (AES-GCM with the key ring),
 bound in its associated data to the service account and inside to the person,
@@ -42,8 +42,8 @@ from typing import Any, Final
 from django.core.cache import cache
 
 from core.crypto import CredentialError, KeyRing, open_json, seal_json
+from gateway.asking import answer_model
 from gateway.elicitation import decode_state, encode_state
-from gateway.upstream.asking import answer_model
 from runner.asking import ELICITATION, SAMPLING, AskUnanswered, ClientInput, InputAsk
 from runner.pipeline import args_digest
 

@@ -49,9 +49,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
+from gateway.asking import Asking
 from gateway.host.children import ChildSpec, HostError, StdioChild, Supervisor, spec_fingerprint
 from gateway.host.spec import MAX_SPEC_CHARS, SPEC_HEADER, SpecInvalid, decode_spec
-from gateway.upstream.asking import Asking
 from runner.progress import LOG_LEVELS
 from runner.redaction import carries_credential, secret_fragments
 

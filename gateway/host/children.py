@@ -44,6 +44,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST
 
+from gateway.asking import Asking
 from gateway.host.egress import EgressProxy, ProxyLimits
 from gateway.host.environment import DEFAULT_PATH, child_environment
 from gateway.host.packages import PackageError, package_dir, parse_package, programs_dir, version_of
@@ -68,7 +69,6 @@ from gateway.host.sandbox import (
     launch_argv,
 )
 from gateway.mcp_sdk import absorb_tool_listing
-from gateway.upstream.asking import Asking
 from runner.contracts import MAX_TIMEOUT_MS
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ The host is one process, so it holds the child's waiting call in memory instead:
 question goes back to the worker as an `InputRequiredResult` whose `requestState` names the
 held call, and the worker's retry (its answers and that state) resumes it. To the worker the
 host is then a 2026-07-28 upstream like any other: it vets, seals, audits and asks the
-client as it does for HTTP upstreams (upstream/asking.py, docs/mcp-asking.md).
+client as it does for HTTP upstreams (gateway/asking.py, docs/mcp-asking.md).
 
 What a call may be asked is what the worker declared on it (the tool's allowance ∩ the
 client's capabilities, in the request's `_meta`). Every question is vetted here with the
@@ -36,7 +36,7 @@ from typing import Any, Final
 import mcp_types as types
 from mcp_types.jsonrpc import INVALID_REQUEST
 
-from gateway.upstream.asking import Asking, vetted_request
+from gateway.asking import Asking, vetted_request
 from runner.errors import ToolFailure
 from runner.redaction import carries_credential, secret_fragments
 

@@ -47,9 +47,9 @@ from core.netguard import (
     parse_endpoint,
     resolve_checked,
 )
+from gateway.asking import Asking, HeldAsk, MidCallQuestions, ask_refused, responses_of, vetted_ask
+from gateway.hidden_characters import visible_text
 from gateway.mcp_sdk import absorb_tool_listing
-from gateway.upstream.asking import Asking, HeldAsk, MidCallQuestions, ask_refused, responses_of, vetted_ask
-from gateway.upstream.definitions import visible_text
 from gateway.upstream.errors import UpstreamError
 from gateway.upstream.http11 import Http11Pool
 from gateway.upstream.lean import JsonCaller, NotRun, SwitchToSdk
@@ -579,7 +579,7 @@ async def _call_with_progress(
         raise
 
 
-# --- calls that may ask the client (upstream/asking.py) ------------------------------------
+# --- calls that may ask the client (gateway/asking.py) ------------------------------------
 
 
 async def call_asking(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from jsonschema.exceptions import SchemaError as JsonSchemaError
 from jsonschema.protocols import Validator
 from referencing import Registry
 
+from gateway.hidden_characters import is_hidden_character, visible_text
 from runner.contracts import TOOL_ID_MAX_LENGTH
 from runner.redaction import CONTENT_ALLOWLIST
 from runner.schema import canonical_json
@@ -53,33 +53,8 @@ class DiscoveryBounds:
     total_timeout_s: float = 30.0
 
 
-# Characters a reviewer cannot see that change what a model reads: format characters (bidirectional
-# overrides and isolates, zero-width characters, the tag characters used to smuggle text), control
-# characters other than tab and line breaks, line and paragraph separators, invisible fillers, and
-# the variation selectors supplement. NUL stays refused outright (check_definition).
-_VISIBLE_CONTROLS = frozenset("\t\n\r\x00")
-_HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
-_INVISIBLE_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
-_VARIATION_SELECTORS_SUPPLEMENT = range(0xE0100, 0xE01F0)
 # The free-text fields a model reads; `annotations.title` too.
 TEXT_FIELDS = ("title", "description")
-
-
-def is_hidden_character(char: str) -> bool:
-    if char in _VISIBLE_CONTROLS:
-        return False
-    return (
-        unicodedata.category(char) in _HIDDEN_CATEGORIES
-        or char in _INVISIBLE_FILLERS
-        or ord(char) in _VARIATION_SELECTORS_SUPPLEMENT
-    )
-
-
-def visible_text(text: str) -> str:
-    """`text` with every hidden character written out as `[U+XXXX]`: what agents and reviewers both see."""
-    if not any(is_hidden_character(char) for char in text):
-        return text
-    return "".join(f"[U+{ord(char):04X}]" if is_hidden_character(char) else char for char in text)
 
 
 def canonical_definition(raw: Mapping[str, Any]) -> dict[str, Any]:

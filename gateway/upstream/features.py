@@ -29,14 +29,8 @@ from urllib.parse import quote, unquote
 from mcp.shared.path_security import contains_path_traversal
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from gateway.upstream.definitions import (
-    DefinitionRefused,
-    DiscoveryBounds,
-    is_hidden_character,
-    safe_label,
-    tool_id_for,
-    visible_text,
-)
+from gateway.hidden_characters import is_hidden_character, visible_text
+from gateway.upstream.definitions import DefinitionRefused, DiscoveryBounds, safe_label, tool_id_for
 from runner.schema import canonical_json
 
 RESOURCE = "resource"

@@ -5,7 +5,7 @@ call's own stream and waits on that connection for the answer; a 2026-07-28
 client answers only in a retry, a new HTTP request that any web worker may
 receive. So the call is *held*: it runs as a task of this process's event loop
 (the runner's background loop), not tied to the request that made it. Its first
-question, vetted and counted like any (upstream/asking.py), ends that request's
+question, vetted and counted like any (gateway/asking.py), ends that request's
 round `input_required`, under a key of Toolgate's own (HELD_ASK_KEY) and a sealed
 state that names the question; the call waits for the answer.
 
@@ -31,10 +31,10 @@ from typing import Any, Final
 
 import mcp_types as types
 
+from gateway.asking import Asking, ask_refused
 from gateway.inflight import CANCEL_POLL_S, cancel_file, cancel_filed
 from gateway.input_rounds import ANSWER_WAIT_S as QUESTION_WAIT_S
 from gateway.input_rounds import answer_await_held, answer_file, held_step_await, held_step_file, question_open
-from gateway.upstream.asking import Asking, ask_refused
 from gateway.upstream.client import UpstreamTarget, call_asking
 from gateway.upstream.errors import UpstreamError
 from runner.asking import AskUnanswered, ClientInput, InputAsk

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import mcp_types as types
 from pydantic import BaseModel
 
-from gateway.upstream.asking import Asking, asking_for
+from gateway.asking import Asking, asking_for
 from gateway.upstream.client import UpstreamError, UpstreamTarget, plain_session, pool_for_running_loop
 from gateway.upstream.definitions import PinnedSchema, compile_pinned, default_allowlist, pinned_schema_hash
 from gateway.upstream.held import call_for_client
@@ -189,7 +189,7 @@ class _Upstream:
 
 
 def _asking(upstream: _Upstream, client: ClientInput | None) -> Asking | None:
-    """What this call declares its upstream may ask (upstream/asking.py); for a stdio one, within the sampling cap.
+    """What this call declares its upstream may ask (gateway/asking.py); for a stdio one, within the sampling cap.
 
     The MCP host holds a stdio child's call while its question travels (host/questions.py),
     so a round the runner would then refuse for the policy's sampling cap would leave that
@@ -272,7 +272,7 @@ def _blocking_executor(upstream: _Upstream) -> Any:
         if CALL_PROGRESS.get() is not None:  # progress travels on an event stream: the SDK's path, on the loop
             return ON_LOOP
         if _asking(upstream, CALL_INPUT.get()) is not None:
-            return ON_LOOP  # a session of its own that declares what may be asked (upstream/asking.py)
+            return ON_LOOP  # a session of its own that declares what may be asked (gateway/asking.py)
         auth = caps.auth
         started, outcome = time.monotonic(), "error"
         try:

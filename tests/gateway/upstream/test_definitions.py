@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.hidden_characters import visible_text
 from gateway.upstream.definitions import (
     DefinitionRefused,
     DiscoveryBounds,
@@ -15,7 +16,6 @@ from gateway.upstream.definitions import (
     suggested_effect,
     tool_id_for,
     tool_ids_for,
-    visible_text,
 )
 from runner.redaction import CONTENT_ALLOWLIST, compile_allowlist, redact
 from runner.types import ToolEffect

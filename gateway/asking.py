@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol
 import mcp_types as types
 from mcp_types.jsonrpc import INVALID_REQUEST
 
-from gateway.upstream.definitions import visible_text
+from gateway.hidden_characters import visible_text
 from runner.asking import ELICITATION, SAMPLING, AskUnanswered, ClientInput, InputAsk
 from runner.errors import ToolFailure
 
