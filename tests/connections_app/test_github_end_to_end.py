@@ -76,7 +76,7 @@ def test_get_user_sends_the_bearer_token_and_answers_only_allowlisted_fields(git
             **USER,
             "email": "octocat@github.example",
             "access_token": "ghp_upstreamTokenLookingField0123456789",
-            "plan": {"name": "pro", "private_repos": 9999},
+            "plan": {"name": "pro", "private_repos": 73914062519},  # a number no timestamp or id in a log line holds
             "site_admin": False,
         },
     )
@@ -92,7 +92,7 @@ def test_get_user_sends_the_bearer_token_and_answers_only_allowlisted_fields(git
     row = ToolInvocation.objects.get(tool_call_id="c1")
     assert (row.ok, row.executed, row.result, row.connection_id) == (True, True, USER, str(connection.pk))
     assert Connection.objects.get(pk=connection.pk).last_used_at is not None
-    assert_nowhere((TOKEN, "octocat@github.example", "ghp_upstreamTokenLookingField", "9999"), response, caplog)
+    assert_nowhere((TOKEN, "octocat@github.example", "ghp_upstreamTokenLookingField", "73914062519"), response, caplog)
 
 
 def test_a_warm_call_with_a_connection_costs_no_query_more_than_one_without(
