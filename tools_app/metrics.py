@@ -20,6 +20,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
@@ -28,6 +29,20 @@ from prometheus_client.utils import INF, floatToGoString
 
 from runner.pipeline import Call
 from runner.types import Decision, ErrorCode, ToolExecResult
+
+_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
+# A label set's child never changes, and `labels()` takes a lock and builds its key on every call.
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+
+
+def labelled(metric: _Metric, *values: str) -> _Metric:
+    """`metric.labels(*values)`, looked up once per label set (hot paths count every call)."""
+    key = (metric, values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child  # type: ignore[return-value]
+
 
 OTHER = "other"
 UNKNOWN_TOOL = "unknown"
@@ -154,9 +169,6 @@ class PrometheusCallObserver:
     def __init__(self, *, max_tools: int, max_tenants: int, multiprocess_directory: str | None = None) -> None:
         self._tool = LabelCap(max_tools)
         self._tenant = LabelCap(max_tenants) if max_tenants > 0 else None
-        # `labels()` takes a lock and builds a key each time; a label set's child never changes.
-        self._stage_histograms: dict[str, Histogram] = {}
-        self._children: dict[tuple[str, ...], MetricWrapperBase] = {}
         self._stage_file = StageFile(multiprocess_directory) if multiprocess_directory else None
 
     def tool_label(self, call: Call) -> str:
@@ -175,20 +187,11 @@ class PrometheusCallObserver:
             self._stage_file.observe(times)
             return
         for stage, seconds in times:
-            histogram = self._stage_histograms.get(stage)
-            if histogram is None:
-                histogram = self._stage_histograms[stage] = STAGE_SECONDS.labels(stage)
-            histogram.observe(seconds)
+            labelled(STAGE_SECONDS, stage).observe(seconds)
 
     def call_finished(self, call: Call, result: ToolExecResult, seconds: float) -> None:
         tool = self.tool_label(call)
         error_code = result.error_code.value if result.error_code is not None else ""
         labels = (tool, self.tenant_label(call.ctx.tenant_id), call_outcome(result, call.decision), error_code)
-        counter = self._children.get(labels)
-        if counter is None:
-            counter = self._children[labels] = TOOL_CALLS.labels(*labels)
-        counter.inc()  # type: ignore[attr-defined]
-        histogram = self._children.get((tool,))
-        if histogram is None:
-            histogram = self._children[(tool,)] = TOOL_CALL_SECONDS.labels(tool)
-        histogram.observe(seconds)  # type: ignore[attr-defined]
+        labelled(TOOL_CALLS, *labels).inc()
+        labelled(TOOL_CALL_SECONDS, tool).observe(seconds)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-from tools_app.metrics import CALL_BUCKETS
+from tools_app.metrics import CALL_BUCKETS, labelled
 
 MCP_UPSTREAM_CALLS = Counter(
     "toolgate_mcp_upstream_calls",
@@ -28,21 +28,10 @@ MCP_DISCOVERY = Counter(
 )
 
 
-# `labels()` takes a lock and builds its key on every call; a label set's child never changes.
-_calls: dict[tuple[str, str], Counter] = {}
-_seconds: dict[str, Histogram] = {}
-
-
 def mcp_upstream_call_observed(*, server: str, outcome: str, seconds: float) -> None:
     """The hook for the upstream-MCP tool source: one call to `server` ended with `outcome`."""
-    counter = _calls.get((server, outcome))
-    if counter is None:
-        counter = _calls[(server, outcome)] = MCP_UPSTREAM_CALLS.labels(server, outcome)
-    counter.inc()
-    histogram = _seconds.get(server)
-    if histogram is None:
-        histogram = _seconds[server] = MCP_UPSTREAM_SECONDS.labels(server)
-    histogram.observe(seconds)
+    labelled(MCP_UPSTREAM_CALLS, server, outcome).inc()
+    labelled(MCP_UPSTREAM_SECONDS, server).observe(seconds)
 
 
 def mcp_discovery_observed(*, server: str, outcome: str) -> None:
