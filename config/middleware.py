@@ -15,13 +15,15 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.base import BaseHandler
 from django.core.handlers.exception import convert_exception_to_response
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 
 from changes_app.context import ChangeSource, actor_for_user, source_bind, source_reset
 from changes_app.kinds import Origin
-from core.api.handlers import API_PREFIX
+from core.api.handlers import API_PREFIX, dependency_unavailable
+from core.outages import OUTAGE_ERRORS
 
 ADMIN_PREFIX = "/admin/"
 # Hooks Django's handler collects from MIDDLEWARE's instances; a list built here has no handler to collect them.
@@ -49,6 +51,32 @@ def api_middleware(get_response: Handler) -> Handler:
         if request.path_info.startswith(prefixes):
             return api(request)
         return get_response(request)
+
+    return middleware
+
+
+def answer_after_durable_writes(get_response: Handler) -> Handler:
+    """The answer leaves only once the writes sent ahead while building it are committed.
+
+    The audit row is sent ahead of the answer (config/postgresql's
+    `write_ahead`): PostgreSQL inserts and commits it while the view renders
+    the answer and the middleware below this one runs. Here, before the answer
+    goes back up to the web server, its result is read; a write that failed
+    (the database went away meanwhile) turns the answer into 503
+    `unavailable_dependency`, as it would have been had the write been awaited
+    in place. First in settings.API_MIDDLEWARE, so all of that list overlaps
+    the write; SQLite has nothing to send ahead.
+    """
+
+    def middleware(request: HttpRequest) -> HttpResponseBase:
+        awaited_at_exit = getattr(connections[DEFAULT_DB_ALIAS], "writes_awaited_at_exit", None)
+        if awaited_at_exit is None:
+            return get_response(request)
+        try:
+            with awaited_at_exit():
+                return get_response(request)
+        except OUTAGE_ERRORS as exc:
+            return dependency_unavailable(exc)
 
     return middleware
 

@@ -130,8 +130,10 @@ MIDDLEWARE = [
 # The JSON API's paths (and the liveness probe's variant that measures them) run the rest of their request
 # through this shorter list: MIDDLEWARE's, less what has nothing to do on a JSON endpoint authenticated by a
 # Bearer key (static files, sessions, CSRF, Django's user, messages, login lockouts, the NUL check the API
-# makes itself). Same order, same headers and answers (docs/performance.md, "The API's middleware").
+# makes itself), and first the wait for the audit row sent ahead of the answer. Same order, same headers and
+# answers (docs/performance.md, "The API's middleware").
 API_MIDDLEWARE = [
+    "config.middleware.answer_after_durable_writes",  # first: the audit row commits while the rest runs
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",  # the Host check (ALLOWED_HOSTS) and Content-Length
     "config.middleware.change_source",
@@ -189,10 +191,10 @@ else:
     keepalives = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 2, "keepalives_count": 3}
     for option, value in keepalives.items():
         DATABASES["default"]["OPTIONS"].setdefault(option, value)
-    # psycopg may prepare statements, at their first run (Django turns that off, for connection poolers):
-    # only statements bound on the server are prepared, and only the audit INSERTs are (config/postgresql's
-    # prepared_cursor); Django's own queries stay client-bound and unprepared. False for PgBouncer in
-    # transaction mode before 1.21 (or without max_prepared_statements).
+    # The audit's statements are prepared on the connection (config/postgresql's execute_prepared and
+    # write_ahead), psycopg's switch for preparing telling them they may (Django turns it off, for connection
+    # poolers); Django's own queries stay client-bound and unprepared. False for PgBouncer in transaction mode
+    # before 1.21 (or without max_prepared_statements): each audit statement is then sent unnamed.
     if env.bool("TOOLGATE_DATABASE_PREPARED_STATEMENTS", default=True):
         DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 0)
 

@@ -32,7 +32,6 @@ from functools import cache
 from typing import Any, TextIO
 
 from django.db import IntegrityError, connection, transaction
-from django.db.backends.utils import CursorWrapper
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -41,7 +40,7 @@ from tools_app.audit_kinds import audit_kinds
 from tools_app.models import ToolCallClaim, ToolInvocation
 from tools_app.partitions import TABLE as _TABLE
 from tools_app.partitions import audit_claims_prune, audit_is_partitioned, audit_partitions_retire
-from tools_app.rows import RowInserter
+from tools_app.rows import RowInserter, write_ahead
 
 _invocations = RowInserter(ToolInvocation)
 _CLAIMS = ToolCallClaim._meta.db_table
@@ -153,10 +152,9 @@ def invocation_claim(
     }
     if audit_is_partitioned():
         columns, params = _invocations.prepared(**values)
-        with _savepoint_if_in_transaction(), _prepared_cursor() as cursor:
-            cursor.execute(_claimed_insert_sql(columns), [ctx.tenant_id, ctx.tool_call_id, now, *params])
-            inserted = cursor.fetchone()
-        return None if inserted is None else ToolInvocation(id=inserted[0], **values)
+        with _savepoint_if_in_transaction():
+            inserted = _claimed(_claimed_insert_sql(columns), [ctx.tenant_id, ctx.tool_call_id, now, *params])
+        return None if inserted is None else ToolInvocation(id=inserted, **values)
     try:
         with _savepoint_if_in_transaction():
             return ToolInvocation.objects.create(**values)
@@ -170,8 +168,7 @@ def _insert_with_claim(ctx: ToolInvocationContext, fields: dict[str, Any]) -> No
     Its row is written whatever the claim finds: the audit never loses a row.
     """
     columns, params = _invocations.prepared(**_context_fields(ctx), **fields)
-    with _prepared_cursor() as cursor:  # the same text every call: PostgreSQL keeps its plan
-        cursor.execute(_claiming_insert_sql(columns), [ctx.tenant_id, ctx.tool_call_id, fields["started_at"], *params])
+    write_ahead(_claiming_insert_sql(columns), [ctx.tenant_id, ctx.tool_call_id, fields["started_at"], *params])
 
 
 def _claim_cte() -> str:
@@ -196,10 +193,19 @@ def _claiming_insert_sql(columns: tuple[str, ...]) -> str:
     return f'{_claim_cte()}INSERT INTO "{_TABLE}" ({names}) VALUES ({values})'  # noqa: S608
 
 
-def _prepared_cursor() -> CursorWrapper:
-    """Toolgate's PostgreSQL backend (config/postgresql) prepares the audit INSERTs; another backend's plain cursor."""
-    prepared_cursor = getattr(connection, "prepared_cursor", None)
-    return prepared_cursor() if prepared_cursor is not None else connection.cursor()
+def _claimed(sql: str, params: list[Any]) -> int | None:
+    """The id of the row the claim inserted, or None if another row holds the claim.
+
+    Toolgate's PostgreSQL backend (config/postgresql) prepares the statement; another backend runs it plainly.
+    """
+    execute_prepared = getattr(connection, "execute_prepared", None)
+    if execute_prepared is not None:
+        rows = execute_prepared(sql, params)
+        return int(rows[0][0]) if rows else None
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        inserted = cursor.fetchone()
+    return None if inserted is None else inserted[0]
 
 
 def _savepoint_if_in_transaction() -> AbstractContextManager[object]:

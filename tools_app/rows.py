@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from django.db import connections, models, router
+from django.db import DEFAULT_DB_ALIAS, connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql import InsertQuery
 
@@ -59,6 +59,22 @@ _AS_GIVEN: tuple[tuple[type[models.Field], type], ...] = (
 )
 
 
+def write_ahead(sql: str, params: list[Any], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """A write whose result nobody reads, sent ahead of the answer on Toolgate's PostgreSQL backend.
+
+    config/postgresql's `write_ahead` returns before the row is committed inside
+    the API's answer scope, whose exit (before the answer leaves) waits for it;
+    elsewhere it waits at once. Another backend runs it as a plain statement.
+    """
+    connection = connections[using]
+    send = getattr(connection, "write_ahead", None)
+    if send is not None:
+        send(sql, params)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
 class RowInserter:
     def __init__(self, model: type[models.Model]) -> None:
         self._model = model
@@ -73,12 +89,9 @@ class RowInserter:
         self._statements: dict[str, str] = {}
 
     def insert(self, **values: Any) -> None:
-        """INSERT one row with these field values (the same keywords `objects.create` takes)."""
+        """INSERT one row with these field values (the same keywords `objects.create` takes), sent ahead."""
         using = router.db_for_write(self._model)
-        connection = connections[using]
-        params = self._params(values, connection)
-        with connection.cursor() as cursor:
-            cursor.execute(self._statement(using), params)
+        write_ahead(self._statement(using), self._params(values, connections[using]), using=using)
 
     def prepared(self, **values: Any) -> tuple[tuple[str, ...], list[Any]]:
         """The row's columns and their database values, for a statement of the caller's own (a CTE)."""

@@ -100,11 +100,7 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         return _app_error(exc)
     if isinstance(exc, OUTAGE_ERRORS):
         logger.error("dependency unreachable: %s", type(exc).__name__)
-        return Response(
-            envelope(ErrorCode.UNAVAILABLE_DEPENDENCY, DEPENDENCY_MESSAGE),
-            status=ERROR_STATUS[ErrorCode.UNAVAILABLE_DEPENDENCY],
-            headers={"Retry-After": str(DEPENDENCY_RETRY_AFTER_S)},
-        )
+        return Response(_DEPENDENCY_BODY, status=_DEPENDENCY_STATUS, headers=_DEPENDENCY_HEADERS)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound("not found")
     elif isinstance(exc, PermissionDenied):
@@ -116,6 +112,17 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     view = context.get("view")
     logger.error("unhandled %s in %s", type(exc).__name__, type(view).__name__ if view is not None else "an API view")
     return Response(envelope(INTERNAL, "internal error"), status=ERROR_STATUS[INTERNAL])
+
+
+_DEPENDENCY_BODY = envelope(ErrorCode.UNAVAILABLE_DEPENDENCY, DEPENDENCY_MESSAGE)
+_DEPENDENCY_STATUS = ERROR_STATUS[ErrorCode.UNAVAILABLE_DEPENDENCY]
+_DEPENDENCY_HEADERS = {"Retry-After": str(DEPENDENCY_RETRY_AFTER_S)}
+
+
+def dependency_unavailable(exc: Exception) -> JsonResponse:
+    """The API's answer to an outage met after its view returned (a write the answer waits for)."""
+    logger.error("dependency unreachable: %s", type(exc).__name__)
+    return JsonResponse(_DEPENDENCY_BODY, status=_DEPENDENCY_STATUS, headers=_DEPENDENCY_HEADERS)
 
 
 def _app_error(exc: AppError) -> Response:

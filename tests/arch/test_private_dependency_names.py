@@ -5,6 +5,10 @@
   built over a watched backend.
 - `psycopg.errors._WaitTimeout` (config/postgresql/base.py): what psycopg's bounded wait
   raises when it runs out, which tells a frozen server from a slow statement.
+- `psycopg.generators` `send` and `fetch_many`, run by `Connection.wait` (config/postgresql/base.py):
+  how psycopg's own cursor flushes a statement and reads its results, which the audit's
+  statements sent with libpq's calls use, so the answer timeout of `AnsweringConnection.wait` holds
+  for them too (tests/config/test_write_ahead.py runs them).
 - `ClientSession._absorb_tool_listing` of the MCP SDK (gateway/mcp_sdk.py): a
   listing handed to the client so a call never lists the live tools itself.
 - redis-py's `Connection._sock`, `Connection._parser` and its parsers' buffers, hiredis's
@@ -37,6 +41,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from psycopg import generators
 from rest_framework.generics import GenericAPIView
 
 from core.api import spectacular
@@ -61,12 +66,17 @@ PRIVATE_NAMES = {
     "_map_serializer": {"core/api/spectacular.py"},
     "_HiredisParser": {"policies_app/redis_internals.py"},
     "_WaitTimeout": {"config/postgresql/base.py"},
+    "generators": {"config/postgresql/base.py"},
     "_put": {"config/embedded_broker.py"},
 }
 
 
 def test_the_versions_are_the_ones_whose_private_names_were_checked():
     assert {name: version(name) for name in PINNED} == PINNED
+
+
+def test_psycopg_generators_send_a_statement_and_fetch_its_results():
+    assert {"send", "fetch_many"} <= set(dir(generators))
 
 
 def test_httpx2_transports_keep_their_connection_pool_in_pool():
