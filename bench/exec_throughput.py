@@ -12,6 +12,9 @@ machines differ. The floor (bench/urls.py) is the bare view plus the fairness
 round trip and the audit row a warm exec must make (`floor + provider` adds
 the GitHub call, for exec with a connection): exec's ratio to its floor is
 Toolgate's own work, the floor's ratio to `/healthz` the most exec can reach.
+`floor, row in place` is the floor with its audit row awaited before the
+answer is built, as it was before the row was sent ahead of the answer: a
+line after the targets compares the two.
 After every run of a target that writes audit rows (the floors and exec), the
 rows written are compared with the answers wrk received: the audit row is
 durable, one per answer.
@@ -62,7 +65,7 @@ from bench.database import fresh_database, manage, production_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
-BASELINES = frozenset({"healthz", "healthz api", "bare DRF", "floor", "floor + provider"})
+BASELINES = frozenset({"healthz", "healthz api", "bare DRF", "floor", "floor, row in place", "floor + provider"})
 # Each target's floor: the round trips it cannot do without, and nothing else of exec.
 FLOOR_OF = {"exec + connection": "floor + provider", "floor + provider": "floor + provider"}
 # What exec is compared with: the probe through the API's middleware list (settings.API_MIDDLEWARE), as exec
@@ -335,6 +338,9 @@ def _measure(
             HEALTHZ: _script(directory, "healthz_api", "GET", "/healthz/api", [("", "")]),
             "bare DRF": _script(directory, "bare", "POST", "/bench/bare", [("Bearer bench-bare-token", time_body)]),
             "floor": _script(directory, "floor", "POST", "/bench/floor", [("Bearer bench-bare-token", time_body)]),
+            "floor, row in place": _script(
+                directory, "floor_in_place", "POST", "/bench/floor/in-place", [("Bearer bench-bare-token", time_body)]
+            ),
             "floor + provider": _script(
                 directory, "floor_provider", "POST", "/bench/floor/provider", [("Bearer bench-bare-token", time_body)]
             ),
@@ -487,6 +493,20 @@ def _report(runs: list[Run], servers: list[Server]) -> None:
             print()
         for line in target_lines(runs, server.label):
             print(line)
+        print(floor_line(runs, server.label))
+
+
+def floor_line(runs: list[Run], server: str = "") -> str:
+    """The floor as it is (its audit row sent ahead of the answer) against the floor as it was (awaited in place)."""
+    by = {(run.name, run.connections): run for run in runs if run.server == server}
+    ahead32, in_place32 = by[("floor", 32)], by[("floor, row in place", 32)]
+    ahead1, in_place1 = by[("floor", 1)], by[("floor, row in place", 1)]
+    rate = ahead32.requests_per_s / in_place32.requests_per_s
+    p50 = ahead1.p50_ms / in_place1.p50_ms
+    return (
+        f"floor: the audit row sent ahead against awaited in place: c32 rate {rate:.2f}x, "
+        f"c1 p50 {p50:.2f}x ({ahead1.p50_ms:.2f} against {in_place1.p50_ms:.2f} ms)"
+    )
 
 
 def target_lines(runs: list[Run], server: str = "") -> list[str]:

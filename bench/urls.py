@@ -10,6 +10,9 @@
   above the floor is Toolgate's own work (key, policy, validation, runner,
   redaction, answer); the floor's ratio to `/healthz` is the most any exec on
   this design and machine can reach.
+- `POST /bench/floor/in-place`: the floor with its audit row awaited in place, before the
+  answer is built, as every call did before the row was sent ahead of the answer
+  (config/postgresql's `write_ahead`): the floor as it was, beside the floor as it is.
 - `POST /bench/floor/provider`: the floor plus the provider call exec makes
   for a tool with a connection (`GET /user` through the same pooled HTTP
   capability, on the caller's thread), the floor of "exec + connection".
@@ -25,6 +28,7 @@ import uuid
 from functools import cache
 
 from django.conf import settings
+from django.db import connection
 from django.urls import path
 from django.utils import timezone
 from rest_framework.permissions import AllowAny
@@ -66,6 +70,7 @@ class FloorView(APIView):
     permission_classes = (AllowAny,)
     throttle_classes = ()
     provider_call = False
+    awaited_in_place = False
     _turn = itertools.count()
     _turn_lock = threading.Lock()
 
@@ -97,6 +102,8 @@ class FloorView(APIView):
                 result_bytes=0,
             )
         )
+        if self.awaited_in_place:
+            connection.await_writes()
         return Response(value)
 
 
@@ -126,6 +133,7 @@ def _floor_accounts() -> list[tuple[str, str]]:
 urlpatterns = [
     path("bench/bare", BareEchoView.as_view()),
     path("bench/floor", FloorView.as_view()),
+    path("bench/floor/in-place", FloorView.as_view(awaited_in_place=True)),
     path("bench/floor/provider", FloorView.as_view(provider_call=True)),
     *toolgate_urlpatterns,
 ]

@@ -234,10 +234,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         with self.wrap_database_errors:
             connection = self.connection
             results = connection.wait(generators.fetch_many(connection.pgconn))
-            failed = next((result for result in results if result.status == ExecStatus.FATAL_ERROR), None)
-            if failed is None:
+            error = _error_of(connection, results)
+            if error is None:
                 return results[0]
-            error = psycopg.errors.error_from_result(failed, encoding=connection.info.encoding)
             lost = isinstance(error, psycopg.errors.InvalidSqlStatementName)
             if not (lost and again) or self.in_atomic_block:
                 raise error
@@ -253,9 +252,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
             name = f"toolgate_{len(self._statements)}".encode()
             connection.pgconn.send_prepare(name, _numbered(sql))
             connection.wait(generators.send(connection.pgconn))
-            for result in connection.wait(generators.fetch_many(connection.pgconn)):
-                if result.status == ExecStatus.FATAL_ERROR:
-                    raise psycopg.errors.error_from_result(result, encoding=connection.info.encoding)
+            error = _error_of(connection, connection.wait(generators.fetch_many(connection.pgconn)))
+            if error is not None:
+                raise error
             self._statements[sql] = name
         return name
 
@@ -330,3 +329,11 @@ def _numbered(sql: str) -> bytes:
     """`%s` placeholders as libpq's `$1`, `$2`, …"""
     parts = sql.split("%s")
     return "".join([parts[0], *(f"${number}{part}" for number, part in enumerate(parts[1:], start=1))]).encode()
+
+
+def _error_of(connection: psycopg.Connection, results: list[Any]) -> psycopg.Error | None:
+    """The error a statement's results carry, as psycopg's cursor would raise it; None if it succeeded."""
+    for result in results:
+        if result.status == ExecStatus.FATAL_ERROR:
+            return psycopg.errors.error_from_result(result, encoding=connection.info.encoding)
+    return None
