@@ -26,7 +26,11 @@ target's run and the next (a Redis lease every third request of an account, as
 at full load, and each run's at most `--requests` over 64 accounts stays within
 an account's rate of a window).
 
-    python -m bench.exec_cost [--requests N] [--only exec,floor,...] [--callgrind]
+    python -m bench.exec_cost [--requests N] [--only exec,floor,...] [--callgrind | --profile N]
+
+`--profile N` runs each target under cProfile instead and prints its N
+functions of most own CPU time, each as a share of the target's time: where
+a target's work goes, to compare exec's with the floor's.
 
 Needs DATABASE_URL (a PostgreSQL database it drops and re-creates; default
 `toolgate_bench` on 127.0.0.1) and REDIS_URL (default db 9). Prints a table;
@@ -37,10 +41,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import ctypes
 import io
 import json
 import os
+import pstats
 import re
 import secrets
 import shutil
@@ -100,6 +106,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=0, help="requests per target and round")
     parser.add_argument("--only", default="", help="comma-separated targets (default: all)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions under callgrind")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="print each target's N functions of most own CPU time"
+    )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # the process measured
     parser.add_argument("--github", type=int, default=0, help=argparse.SUPPRESS)  # the provider's stand-in
     options = parser.parse_args()
@@ -126,6 +135,14 @@ def _prepare_and_run(options: argparse.Namespace) -> None:
     try:
         if options.callgrind:
             _callgrind(env, command, options)
+        elif options.profile:
+            requests = options.requests or 2000
+            subprocess.run(
+                [*command, "--requests", str(requests), "--profile", str(options.profile)],
+                cwd=ROOT,
+                env=env,
+                check=True,
+            )
         else:
             requests = options.requests or 1000
             subprocess.run([*command, "--requests", str(requests)], cwd=ROOT, env=env, check=True)
@@ -230,6 +247,10 @@ def _measure(options: argparse.Namespace) -> None:
                 _run(application, requests[name], options.requests)
                 callgrind.bench_dump(f"{name}@{round_number}".encode())
         return
+    if options.profile:
+        for name in only:
+            _profile(application, name, requests[name], options.requests, options.profile)
+        return
     spent: dict[str, list[float]] = {name: [] for name in only}
     for _ in range(5):
         for name in only:
@@ -239,6 +260,19 @@ def _measure(options: argparse.Namespace) -> None:
     print(f"{'target':<20}{'CPU us/request':>16}   (median of 5 rounds; least)")
     for name in only:
         print(f"{name:<20}{statistics.median(spent[name]):>16.0f}   {min(spent[name]):.0f}")
+
+
+def _profile(application: object, name: str, requests: list[Request], count: int, top: int) -> None:
+    """The target's functions by their own CPU time (cProfile, its overhead included), each as a share of the whole."""
+    profiler = cProfile.Profile(time.process_time)
+    profiler.runcall(_run, application, requests, count)
+    stats = pstats.Stats(profiler)
+    total = stats.total_tt  # type: ignore[attr-defined]
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
+    print(f"\n{name}: {total / count * 1e6:.0f} us/request under cProfile; own time of its top {top} functions")
+    for (filename, line, function), (_calls, _primitive, own, _cumulative, _callers) in rows:
+        where = filename.removeprefix(str(ROOT) + "/").split("site-packages/")[-1]
+        print(f"  {own / total:>6.1%}  {own / count * 1e6:>7.1f} us  {function} ({where}:{line})")
 
 
 _WINDOW = [int(time.time())]  # the fairness window's second, moved by each run (_run)

@@ -62,6 +62,7 @@ import django
 import httpx
 
 from bench.database import fresh_database, manage, production_environment
+from bench.targets import target_line
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
@@ -518,8 +519,7 @@ def target_lines(runs: list[Run], server: str = "") -> list[str]:
         if target is None or base is None:
             continue
         value = target.requests_per_s / base.requests_per_s if figure == "rate" else target.p50_ms / base.p50_ms
-        met = value >= goal if direction == ">=" else value <= goal
-        lines.append(f"target: {label} = {value:.2f} (goal {direction} {goal:.2f}){'' if met else '  not met'}")
+        lines.append(target_line(label, value, goal, direction))
     return lines
 
 

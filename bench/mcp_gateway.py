@@ -57,6 +57,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.database import fresh_database, manage, production_environment
+from bench.targets import target_line
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -314,6 +315,21 @@ def report(results: dict[tuple[str, int], tuple[float, float, tuple[int, int], f
     stdio_vs_http = results[("stdio exec", 32)][0] / results[("mcp exec", 32)][0]
     stdio_added = results[("stdio exec", 1)][1] - results[("mcp exec", 1)][1]
     print(f"stdio exec (via the MCP host) / mcp exec at c32: {stdio_vs_http:.3f}; added at c1: {stdio_added:.2f} ms")
+    for line in target_lines(results):
+        print(line)
+
+
+def target_lines(results: dict[tuple[str, int], tuple[float, float, tuple[int, int], float]]) -> list[str]:
+    """The proxied call's targets (docs/performance.md), for the HTTP upstream and, beside it, the stdio one."""
+    builtin_cpu = results[("builtin exec", 32)][3]
+    direct_p50 = results[("direct upstream", 1)][1]
+    lines = []
+    for name, upstream in (("mcp exec", "an HTTP upstream"), ("stdio exec", "a stdio upstream")):
+        cpu = results[(name, 32)][3] / builtin_cpu
+        added = results[(name, 1)][1] - direct_p50
+        lines.append(target_line(f"gateway CPU of a call to {upstream} / a built-in exec's, c32", cpu, 1.10, "<="))
+        lines.append(target_line(f"p50 a call to {upstream} adds over the direct call, c1", added, 2.5, "<=", " ms"))
+    return lines
 
 
 def _summary(
