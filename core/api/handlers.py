@@ -89,6 +89,11 @@ def set_rollback() -> None:
             db.set_rollback(True)
 
 
+_DEPENDENCY_BODY = envelope(ErrorCode.UNAVAILABLE_DEPENDENCY, DEPENDENCY_MESSAGE)
+_DEPENDENCY_STATUS = ERROR_STATUS[ErrorCode.UNAVAILABLE_DEPENDENCY]
+_DEPENDENCY_HEADERS = {"Retry-After": str(DEPENDENCY_RETRY_AFTER_S)}
+
+
 def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     """DRF's EXCEPTION_HANDLER: every exception of an API view becomes the envelope.
 
@@ -112,11 +117,6 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     view = context.get("view")
     logger.error("unhandled %s in %s", type(exc).__name__, type(view).__name__ if view is not None else "an API view")
     return Response(envelope(INTERNAL, "internal error"), status=ERROR_STATUS[INTERNAL])
-
-
-_DEPENDENCY_BODY = envelope(ErrorCode.UNAVAILABLE_DEPENDENCY, DEPENDENCY_MESSAGE)
-_DEPENDENCY_STATUS = ERROR_STATUS[ErrorCode.UNAVAILABLE_DEPENDENCY]
-_DEPENDENCY_HEADERS = {"Retry-After": str(DEPENDENCY_RETRY_AFTER_S)}
 
 
 def dependency_unavailable(exc: Exception) -> JsonResponse:
