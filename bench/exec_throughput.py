@@ -14,7 +14,8 @@ the GitHub call, for exec with a connection): exec's ratio to its floor is
 Toolgate's own work, the floor's ratio to `/healthz` the most exec can reach.
 `floor, row in place` is the floor with its audit row awaited before the
 answer is built, as it was before the row was sent ahead of the answer: a
-line after the targets compares the two.
+line after the targets compares the two, their c1 latency measured with
+requests to each interleaved one by one (2,000 each) after the wrk runs.
 After every run of a target that writes audit rows (the floors and exec), the
 rows written are compared with the answers wrk received: the audit row is
 durable, one per answer.
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import re
@@ -66,6 +68,7 @@ from bench.targets import target_line
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCOUNTS = 64
+BARE_AUTH = "Bearer bench-bare-token"  # the baselines' fixed token (bench/urls.py)
 BASELINES = frozenset({"healthz", "healthz api", "bare DRF", "floor", "floor, row in place", "floor + provider"})
 # Each target's floor: the round trips it cannot do without, and nothing else of exec.
 FLOOR_OF = {"exec + connection": "floor + provider", "floor + provider": "floor + provider"}
@@ -139,10 +142,11 @@ def main() -> None:
             for server in servers:
                 server.wait_until_up()
             runs = _measure(wrk, servers, accounts, options.seconds, options.rounds, only=_targets(options.only))
+            interleaved = {server.label: _interleaved_floors(server.base) for server in servers}
         finally:
             for server in servers:
                 server.stop()
-    _report(runs, servers)
+    _report(runs, servers, interleaved)
 
 
 # --- set-up --------------------------------------------------------------------------------
@@ -337,13 +341,13 @@ def _measure(
         targets = {
             "healthz": _script(directory, "healthz", "GET", "/healthz", [("", "")]),
             HEALTHZ: _script(directory, "healthz_api", "GET", "/healthz/api", [("", "")]),
-            "bare DRF": _script(directory, "bare", "POST", "/bench/bare", [("Bearer bench-bare-token", time_body)]),
-            "floor": _script(directory, "floor", "POST", "/bench/floor", [("Bearer bench-bare-token", time_body)]),
+            "bare DRF": _script(directory, "bare", "POST", "/bench/bare", [(BARE_AUTH, time_body)]),
+            "floor": _script(directory, "floor", "POST", "/bench/floor", [(BARE_AUTH, time_body)]),
             "floor, row in place": _script(
-                directory, "floor_in_place", "POST", "/bench/floor/in-place", [("Bearer bench-bare-token", time_body)]
+                directory, "floor_in_place", "POST", "/bench/floor/in-place", [(BARE_AUTH, time_body)]
             ),
             "floor + provider": _script(
-                directory, "floor_provider", "POST", "/bench/floor/provider", [("Bearer bench-bare-token", time_body)]
+                directory, "floor_provider", "POST", "/bench/floor/provider", [(BARE_AUTH, time_body)]
             ),
             "exec": _script(
                 directory, "exec", "POST", "/api/v1/tools/exec", [(f"Bearer {a['key']}", time_body) for a in accounts]
@@ -467,7 +471,7 @@ def _latency(output: str, percentile: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def _report(runs: list[Run], servers: list[Server]) -> None:
+def _report(runs: list[Run], servers: list[Server], interleaved: dict[str, tuple[float, float]]) -> None:
     for server in servers:
         print()
         if server.label:
@@ -494,20 +498,48 @@ def _report(runs: list[Run], servers: list[Server]) -> None:
             print()
         for line in target_lines(runs, server.label):
             print(line)
-        print(floor_line(runs, server.label))
+        print(floor_line(runs, interleaved[server.label], server.label))
 
 
-def floor_line(runs: list[Run], server: str = "") -> str:
+def floor_line(runs: list[Run], interleaved: tuple[float, float], server: str = "") -> str:
     """The floor as it is (its audit row sent ahead of the answer) against the floor as it was (awaited in place)."""
     by = {(run.name, run.connections): run for run in runs if run.server == server}
-    ahead32, in_place32 = by[("floor", 32)], by[("floor, row in place", 32)]
-    ahead1, in_place1 = by[("floor", 1)], by[("floor, row in place", 1)]
-    rate = ahead32.requests_per_s / in_place32.requests_per_s
-    p50 = ahead1.p50_ms / in_place1.p50_ms
+    rate = by[("floor", 32)].requests_per_s / by[("floor, row in place", 32)].requests_per_s
+    ahead, in_place = interleaved
     return (
-        f"floor: the audit row sent ahead against awaited in place: c32 rate {rate:.2f}x, "
-        f"c1 p50 {p50:.2f}x ({ahead1.p50_ms:.2f} against {in_place1.p50_ms:.2f} ms)"
+        f"floor: the audit row sent ahead against awaited in place: c1 p50 {ahead:.2f} against {in_place:.2f} ms "
+        f"({ahead / in_place:.2f}x, requests interleaved one by one); c32 rate {rate:.2f}x (wrk)"
     )
+
+
+INTERLEAVED = 2000  # requests to each floor
+
+
+def _interleaved_floors(base: str) -> tuple[float, float]:
+    """The two floors' p50 at c1 (ms), their requests interleaved one by one, each pair in turn order.
+
+    Five-second wrk runs of each, taken in turns, moved by more than the
+    difference between the two on the machine measured here; one client
+    alternating between them exposes both to the same moment.
+    """
+    host, port = base.removeprefix("http://").split(":")
+    client = http.client.HTTPConnection(host, int(port), timeout=10)
+    body = json.dumps({"tool_id": "core__get_current_time", "args": {}})
+    headers = {"Authorization": BARE_AUTH, "Content-Type": "application/json"}
+    paths = ("/bench/floor", "/bench/floor/in-place")
+    seconds: dict[str, list[float]] = {path: [] for path in paths}
+    for turn in range(INTERLEAVED):
+        for path in paths if turn % 2 else paths[::-1]:
+            started = time.perf_counter()
+            client.request("POST", path, body, headers)  # gunicorn's sync workers close: it connects again
+            answer = client.getresponse()
+            answer.read()
+            if answer.status != 200:
+                sys.exit(f"bench: {path} answered {answer.status}")
+            seconds[path].append(time.perf_counter() - started)
+    client.close()
+    ahead, in_place = (statistics.median(seconds[path]) * 1000 for path in paths)
+    return ahead, in_place
 
 
 def target_lines(runs: list[Run], server: str = "") -> list[str]:
