@@ -118,7 +118,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self._statements: dict[str, bytes] = {}  # SQL → its prepared name, on the current connection
 
     def close_if_health_check_failed(self) -> None:
-        self.await_writes()
         if self.connection is not None and self.health_check_enabled and not self.health_check_done and self._quiet():
             self.health_check_done = True
             return
