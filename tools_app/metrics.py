@@ -29,6 +29,7 @@ from prometheus_client.utils import INF, floatToGoString
 
 from runner.pipeline import Call
 from runner.types import Decision, ErrorCode, ToolExecResult
+from tools_app import prometheus_internals
 
 _Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 # A label set's child never changes, and `labels()` takes a lock and builds its key on every call.
@@ -121,7 +122,8 @@ class StageFile:
     twentieth of an exec call's CPU). This writes the same series, in the
     library's file format and keys, to `histogram_stages-<pid>.db` beside the
     library's files: the scrape (config/metrics.py) sums every `histogram_*`
-    file of the directory, so the page shows the same histogram. A forked
+    file of the directory, so the page shows the same histogram. Each value is
+    one double stored in place (tools_app/prometheus_internals.py). A forked
     child opens its own file, as the library's values do.
     """
 
@@ -134,11 +136,12 @@ class StageFile:
 
     def _open(self) -> None:
         self._file = MmapedDict(str(Path(self._directory) / f"histogram_stages-{os.getpid()}.db"))
-        # stage -> [sum key, bucket keys, sum, bucket counts] (non-cumulative, as the library stores them)
-        self._series: dict[str, list] = {}
+        self._doubles = prometheus_internals.doubles(self._file)
+        # stage -> (index of its sum, indexes of its buckets), among the file's doubles
+        self._series: dict[str, tuple[int, list[int]]] = {}
         self._lock = threading.Lock()  # anew in a forked child: another thread may have held it at the fork
 
-    def _stage_series(self, stage: str) -> list:
+    def _stage_series(self, stage: str) -> tuple[int, list[int]]:
         sum_key = mmap_key(STAGE_METRIC, f"{STAGE_METRIC}_sum", ["stage"], [stage], STAGE_HELP)
         bucket_keys = [
             mmap_key(
@@ -146,21 +149,24 @@ class StageFile:
             )
             for bound in self._UPPER_BOUNDS
         ]
-        total = self._file.read_value(sum_key)[0]
-        counts = [self._file.read_value(key)[0] for key in bucket_keys]
-        return [sum_key, bucket_keys, total, counts]
+        series = (
+            prometheus_internals.value_index(self._file, sum_key),
+            [prometheus_internals.value_index(self._file, key) for key in bucket_keys],
+        )
+        self._doubles = prometheus_internals.doubles(self._file)  # the keys added may have grown the map
+        return series
 
     def observe(self, times: Sequence[tuple[str, float]]) -> None:
         with self._lock:
+            doubles = self._doubles
             for stage, seconds in times:
                 series = self._series.get(stage)
                 if series is None:
                     series = self._series[stage] = self._stage_series(stage)
-                series[2] += seconds
-                self._file.write_value(series[0], series[2], 0.0)
-                index = bisect.bisect_left(self._UPPER_BOUNDS, seconds)
-                series[3][index] += 1.0
-                self._file.write_value(series[1][index], series[3][index], 0.0)
+                    doubles = self._doubles
+                total, buckets = series
+                doubles[total] += seconds
+                doubles[buckets[bisect.bisect_left(self._UPPER_BOUNDS, seconds)]] += 1.0
 
 
 class PrometheusCallObserver:

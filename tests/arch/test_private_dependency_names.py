@@ -13,6 +13,8 @@
   listing handed to the client so a call never lists the live tools itself.
 - redis-py's `Connection._sock`, `Connection._parser` and its parsers' buffers, hiredis's
   reader (policies_app/redis_internals.py): the governance push check's `poll(0)`.
+- prometheus_client's `MmapedDict._m` and `MmapedDict._positions` (tools_app/prometheus_internals.py):
+  the stage timings' values written in place in their multiprocess file.
 - drf-spectacular's `AutoSchema._map_serializer_field` / `_map_serializer` with
   `bypass_extensions` (core/api/spectacular.py): the schema an extension adds to.
 
@@ -41,6 +43,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from prometheus_client.mmap_dict import MmapedDict
 from psycopg import generators
 from rest_framework.generics import GenericAPIView
 
@@ -48,6 +51,7 @@ from core.api import spectacular
 from core.api.serializers import StrictCharField, StrictInputSerializer
 from gateway import mcp_sdk
 from policies_app import redis_internals
+from tools_app import prometheus_internals
 
 PINNED = {
     "httpx2": "2.16.2",
@@ -57,6 +61,7 @@ PINNED = {
     "hiredis": "3.5.0",
     "drf-spectacular": "0.30.0",
     "kombu": "5.7.0",
+    "prometheus-client": "0.26.0",
 }
 ROOT = Path(__file__).resolve().parents[2]
 # Each private name, and the one module allowed to use it.
@@ -68,6 +73,8 @@ PRIVATE_NAMES = {
     "_WaitTimeout": {"config/postgresql/base.py"},
     "generators": {"config/postgresql/base.py"},
     "_put": {"config/embedded_broker.py"},
+    "_m": {"tools_app/prometheus_internals.py"},
+    "_positions": {"tools_app/prometheus_internals.py"},
 }
 
 
@@ -159,6 +166,26 @@ def test_an_unknown_parser_shape_is_an_attribute_error_for_the_caller_to_fall_ba
 
     with pytest.raises(AttributeError):
         redis_internals.parser_holds_bytes(Bare())
+
+
+def test_a_multiprocess_files_value_written_in_place_is_what_the_library_reads(tmp_path):
+    path = str(tmp_path / "histogram_probe.db")
+    file = MmapedDict(path)
+    file.write_value("earlier", 7.0, 0.0)
+    probe = prometheus_internals.value_index(file, "probe")  # taken before the file grows: offsets stay
+    for key in range(2000):  # past the file's first map
+        file.read_value(f"filler-{key}")
+    view = prometheus_internals.doubles(file)
+
+    view[probe] += 2.5
+    view[prometheus_internals.value_index(file, "earlier")] += 1.0
+
+    assert file.read_value("probe") == (2.5, 0.0)
+    view.release()
+    file.close()
+    reread = MmapedDict(path, read_mode=True)
+    read_back = {key: (value, timestamp) for key, value, timestamp in reread.read_all_values()}
+    assert (read_back["earlier"], read_back["probe"], len(read_back)) == ((8.0, 0.0), (2.5, 0.0), 2002)
 
 
 def test_drf_spectacular_maps_a_field_and_a_serializer_without_their_extensions():
