@@ -185,6 +185,7 @@ def test_a_multiprocess_files_value_written_in_place_is_what_the_library_reads(t
     file.close()
     reread = MmapedDict(path, read_mode=True)
     read_back = {key: (value, timestamp) for key, value, timestamp in reread.read_all_values()}
+    reread.close()
     assert (read_back["earlier"], read_back["probe"], len(read_back)) == ((8.0, 0.0), (2.5, 0.0), 2002)
 
 
