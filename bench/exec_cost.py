@@ -28,6 +28,10 @@ an account's rate of a window).
 
     python -m bench.exec_cost [--requests N] [--only exec,floor,...] [--callgrind | --profile N]
 
+By default it then prints each pipeline stage's own time per call, read off
+the stage histogram operators scrape (`toolgate_pipeline_stage_duration_seconds`),
+for every target that runs the pipeline.
+
 `--profile N` runs each target under cProfile instead and prints its N
 functions of most own CPU time, each as a share of the target's time: where
 a target's work goes, to compare exec's with the floor's.
@@ -61,6 +65,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import django
+from prometheus_client import CollectorRegistry, multiprocess
 
 from bench.database import fresh_database, manage, production_environment
 
@@ -72,6 +77,7 @@ from gateway.upstream.services import mcp_server_discover, mcp_server_register, 
 from policies_app import fairness, governance, services  # noqa: E402
 from policies_app.models import ToolPolicy  # noqa: E402
 from policies_app.services import service_account_create, tenant_create  # noqa: E402
+from tools_app.metrics import STAGE_METRIC  # noqa: E402
 from tools_app.services import tool_set_enabled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,14 +258,48 @@ def _measure(options: argparse.Namespace) -> None:
             _profile(application, name, requests[name], options.requests, options.profile)
         return
     spent: dict[str, list[float]] = {name: [] for name in only}
+    staged: dict[str, dict[str, float]] = {name: {} for name in only}  # target -> stage -> seconds, all rounds
     for _ in range(5):
         for name in only:
+            before = _stage_seconds()
             started = time.process_time()
             _run(application, requests[name], options.requests)
             spent[name].append((time.process_time() - started) / options.requests * 1e6)
+            for stage, seconds in _stage_seconds().items():
+                staged[name][stage] = staged[name].get(stage, 0.0) + seconds - before.get(stage, 0.0)
     print(f"{'target':<20}{'CPU us/request':>16}   (median of 5 rounds; least)")
     for name in only:
         print(f"{name:<20}{statistics.median(spent[name]):>16.0f}   {min(spent[name]):.0f}")
+    ran = {name: stages for name, stages in staged.items() if sum(stages.values()) > 0}  # the floor runs no stage
+    if ran:
+        _print_stages(ran, spent, options.requests * 5)
+
+
+def _stage_seconds() -> dict[str, float]:
+    """Each pipeline stage's own seconds so far, summed over this process's calls (the stage histogram's sums)."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return {
+        sample.labels["stage"]: sample.value
+        for family in registry.collect()
+        if family.name == STAGE_METRIC
+        for sample in family.samples
+        if sample.name == f"{STAGE_METRIC}_sum"
+    }
+
+
+def _print_stages(staged: dict[str, dict[str, float]], spent: dict[str, list[float]], calls: int) -> None:
+    """Where each call's time went, stage by stage, read off the stage histogram operators scrape."""
+    names = list(staged)
+    stages = sorted(staged[names[0]], key=staged[names[0]].__getitem__, reverse=True)
+    print("\nown wall time of each pipeline stage, us per call (toolgate_pipeline_stage_duration_seconds, all rounds)")
+    print(f"{'stage':<20}" + "".join(f"{name:>20}" for name in names))
+    for stage in stages:
+        print(f"{stage:<20}" + "".join(f"{staged[name].get(stage, 0.0) / calls * 1e6:>20.0f}" for name in names))
+    in_stages = {name: sum(staged[name].values()) / calls * 1e6 for name in names}
+    print(f"{'all stages':<20}" + "".join(f"{in_stages[name]:>20.0f}" for name in names))
+    print(f"{'CPU per request':<20}" + "".join(f"{statistics.mean(spent[name]):>20.0f}" for name in names))
+    print("(wall time: execute includes the wait for an upstream or provider, fairness and audit their round trips)")
 
 
 def _profile(application: object, name: str, requests: list[Request], count: int, top: int) -> None:
