@@ -14,11 +14,11 @@ what they export is theirs to keep free of args, values and credentials.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from time import perf_counter
+from typing import Protocol
 
 from runner.pipeline import Call, Handler, Stage
 from runner.types import ToolExecResult
@@ -57,11 +57,14 @@ def stage_name(stage: Stage) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TimedStage:
-    """Marks when its stage is entered and left; around the outermost stage, reports the call.
+    """Times its stage as the call leaves it; around the outermost stage, reports the call.
 
-    Two clock reads per stage and nothing else while the call runs: each
-    stage's own time (the stages it handed the call to excluded) is worked out
-    from the marks once the call is over, and only then are the observers told.
+    A stage's own time is its time less the time of the stages it handed the
+    call to. The call keeps one running total, the seconds of every stage
+    that has ended, each counted once, at its outermost end: whatever the
+    total grew by while a stage ran is its inner stages' time, however many
+    there were (a stage may hand the call on twice). Two clock reads per
+    stage, and the observers are told only once the call is over.
     """
 
     inner: Stage
@@ -70,39 +73,23 @@ class TimedStage:
     outermost: bool = False
 
     def __call__(self, call: Call, proceed: Handler) -> ToolExecResult:
-        marks = call.stage_marks
         if self.outermost:
             for observer in self.observers:
                 observer.call_started(call)
-        marks.append((self.name, time.perf_counter()))
+        before = call.timed_seconds
+        started = perf_counter()
         try:
             result = self.inner(call, proceed)
         finally:
-            marks.append((None, time.perf_counter()))
+            elapsed = perf_counter() - started
+            call.stage_times.append((self.name, elapsed - (call.timed_seconds - before)))
+            call.timed_seconds = before + elapsed
         if self.outermost:
-            times = own_times(marks)
             for observer in self.observers:
-                observer.stages_finished(times)
-            total = marks[-1][1] - marks[0][1]
+                observer.stages_finished(call.stage_times)
             for observer in self.observers:
-                observer.call_finished(call, result, total)
+                observer.call_finished(call, result, elapsed)
         return result
-
-
-def own_times(marks: Sequence[tuple[str | None, float]]) -> list[tuple[str, float]]:
-    """Each stage's own seconds from its enter/leave marks, innermost first (the order they ended)."""
-    open_stages: list[list[Any]] = []  # [name, entered at, seconds spent in stages inside it]
-    times: list[tuple[str, float]] = []
-    for stage, at in marks:
-        if stage is not None:
-            open_stages.append([stage, at, 0.0])
-            continue
-        name, entered, inside = open_stages.pop()
-        elapsed = at - entered
-        times.append((name, elapsed - inside))
-        if open_stages:
-            open_stages[-1][2] += elapsed
-    return times
 
 
 @dataclass(frozen=True, slots=True)

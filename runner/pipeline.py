@@ -174,8 +174,9 @@ class Call:
     consented_connection_ids: frozenset[str] | None = None
     connection_choice: ConnectionChoice | None = None
     approved_by: str | None = None  # who confirmed or approved the request this run rests on (ApprovalStage)
-    # (stage name, clock) on entering a stage, (None, clock) on leaving it: runner/observe.py's timing.
-    stage_marks: list[tuple[str | None, float]] = field(default_factory=list, repr=False)
+    # runner/observe.py's timing: each stage's own seconds as it ended, and the seconds of all that ended.
+    stage_times: list[tuple[str, float]] = field(default_factory=list, repr=False)
+    timed_seconds: float = field(default=0.0, repr=False)
 
     def fail(self, code: ErrorCode, safe_message: str, **extra: Any) -> ToolExecResult:
         return ToolExecResult(

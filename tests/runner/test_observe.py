@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from runner.observe import TimedStage, TracedStage, instrument, own_times
+from runner import observe
+from runner.observe import TimedStage, TracedStage, instrument
 from runner.pipeline import AuditStage, ExecuteStage, ToolRunner
 from runner.types import ErrorCode
 from tests.runner import tools
@@ -96,11 +97,35 @@ def test_a_refused_call_reports_only_the_stages_it_reached():
     ]
 
 
-def test_own_times_subtract_every_stage_a_stage_handed_the_call_to_even_twice():
-    marks = [("audit", 0.0), ("retry", 1.0), ("execute", 2.0), (None, 4.0), ("execute", 5.0), (None, 6.0)]
-    marks += [(None, 7.0), (None, 10.0)]
+class Audit:
+    def __call__(self, call, proceed):
+        return proceed(call)
 
-    assert own_times(marks) == [("execute", 2.0), ("execute", 1.0), ("retry", 3.0), ("audit", 4.0)]
+
+class Retry:
+    def __call__(self, call, proceed):
+        proceed(call)
+        return proceed(call)
+
+
+class Execute:
+    def __call__(self, call, proceed):
+        return call.fail(ErrorCode.EXECUTION, "answered")
+
+
+def test_each_stage_times_itself_without_the_stages_it_handed_the_call_to_even_twice(monkeypatch):
+    observer = RecordingObserver()
+    told: list[list[tuple[str, float]]] = []
+    observer.stages_finished = lambda times: told.append(list(times))
+    clock = iter([0.0, 1.0, 2.0, 4.0, 5.0, 6.0, 7.0, 10.0])  # audit, retry, execute twice, retry, audit
+    monkeypatch.setattr(observe, "perf_counter", lambda: next(clock))
+    harness = make_harness([tools.ECHO])
+    harness.runner = ToolRunner(instrument([Audit(), Retry(), Execute()], observers=[observer]), harness.clock)
+
+    harness.exec("test__echo", {"text": "hi"})
+
+    assert told == [[("execute", 2.0), ("execute", 1.0), ("retry", 3.0), ("audit", 4.0)]]
+    assert observer.finished[0][3] == 10.0  # the call's total: the outermost stage's time
 
 
 class ExplodingStage:
