@@ -52,6 +52,7 @@ import json
 import os
 import pstats
 import re
+import resource
 import secrets
 import shutil
 import socket
@@ -258,18 +259,23 @@ def _measure(options: argparse.Namespace) -> None:
             _profile(application, name, requests[name], options.requests, options.profile)
         return
     spent: dict[str, list[float]] = {name: [] for name in only}
+    in_kernel: dict[str, list[float]] = {name: [] for name in only}  # the system calls' share of it
     staged: dict[str, dict[str, float]] = {name: {} for name in only}  # target -> stage -> seconds, all rounds
     for _ in range(5):
         for name in only:
             before = _stage_seconds()
-            started = time.process_time()
+            started = resource.getrusage(resource.RUSAGE_SELF)
             _run(application, requests[name], options.requests)
-            spent[name].append((time.process_time() - started) / options.requests * 1e6)
+            ended = resource.getrusage(resource.RUSAGE_SELF)
+            user, kernel = ended.ru_utime - started.ru_utime, ended.ru_stime - started.ru_stime
+            spent[name].append((user + kernel) / options.requests * 1e6)
+            in_kernel[name].append(kernel / options.requests * 1e6)
             for stage, seconds in _stage_seconds().items():
                 staged[name][stage] = staged[name].get(stage, 0.0) + seconds - before.get(stage, 0.0)
-    print(f"{'target':<20}{'CPU us/request':>16}   (median of 5 rounds; least)")
+    print(f"{'target':<20}{'CPU us/request':>16}{'in the kernel':>15}   (median of 5 rounds; least)")
     for name in only:
-        print(f"{name:<20}{statistics.median(spent[name]):>16.0f}   {min(spent[name]):.0f}")
+        cpu, kernel = statistics.median(spent[name]), statistics.median(in_kernel[name])
+        print(f"{name:<20}{cpu:>16.0f}{kernel:>15.0f}   {min(spent[name]):.0f}")
     ran = {name: stages for name, stages in staged.items() if sum(stages.values()) > 0}  # the floor runs no stage
     if ran:
         _print_stages(ran, spent, options.requests * 5)
