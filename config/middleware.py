@@ -22,7 +22,7 @@ from django.utils.module_loading import import_string
 
 from changes_app.context import ChangeSource, actor_for_user, source_bind, source_reset
 from changes_app.kinds import Origin
-from core.api.handlers import API_PREFIX, dependency_unavailable
+from core.api.handlers import API_PREFIX, outage_answer_of
 from core.outages import OUTAGE_ERRORS
 
 ADMIN_PREFIX = "/admin/"
@@ -64,8 +64,10 @@ def answer_after_durable_writes(get_response: Handler) -> Handler:
     goes back up to the web server, its result is read; a write that failed
     (the database went away meanwhile) turns the answer into 503
     `unavailable_dependency`, as it would have been had the write been awaited
-    in place. First in settings.API_MIDDLEWARE, so all of that list overlaps
-    the write; SQLite has nothing to send ahead.
+    in place (a view with an envelope of its own, the MCP endpoint's JSON-RPC,
+    sets its own answer: core.api.handlers' `answer_outages_with`). First in
+    settings.API_MIDDLEWARE, so all of that list overlaps the write; SQLite
+    has nothing to send ahead.
     """
 
     def middleware(request: HttpRequest) -> HttpResponseBase:
@@ -76,7 +78,7 @@ def answer_after_durable_writes(get_response: Handler) -> Handler:
             with awaited_at_exit():
                 return get_response(request)
         except OUTAGE_ERRORS as exc:
-            return dependency_unavailable(exc)
+            return outage_answer_of(request)(exc)
 
     return middleware
 

@@ -127,11 +127,11 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
 
-# The JSON API's paths (and the liveness probe's variant that measures them) run the rest of their request
-# through this shorter list: MIDDLEWARE's, less what has nothing to do on a JSON endpoint authenticated by a
-# Bearer key (static files, sessions, CSRF, Django's user, messages, login lockouts, the NUL check the API
-# makes itself), and first the wait for the audit row sent ahead of the answer. Same order, same headers and
-# answers (docs/performance.md, "The API's middleware").
+# The JSON API's paths, the MCP endpoints (`/mcp`, `/mcp/t/<toolset>`) and the liveness probe's variant that
+# measures them run the rest of their request through this shorter list: MIDDLEWARE's, less what has nothing
+# to do on a JSON endpoint authenticated by a Bearer token (static files, sessions, CSRF, Django's user,
+# messages, login lockouts, the NUL check the endpoints make themselves), and first the wait for the audit row
+# sent ahead of the answer. Same order, same headers and answers (docs/performance.md, "The API's middleware").
 API_MIDDLEWARE = [
     "config.middleware.answer_after_durable_writes",  # first: the audit row commits while the rest runs
     "django.middleware.security.SecurityMiddleware",
@@ -140,7 +140,7 @@ API_MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.SitePolicyCSPMiddleware",
 ]
-API_MIDDLEWARE_PATHS = ("/api/v1/", "/healthz/api")
+API_MIDDLEWARE_PATHS = ("/api/v1/", "/healthz/api", "/mcp")
 
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses locked-out logins before checking passwords

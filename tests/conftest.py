@@ -136,6 +136,28 @@ def postgres_required(settings) -> None:
         _service_missing("DATABASE_URL (PostgreSQL)")
 
 
+@pytest.fixture
+def commits_refused(postgres_required):
+    """PostgreSQL refuses every commit that wrote a tool call's claim, as a shutting-down server would.
+
+    A deferred constraint trigger: the INSERT itself succeeds, the commit fails, after the view built
+    its answer. (The durability tests of exec over REST and of tools/call over MCP.)
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse_the_commit() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'the server is shutting down' USING ERRCODE = '57P01'; END $$"
+        )
+        cursor.execute(
+            "CREATE CONSTRAINT TRIGGER refuse_the_commit AFTER INSERT ON tools_app_toolcallclaim "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_the_commit()"
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER refuse_the_commit ON tools_app_toolcallclaim")
+        cursor.execute("DROP FUNCTION refuse_the_commit()")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_governance_cache():
     """Each test's database rolls back, so a later test can reach the same generation

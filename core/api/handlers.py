@@ -14,7 +14,7 @@ config/urls.py (the Django-level handlers and the /api/ catch-all).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
@@ -119,10 +119,29 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     return Response(envelope(INTERNAL, "internal error"), status=ERROR_STATUS[INTERNAL])
 
 
-def dependency_unavailable(exc: Exception) -> JsonResponse:
+def dependency_unavailable(exc: Exception) -> HttpResponse:
     """The API's answer to an outage met after its view returned (a write the answer waits for)."""
     logger.error("dependency unreachable: %s", type(exc).__name__)
     return JsonResponse(_DEPENDENCY_BODY, status=_DEPENDENCY_STATUS, headers=_DEPENDENCY_HEADERS)
+
+
+OutageAnswer = Callable[[Exception], HttpResponse]
+_OUTAGE_ANSWER = "toolgate_outage_answer"  # an HttpRequest's attribute
+
+
+def answer_outages_with(request: HttpRequest, answer: OutageAnswer) -> None:
+    """How this request's answer reads if a write sent ahead of it fails: a view with an envelope of its own.
+
+    The answer waits for its writes in config.middleware's
+    `answer_after_durable_writes`, after the view has returned: the MCP
+    endpoint's outage is a JSON-RPC error there too, not the REST envelope.
+    """
+    setattr(request, _OUTAGE_ANSWER, answer)
+
+
+def outage_answer_of(request: HttpRequest) -> OutageAnswer:
+    """The answer `answer_outages_with` set for this request, else the REST API's (`dependency_unavailable`)."""
+    return getattr(request, _OUTAGE_ANSWER, dependency_unavailable)  # type: ignore[no-any-return]
 
 
 def _app_error(exc: AppError) -> Response:

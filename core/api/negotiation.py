@@ -13,7 +13,7 @@ Any other value, and a format suffix, goes through DRF's negotiation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.http import HttpResponse
@@ -57,8 +57,11 @@ class PlainAcceptNegotiation(DefaultContentNegotiation):
         return None
 
 
-def plain_json_answer(request: Request, body: Any) -> HttpResponseBase:
-    """`Response(body)` as DRF would render it, rendered at once when the negotiated type has no parameters.
+def plain_json_answer(
+    request: Request, body: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
+) -> HttpResponseBase:
+    """`Response(body, status, headers)` as DRF would render it, rendered at once when the negotiated type has
+    no parameters.
 
     A Response is a template response: DRF gives it a renderer context, then
     Django's handler renders it after the view. For the plain type those steps
@@ -71,5 +74,5 @@ def plain_json_answer(request: Request, body: Any) -> HttpResponseBase:
     renderer = request.accepted_renderer
     media_type = request.accepted_media_type
     if media_type != renderer.media_type or renderer.charset is not None:
-        return Response(body)
-    return HttpResponse(renderer.render(body, media_type, {}), content_type=media_type)
+        return Response(body, status=status, headers=headers)
+    return HttpResponse(renderer.render(body, media_type, {}), status=status, headers=headers, content_type=media_type)

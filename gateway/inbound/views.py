@@ -24,19 +24,21 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
-from rest_framework.renderers import BaseRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView, set_rollback
 
-from core.api.negotiation import PlainAcceptNegotiation
+from core.api.handlers import answer_outages_with
+from core.api.negotiation import PlainAcceptNegotiation, plain_json_answer
 from core.errors import AppError, drf_field_errors
 from core.outages import OUTAGE_ERRORS
 from gateway.elicitation import (
@@ -236,13 +238,17 @@ class McpView(APIView):
         """
         return super().perform_content_negotiation(request, force=force or request.method != "POST")
 
+    def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Request:
+        answer_outages_with(request, _outage_answer)  # a write awaited after the view still answers JSON-RPC
+        return super().initialize_request(request, *args, **kwargs)
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         origin = request.META.get("HTTP_ORIGIN")
         if origin is not None and origin not in settings.TOOLGATE_MCP_ALLOWED_ORIGINS:
             raise OriginRefused("this Origin may not use the MCP endpoint")
         super().initial(request, *args, **kwargs)
 
-    def post(self, request: Request, **kwargs: Any) -> Response:
+    def post(self, request: Request, **kwargs: Any) -> HttpResponseBase:
         if request.stream is None:  # DRF does not call the parser for an empty body
             raise exceptions.ParseError("request body is empty")
         if not request.content_type:  # nor without a content type: it would answer an empty dict
@@ -266,7 +272,7 @@ class McpView(APIView):
         ):
             admitted = admit(message, headers, sessions)  # a refusal keeps its HTTP status: no stream for it
             if isinstance(admitted, Reply):
-                return _response(admitted)
+                return _answer(request, admitted)
             relayed = not admitted.modern and (admitted.declared.form or admitted.declared.sampling)
             return streamed_call(
                 caller_key=caller_key,
@@ -279,9 +285,9 @@ class McpView(APIView):
                 max_events=DEFAULT_MAX_EVENTS,
             )
         if answer_deliver(caller_key, message):  # a 2025-era client answering a question asked on a stream
-            return _response(Reply(ACCEPTED, None))
+            return _answer(request, Reply(ACCEPTED, None))
         cancel_in_flight(caller_key, message)
-        return _response(handle(message, headers, backend, sessions, logs))
+        return _answer(request, handle(message, headers, backend, sessions, logs))
 
     def backend_for(self, request: Request, **kwargs: Any) -> Backend:
         """The caller's backend; a subclass narrows it (`/mcp/t/<toolset>`) or swaps it (`?mode=search`)."""
@@ -711,6 +717,20 @@ def _reply_for(exc: Exception, *, metadata_url: str) -> Reply:
         )
     logger.error("unhandled %s in the MCP endpoint", type(exc).__name__)
     return internal_error_reply()
+
+
+def _outage_answer(exc: Exception) -> HttpResponse:
+    """The outage the view would have answered in place, met as the answer waited for its audit row."""
+    reply = _reply_for(exc, metadata_url="")
+    body = JSONRenderer().render(reply.body)
+    return HttpResponse(body, status=reply.status, headers=dict(reply.headers), content_type=McpJsonParser.media_type)
+
+
+def _answer(request: Request, reply: Reply) -> HttpResponseBase:
+    """A message's reply, rendered at once by the renderer DRF negotiated (core/api/negotiation.py)."""
+    if reply.body is None:  # 202 to a notification: DRF's Response sends no Content-Type without a body
+        return _response(reply)
+    return plain_json_answer(request, reply.body, status=reply.status, headers=reply.headers)
 
 
 def _response(reply: Reply) -> Response:

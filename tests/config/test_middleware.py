@@ -74,6 +74,12 @@ def _both_lists(method: str, path: str, **extra):
         ("post", "/api/v1/no-such-endpoint/", {}),
         ("get", "/api/v1/invocations/%00", {}),
         ("get", "/api/v1/tools", {"HTTP_HOST": "evil.example"}),  # the Host check stays (CommonMiddleware)
+        ("post", "/mcp", {}),  # no token: 401, its JSON-RPC error and the protected resource's metadata
+        ("post", "/mcp", {"data": b"{", "content_type": "application/json", "HTTP_AUTHORIZATION": "Bearer x"}),
+        ("get", "/mcp", {"HTTP_ACCEPT": "text/event-stream"}),
+        ("post", "/mcp/t/writers", {}),
+        ("post", "/mcp", {"HTTP_HOST": "evil.example"}),
+        ("get", "/mcpx", {}),  # not an MCP endpoint: the same 404 whichever list it went through
     ],
 )
 def test_the_api_list_answers_what_the_site_list_answers(method, path, extra):
@@ -97,6 +103,36 @@ def test_an_api_call_that_runs_answers_the_same_headers_through_either_list():
     assert through_api_list[1] == through_site_list[1]
     assert "content-security-policy" in through_api_list[1]
     assert through_api_list[1]["x-frame-options"] == "DENY"
+
+
+def test_an_mcp_tools_call_answers_the_same_headers_through_either_list():
+    enable_tools("core__get_current_time")
+    tenant = TenantFactory(slug="acme")
+    ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time"])
+    _account, key = service_account_with_key(tenant, name="agent")
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "core__get_current_time"}}
+    call = {"data": message, "content_type": "application/json", "HTTP_MCP_PROTOCOL_VERSION": "2025-11-25"}
+
+    through_api_list, through_site_list = _both_lists("post", "/mcp", HTTP_AUTHORIZATION=f"Bearer {key}", **call)
+
+    assert through_api_list[0] == through_site_list[0] == 200
+    assert through_api_list[1] == through_site_list[1]
+    assert b'"isError":false' in through_api_list[2]
+
+
+def test_mcp_paths_are_left_to_the_endpoint_which_answers_json_rpc(client):
+    _account, key = service_account_with_key(TenantFactory(slug="acme"), name="agent")
+    listing = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+
+    anonymous = client.post("/mcp/t/%00", listing, content_type="application/json")
+    signed_in = client.post(
+        "/mcp/t/a%00b", listing, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
+
+    assert anonymous.status_code == 401  # the endpoint's own gate, not the site's NUL check
+    assert anonymous.json()["jsonrpc"] == "2.0"
+    assert signed_in.status_code == 404  # no toolset has that name: no query ran with it
+    assert signed_in.json()["error"]["message"]
 
 
 def test_the_api_list_skips_the_sites_own_middleware():

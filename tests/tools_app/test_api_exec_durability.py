@@ -13,7 +13,6 @@ under load; tests/config/test_write_ahead.py holds the backend's part.)
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import api_client, enable_tools
@@ -29,23 +28,6 @@ def key() -> str:
     _account, key = service_account_with_key(tenant)
     ToolPolicyFactory(tenant=tenant, allowed_tools=["core__get_current_time"])
     return key
-
-
-@pytest.fixture
-def commits_refused():
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE FUNCTION refuse_the_commit() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN RAISE EXCEPTION 'the server is shutting down' USING ERRCODE = '57P01'; END $$"
-        )
-        cursor.execute(
-            "CREATE CONSTRAINT TRIGGER refuse_the_commit AFTER INSERT ON tools_app_toolcallclaim "
-            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_the_commit()"
-        )
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER refuse_the_commit ON tools_app_toolcallclaim")
-        cursor.execute("DROP FUNCTION refuse_the_commit()")
 
 
 def test_a_call_whose_audit_row_fails_at_its_commit_answers_503_not_its_result(key, commits_refused):

@@ -1,4 +1,4 @@
-"""`/mcp`'s negotiation (gateway.inbound.views.McpNegotiation) answers exactly as DRF's does.
+"""`/mcp`'s negotiation (gateway.inbound.views.McpNegotiation) and rendering answer exactly as DRF's do.
 
 Every message is sent twice through the whole stack: once as served, once
 with DRF's DefaultContentNegotiation in its place. Status, headers and body
@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from django.test import Client
 from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.response import Response
 
+from gateway.inbound import views
 from gateway.inbound.views import MCP_CLIENT_ACCEPTS, McpNegotiation, McpView
 from tests.factories import TenantFactory, ToolPolicyFactory, service_account_with_key
 from tests.support.api import enable_tools
@@ -128,3 +130,24 @@ def test_any_other_accept_is_left_to_drfs_negotiation(accept, key, served_by, mo
 
     assert set(served_by) == {"drf"}
     assert served == by_drf
+
+
+def drf_response(request, reply_body, *, status, headers):
+    return Response(reply_body, status, headers=headers)
+
+
+@pytest.mark.parametrize("accept", ["application/json, text/event-stream", "application/json; indent=4"])
+@pytest.mark.parametrize("case", CASES)
+def test_every_reply_is_rendered_as_drfs_response_renders_it(case, accept, key, monkeypatch):
+    body, headers = CASES[case]
+    served = send(key, body, accept, headers)
+    with monkeypatch.context() as switched_off:
+        switched_off.setattr(
+            views,
+            "plain_json_answer",
+            lambda request, body, *, status, headers: Response(body, status, headers=headers),
+        )
+        by_response = send(key, body, accept, headers)
+
+    assert comparable(served) == comparable(by_response)
+    assert served.get("Content-Length") == by_response.get("Content-Length")
